@@ -1,0 +1,246 @@
+//! Names and labels, validated as Kubernetes validates them.
+//!
+//! Volume, namespace and orchestrator names end up in file-system paths, Docker volume names and URLs,
+//! so they are held to DNS-1123 (lower-case alphanumerics and `-`, at most 63 characters) before anything
+//! else sees them: no `/`, no `..`, nothing that can climb out of a directory. maya let 64+ character
+//! names through and broke later; here they are refused at the door.
+
+use std::collections::BTreeMap;
+
+use crate::code::Status;
+
+/// Labels: key/value pairs validated by [`validate_labels`].
+pub type Labels = BTreeMap<String, String>;
+
+/// The longest DNS-1123 label, and the longest name Berth accepts for anything it names.
+pub const MAX_NAME_LEN: usize = 63;
+/// The longest DNS-1123 subdomain (a label key's prefix).
+pub const MAX_SUBDOMAIN_LEN: usize = 253;
+
+const LABEL_RULE: &str = "must be a DNS-1123 label: at most 63 characters, lower-case letters, digits and '-', starting and ending with a letter or digit";
+
+/// Checks a DNS-1123 label (`[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most 63 characters).
+pub fn validate_dns1123_label(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() {
+        return Err(Status::invalid(
+            field,
+            format!("must not be empty; {LABEL_RULE}"),
+        ));
+    }
+    if value.len() > MAX_NAME_LEN {
+        return Err(Status::invalid(
+            field,
+            format!(
+                "{:?} is {} characters long; {LABEL_RULE}",
+                truncated(value),
+                value.len()
+            ),
+        ));
+    }
+    if !is_dns1123_label(value) {
+        return Err(Status::invalid(field, format!("{value:?} {LABEL_RULE}")));
+    }
+    Ok(())
+}
+
+/// Checks a DNS-1123 subdomain: dot-separated labels, at most `max_len` characters in all.
+pub fn validate_dns1123_subdomain(field: &str, value: &str, max_len: usize) -> Result<(), Status> {
+    let rule = format!(
+        "must be a DNS-1123 subdomain: at most {max_len} characters, lower-case letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit"
+    );
+    if value.is_empty() {
+        return Err(Status::invalid(field, format!("must not be empty; {rule}")));
+    }
+    if value.len() > max_len {
+        return Err(Status::invalid(
+            field,
+            format!(
+                "{:?} is {} characters long; {rule}",
+                truncated(value),
+                value.len()
+            ),
+        ));
+    }
+    if !value.split('.').all(is_dns1123_label) {
+        return Err(Status::invalid(field, format!("{value:?} {rule}")));
+    }
+    Ok(())
+}
+
+/// Checks a volume name: a DNS-1123 subdomain of at most 63 characters, since it becomes part of a
+/// directory and a Docker volume name.
+pub fn validate_volume_name(field: &str, value: &str) -> Result<(), Status> {
+    validate_dns1123_subdomain(field, value, MAX_NAME_LEN)
+}
+
+fn is_dns1123_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_NAME_LEN
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b[0] != b'-'
+        && b[b.len() - 1] != b'-'
+}
+
+/// A label name part or value: `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, at most 63 characters.
+fn is_qualified_part(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= MAX_NAME_LEN
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+}
+
+/// Checks a label key: an optional DNS-1123 subdomain prefix and `/`, then a name of at most 63
+/// characters of alphanumerics, `-`, `_` and `.`, starting and ending alphanumeric.
+pub fn validate_label_key(field: &str, key: &str) -> Result<(), Status> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix {
+        validate_dns1123_subdomain(&format!("{field} prefix"), prefix, MAX_SUBDOMAIN_LEN)?;
+    }
+    if !is_qualified_part(name) {
+        return Err(Status::invalid(
+            field,
+            format!(
+                "{:?} is not a valid label key: the name part must be at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit, with an optional DNS subdomain prefix and '/'",
+                truncated(key)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a label value: empty, or at most 63 characters of alphanumerics, `-`, `_` and `.`, starting and
+/// ending alphanumeric.
+pub fn validate_label_value(field: &str, value: &str) -> Result<(), Status> {
+    if value.is_empty() || is_qualified_part(value) {
+        return Ok(());
+    }
+    Err(Status::invalid(
+        field,
+        format!(
+            "{:?} is not a valid label value: it must be empty or at most 63 characters of letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+            truncated(value)
+        ),
+    ))
+}
+
+/// Checks every key and value of a label map; the field in a message is `<field>[<key>]`.
+pub fn validate_labels(field: &str, labels: &Labels) -> Result<(), Status> {
+    for (key, value) in labels {
+        validate_label_key(&format!("{field} key"), key)?;
+        validate_label_value(&format!("{field}[{key}]"), value)?;
+    }
+    Ok(())
+}
+
+/// Long hostile inputs are cut short in messages so an error never echoes megabytes back.
+fn truncated(s: &str) -> String {
+    const SHOWN: usize = 80;
+    if s.len() <= SHOWN {
+        return s.to_string();
+    }
+    let mut end = SHOWN;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::code::Code;
+
+    #[test]
+    fn dns1123_labels() {
+        for ok in ["a", "vol-1", "0abc", &"a".repeat(63)] {
+            validate_dns1123_label("metadata.name", ok).unwrap();
+        }
+        let cases = [
+            ("", "must not be empty"),
+            ("-a", "DNS-1123 label"),
+            ("a-", "DNS-1123 label"),
+            ("A", "DNS-1123 label"),
+            ("a_b", "DNS-1123 label"),
+            ("a.b", "DNS-1123 label"),
+            ("a/b", "DNS-1123 label"),
+            ("..", "DNS-1123 label"),
+            ("ü", "DNS-1123 label"),
+        ];
+        for (bad, rule) in cases {
+            let e = validate_dns1123_label("name", bad).unwrap_err();
+            assert_eq!(e.code, Code::InvalidArgument);
+            assert!(e.message.starts_with("name: "), "{}", e.message);
+            assert!(e.message.contains(rule), "{bad}: {}", e.message);
+        }
+        let e = validate_dns1123_label("name", &"a".repeat(64)).unwrap_err();
+        assert!(e.message.contains("64 characters long"), "{}", e.message);
+    }
+
+    #[test]
+    fn volume_names_allow_dots_but_not_traversal_or_length() {
+        validate_volume_name("name", "data.v1").unwrap();
+        for bad in [
+            "..",
+            "../etc",
+            "a..b",
+            ".a",
+            "a.",
+            "a/b",
+            "/abs",
+            &"a".repeat(64),
+        ] {
+            let e = validate_volume_name("name", bad).unwrap_err();
+            assert!(
+                e.message.contains("DNS-1123 subdomain"),
+                "{bad}: {}",
+                e.message
+            );
+        }
+        let long = "a".repeat(10_000);
+        let e = validate_volume_name("name", &long).unwrap_err();
+        assert!(e.message.len() < 400, "message echoes the whole input");
+    }
+
+    #[test]
+    fn label_keys_and_values() {
+        for ok in ["app", "app.kubernetes.io/name", "a_b.c-d", "example.com/X"] {
+            validate_label_key("labels key", ok).unwrap();
+        }
+        for bad in [
+            "",
+            "-a",
+            "a-",
+            "/a",
+            "a/",
+            "Example.com/a",
+            "a/b/c",
+            &"a".repeat(64),
+        ] {
+            let e = validate_label_key("labels key", bad).unwrap_err();
+            assert!(e.message.starts_with("labels key"), "{bad}: {}", e.message);
+        }
+        for ok in ["", "v1", "a.b_c-d", &"x".repeat(63)] {
+            validate_label_value("labels[app]", ok).unwrap();
+        }
+        for bad in ["-x", "x-", "a b", "a/b", &"x".repeat(64)] {
+            let e = validate_label_value("labels[app]", bad).unwrap_err();
+            assert!(
+                e.message.contains("not a valid label value"),
+                "{}",
+                e.message
+            );
+        }
+        let mut labels = Labels::new();
+        labels.insert("tier".into(), "bad value".into());
+        let e = validate_labels("labels", &labels).unwrap_err();
+        assert!(e.message.starts_with("labels[tier]: "), "{}", e.message);
+    }
+}

@@ -1,0 +1,413 @@
+//! Volumes: what a client asks for ([`VolumeProvisionerProfile`]), what Berth keeps ([`Volume`]).
+//!
+//! A profile is parsed into a [`VolumeSpec`] once, at the edge: the capacity becomes exact bytes, names
+//! and labels are checked, defaults are filled in. Two requests for the same volume are "the same" when
+//! their normalised specs are equal, which is what makes AddStorage idempotent.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::code::Status;
+use crate::names::{Labels, validate_dns1123_label, validate_labels, validate_volume_name};
+use crate::quantity::Quantity;
+
+/// The namespace a volume lives in when the caller names none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+/// The most replicas a volume may ask for.
+pub const MAX_REPLICAS: u32 = 16;
+
+/// AddStorage's body: what the caller wants.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VolumeProvisionerProfile {
+    /// The volume's name: a DNS-1123 subdomain of at most 63 characters.
+    pub name: String,
+    /// The namespace (`default` when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The capacity, as a Kubernetes quantity (`10Gi`, `500M`).
+    pub capacity: String,
+    /// The orchestrator to use (the registry's default when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestrator: Option<String>,
+    /// How many replicas (1 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<u32>,
+    /// Labels to select the volume by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<Labels>,
+    /// Backend parameters (`format: file|directory`, `reclaimPolicy: Delete|Retain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parameters: Option<BTreeMap<String, String>>,
+}
+
+/// What happens to the backend object when the volume is deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReclaimPolicy {
+    /// Remove the backend object (the default).
+    #[default]
+    Delete,
+    /// Keep the backend object; only Berth's record goes.
+    Retain,
+}
+
+/// The parameters Berth itself interprets; others pass through to the backend untouched.
+pub mod params {
+    /// `Delete` (default) or `Retain`.
+    pub const RECLAIM_POLICY: &str = "reclaimPolicy";
+    /// `directory` (default) or `file` (a sparse file of the exact capacity), for the local backend.
+    pub const FORMAT: &str = "format";
+}
+
+/// A validated, normalised request for a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeSpec {
+    /// The name.
+    pub name: String,
+    /// The namespace.
+    pub namespace: String,
+    /// The capacity in exact bytes (with the unit family it was written in).
+    pub capacity: Quantity,
+    /// The orchestrator asked for, if any; resolved against the registry later.
+    pub orchestrator: Option<String>,
+    /// Replicas, at least 1.
+    pub replicas: u32,
+    /// Labels.
+    pub labels: Labels,
+    /// Parameters.
+    pub parameters: BTreeMap<String, String>,
+}
+
+impl VolumeSpec {
+    /// The reclaim policy from the parameters (validated when the spec was made).
+    pub fn reclaim_policy(&self) -> ReclaimPolicy {
+        match self
+            .parameters
+            .get(params::RECLAIM_POLICY)
+            .map(String::as_str)
+        {
+            Some("Retain") => ReclaimPolicy::Retain,
+            _ => ReclaimPolicy::Delete,
+        }
+    }
+}
+
+impl VolumeProvisionerProfile {
+    /// Checks every field and fills in defaults; the first rule broken is reported, naming its field.
+    pub fn validate(&self) -> Result<VolumeSpec, Status> {
+        validate_volume_name("name", &self.name)?;
+        let namespace = self
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| DEFAULT_NAMESPACE.to_string());
+        validate_dns1123_label("namespace", &namespace)?;
+        let capacity = Quantity::parse_field("capacity", &self.capacity)?;
+        if capacity.bytes() == 0 {
+            return Err(Status::invalid("capacity", "must be more than 0 bytes"));
+        }
+        let orchestrator = self.orchestrator.clone().filter(|o| !o.is_empty());
+        if let Some(o) = &orchestrator {
+            validate_dns1123_label("orchestrator", o)?;
+        }
+        let replicas = self.replicas.unwrap_or(1);
+        if !(1..=MAX_REPLICAS).contains(&replicas) {
+            return Err(Status::invalid(
+                "replicas",
+                format!("must be between 1 and {MAX_REPLICAS}, got {replicas}"),
+            ));
+        }
+        let labels = self.labels.clone().unwrap_or_default();
+        validate_labels("labels", &labels)?;
+        let parameters = self.parameters.clone().unwrap_or_default();
+        for key in parameters.keys() {
+            if key.is_empty() || key.len() > 253 {
+                return Err(Status::invalid(
+                    "parameters",
+                    "keys must be 1 to 253 characters",
+                ));
+            }
+        }
+        if let Some(p) = parameters.get(params::RECLAIM_POLICY) {
+            if p != "Delete" && p != "Retain" {
+                return Err(Status::invalid(
+                    "parameters.reclaimPolicy",
+                    format!("must be Delete or Retain, got {p:?}"),
+                ));
+            }
+        }
+        if let Some(f) = parameters.get(params::FORMAT) {
+            if f != "directory" && f != "file" {
+                return Err(Status::invalid(
+                    "parameters.format",
+                    format!("must be directory or file, got {f:?}"),
+                ));
+            }
+        }
+        Ok(VolumeSpec {
+            name: self.name.clone(),
+            namespace,
+            capacity,
+            orchestrator,
+            replicas,
+            labels,
+            parameters,
+        })
+    }
+}
+
+/// The phase of a volume's life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum VolumePhase {
+    /// Recorded, not yet handed to a backend.
+    Pending,
+    /// The backend is creating it.
+    Provisioning,
+    /// Usable.
+    Ready,
+    /// The backend could not create it; `reason` and `message` say why.
+    Failed,
+    /// Being deleted.
+    Deleting,
+}
+
+impl VolumePhase {
+    /// The phase's name as stored and sent.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VolumePhase::Pending => "Pending",
+            VolumePhase::Provisioning => "Provisioning",
+            VolumePhase::Ready => "Ready",
+            VolumePhase::Failed => "Failed",
+            VolumePhase::Deleting => "Deleting",
+        }
+    }
+
+    /// The phase with this name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            VolumePhase::Pending,
+            VolumePhase::Provisioning,
+            VolumePhase::Ready,
+            VolumePhase::Failed,
+            VolumePhase::Deleting,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+}
+
+impl fmt::Display for VolumePhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A volume's identity and bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeMeta {
+    /// Name, unique within the namespace.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Unique id, never reused.
+    pub uid: String,
+    /// Labels.
+    #[serde(default)]
+    pub labels: Labels,
+    /// When it was created (RFC 3339, UTC).
+    pub creation_timestamp: String,
+    /// Changes on every write; a client can tell two reads apart by it.
+    #[serde(default)]
+    pub resource_version: String,
+}
+
+/// What the volume is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeSpecView {
+    /// The orchestrator that holds it.
+    pub orchestrator: String,
+    /// The capacity in canonical quantity form.
+    pub capacity: String,
+    /// The capacity in bytes.
+    pub capacity_bytes: u64,
+    /// Replicas.
+    pub replicas: u32,
+    /// Parameters.
+    #[serde(default)]
+    pub parameters: BTreeMap<String, String>,
+}
+
+/// Where the volume is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStatus {
+    /// The phase.
+    pub phase: VolumePhase,
+    /// A one-word reason for the phase.
+    #[serde(default)]
+    pub reason: String,
+    /// A sentence for people.
+    #[serde(default)]
+    pub message: String,
+    /// Where the backend put it (a path, a Docker volume name).
+    #[serde(default)]
+    pub location: String,
+    /// Conditions.
+    #[serde(default)]
+    pub conditions: Vec<crate::machine::Condition>,
+}
+
+/// A volume as Berth returns it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Volume {
+    /// Identity.
+    pub metadata: VolumeMeta,
+    /// What it is.
+    pub spec: VolumeSpecView,
+    /// Where it is in its life.
+    pub status: VolumeStatus,
+}
+
+/// A page of volumes. `items` is `[]`, never `null`, when there are none.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct VolumeList {
+    /// The volumes of this page.
+    pub items: Vec<Volume>,
+    /// The token for the next page; absent on the last page.
+    #[serde(default, rename = "continue", skip_serializing_if = "Option::is_none")]
+    pub continue_token: Option<String>,
+}
+
+/// DeleteStorage's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeleteResult {
+    /// Whether there was a volume to delete.
+    pub deleted: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::code::Code;
+
+    fn profile() -> VolumeProvisionerProfile {
+        VolumeProvisionerProfile {
+            name: "data".into(),
+            capacity: "10Gi".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_filled_in() {
+        let spec = profile().validate().unwrap();
+        assert_eq!(spec.namespace, "default");
+        assert_eq!(spec.capacity.bytes(), 10 << 30);
+        assert_eq!(spec.replicas, 1);
+        assert_eq!(spec.reclaim_policy(), ReclaimPolicy::Delete);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        let cases: Vec<(VolumeProvisionerProfile, &str)> = vec![
+            (
+                VolumeProvisionerProfile {
+                    name: "../x".into(),
+                    ..profile()
+                },
+                "name: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    name: "a".repeat(64),
+                    ..profile()
+                },
+                "name: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    namespace: Some("A".into()),
+                    ..profile()
+                },
+                "namespace: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    capacity: "100m".into(),
+                    ..profile()
+                },
+                "capacity: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    capacity: "0".into(),
+                    ..profile()
+                },
+                "capacity: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    replicas: Some(0),
+                    ..profile()
+                },
+                "replicas: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    orchestrator: Some("x/y".into()),
+                    ..profile()
+                },
+                "orchestrator: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    labels: Some([("a".to_string(), "b c".to_string())].into()),
+                    ..profile()
+                },
+                "labels[a]: ",
+            ),
+            (
+                VolumeProvisionerProfile {
+                    parameters: Some([("reclaimPolicy".to_string(), "Keep".to_string())].into()),
+                    ..profile()
+                },
+                "parameters.reclaimPolicy: ",
+            ),
+        ];
+        for (p, prefix) in cases {
+            let e = p.validate().unwrap_err();
+            assert_eq!(e.code, Code::InvalidArgument);
+            assert!(e.message.starts_with(prefix), "{prefix}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn unknown_profile_fields_are_refused() {
+        let e = serde_json::from_str::<VolumeProvisionerProfile>(
+            r#"{"name":"a","capacity":"1Gi","size":"2"}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("unknown field `size`"));
+    }
+
+    #[test]
+    fn empty_list_serialises_as_empty_array() {
+        assert_eq!(
+            serde_json::to_string(&VolumeList::default()).unwrap(),
+            r#"{"items":[]}"#
+        );
+    }
+}
