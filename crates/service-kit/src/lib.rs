@@ -1,1 +1,40 @@
-//! x
+//! What every Berth service shares, so that a service's own code is only its API and its logic.
+//!
+//! A service builds an [`utoipa_axum::router::OpenApiRouter`] of its routes and hands it to
+//! [`app::ServiceApp`], which adds `/healthz`, `/readyz`, `/metrics` and `/openapi.json` and wraps
+//! everything in the one middleware stack. [`server::serve`] runs the result until shutdown.
+//!
+//! # Layout
+//! - [`config`]: typed settings from `BERTH_*` variables (read from a map, so tests never touch the
+//!   process environment) and [`config::SecretString`], which cannot be printed.
+//! - [`error`]: [`ApiError`], the problem+json answer every non-2xx response uses.
+//! - [`extract`]: `Json`, `Path` and `Query` extractors whose rejections are [`ApiError`]s.
+//! - [`middleware`]: the stack, outermost first: request id → trace (with `traceparent`) → metrics →
+//!   problem+json for bare error answers → internal credential → timeout → panic catching → body limit.
+//! - [`request_id`]: `x-request-id` handling and the task-local that carries it to logs, errors and
+//!   outgoing calls.
+//! - [`telemetry`]: logging (human or JSON), OpenTelemetry export over OTLP, W3C trace context.
+//! - [`metrics`]: the Prometheus recorder and the HTTP metrics.
+//! - [`health`]: liveness and readiness.
+//! - [`outbound`]: the reqwest client wrapper that injects `traceparent`, `x-request-id` and the internal
+//!   credential into every service-to-service call.
+//! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown.
+//! - [`testing`]: spawning any router on `127.0.0.1:0` and quiet-by-default test logs.
+
+pub mod app;
+pub mod config;
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod metrics;
+pub mod middleware;
+pub mod outbound;
+pub mod request_id;
+pub mod server;
+pub mod telemetry;
+pub mod testing;
+
+pub use app::ServiceApp;
+pub use config::{Env, HttpConfig, SecretString};
+pub use error::ApiError;
+pub use server::{serve, shutdown_signal};

@@ -1,0 +1,109 @@
+//! Assembling a service: its API routes plus the routes every service has, inside the one stack.
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use domain::Code;
+use utoipa::openapi::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+
+use crate::config::HttpConfig;
+use crate::error::{ApiError, Problem};
+use crate::extract::Json;
+use crate::health::{Check, Readiness};
+use crate::middleware;
+
+/// A service being assembled: name, API routes, readiness checks and HTTP settings.
+pub struct ServiceApp {
+    name: &'static str,
+    api: OpenApiRouter,
+    readiness: Readiness,
+    http: HttpConfig,
+}
+
+impl ServiceApp {
+    /// A service named `name` (used in metrics, traces and the OpenAPI title) serving `api`.
+    pub fn new(name: &'static str, api: OpenApiRouter) -> Self {
+        ServiceApp {
+            name,
+            api,
+            readiness: Readiness::default(),
+            http: HttpConfig::default(),
+        }
+    }
+
+    /// Adds a readiness check to `/readyz`.
+    pub fn readiness(mut self, check: Check) -> Self {
+        self.readiness = self.readiness.with(check);
+        self
+    }
+
+    /// Sets the timeout, body limit and internal credential.
+    pub fn http_config(mut self, http: HttpConfig) -> Self {
+        self.http = http;
+        self
+    }
+
+    /// The service's OpenAPI document, as `/openapi.json` serves it.
+    pub fn openapi(name: &str, mut doc: OpenApi) -> OpenApi {
+        doc.info.title = format!("berth {name}");
+        doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+        doc.info.description = Some(format!(
+            "The {name} service of Berth. Every non-2xx answer is application/problem+json (schema Problem), with `code` the MCM machine code."
+        ));
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.schemas.insert(
+            "Problem".to_string(),
+            <Problem as utoipa::PartialSchema>::schema(),
+        );
+        doc
+    }
+
+    /// The finished router.
+    pub fn into_router(self) -> Router {
+        let (api, doc) = self.api.split_for_parts();
+        let doc = std::sync::Arc::new(Self::openapi(self.name, doc));
+        let readiness = self.readiness;
+        let router = api
+            .route(
+                "/healthz",
+                get(|| async { Json(serde_json::json!({"status": "ok"})) }),
+            )
+            .route(
+                "/readyz",
+                get(move || {
+                    let readiness = readiness.clone();
+                    async move { ready(readiness).await }
+                }),
+            )
+            .route("/metrics", get(metrics_text))
+            .route(
+                "/openapi.json",
+                get(move || async move { Json(doc.as_ref().clone()) }),
+            );
+        middleware::apply(router, self.name, &self.http)
+    }
+}
+
+async fn ready(readiness: Readiness) -> Response {
+    let failures = readiness.failures().await;
+    if failures.is_empty() {
+        Json(serde_json::json!({"status": "ready"})).into_response()
+    } else {
+        ApiError::from_code(
+            Code::Unavailable,
+            format!("not ready: {}", failures.join("; ")),
+        )
+        .into_response()
+    }
+}
+
+async fn metrics_text() -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        crate::metrics::render(),
+    )
+        .into_response()
+}

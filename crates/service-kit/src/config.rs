@@ -1,0 +1,282 @@
+//! Typed configuration from `BERTH_*` variables.
+//!
+//! Settings are read once at start from an [`Env`] map: [`Env::from_process`] in a binary, a literal
+//! map in tests, so no test ever mutates the process environment. A value that does not parse stops
+//! the service with a message naming the variable and the expected form.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Names of the variables every service reads.
+pub mod vars {
+    /// Where the service listens (`host:port`).
+    pub const LISTEN: &str = "BERTH_LISTEN";
+    /// Per-request timeout (`30s`, `500ms`).
+    pub const REQUEST_TIMEOUT: &str = "BERTH_REQUEST_TIMEOUT";
+    /// Largest request body accepted, in bytes or as a quantity (`1Mi`).
+    pub const BODY_LIMIT: &str = "BERTH_BODY_LIMIT";
+    /// The credential the gateway presents to services; when set, services refuse calls without it.
+    pub const INTERNAL_TOKEN: &str = "BERTH_INTERNAL_TOKEN";
+    /// `json` for JSON logs, anything else for human ones.
+    pub const LOG_FORMAT: &str = "BERTH_LOG_FORMAT";
+    /// Log filter (`info`, `berth=debug,tower_http=info`).
+    pub const LOG: &str = "BERTH_LOG";
+    /// Where services keep their state.
+    pub const DATA_DIR: &str = "BERTH_DATA_DIR";
+    /// OTLP endpoint; when set, spans are exported there.
+    pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+}
+
+/// A configuration error: which variable, what was wrong.
+#[derive(Debug, thiserror::Error)]
+#[error("configuration: {var}={value:?} {problem}")]
+pub struct ConfigError {
+    /// The variable.
+    pub var: String,
+    /// What it was set to (never printed for secrets: those are not parsed here).
+    pub value: String,
+    /// The rule it broke.
+    pub problem: String,
+}
+
+/// The variables a service was started with.
+#[derive(Debug, Clone, Default)]
+pub struct Env(BTreeMap<String, String>);
+
+impl Env {
+    /// The process environment (only `BERTH_*` and `OTEL_*` variables are kept).
+    pub fn from_process() -> Self {
+        Env(std::env::vars()
+            .filter(|(k, _)| {
+                k.starts_with("BERTH_") || k.starts_with("OTEL_") || is_detection_var(k)
+            })
+            .collect())
+    }
+
+    /// A map of variables, for tests and for `berth up`.
+    pub fn from_pairs<K: Into<String>, V: Into<String>>(
+        pairs: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        Env(pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect())
+    }
+
+    /// Sets a variable (builder style).
+    pub fn with(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.0.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// The raw value, if set and not empty.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .get(key)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value parsed as `T`, or `default` when unset.
+    pub fn parse_or<T: FromStr>(&self, key: &str, default: T) -> Result<T, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|e: T::Err| ConfigError {
+                var: key.to_string(),
+                value: v.to_string(),
+                problem: e.to_string(),
+            }),
+        }
+    }
+
+    /// A duration (`250ms`, `30s`, `5m`, `1h`, or plain seconds), or `default` when unset.
+    pub fn duration_or(&self, key: &str, default: Duration) -> Result<Duration, ConfigError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => parse_duration(v).ok_or_else(|| ConfigError {
+                var: key.to_string(),
+                value: v.to_string(),
+                problem: "is not a duration: expected a number with ms, s, m or h, like 30s".into(),
+            }),
+        }
+    }
+
+    /// A byte size (`1048576`, `1Mi`, `10M`), or `default` when unset.
+    pub fn bytes_or(&self, key: &str, default: u64) -> Result<u64, ConfigError> {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<domain::Quantity>()
+                .map(|q| q.bytes())
+                .map_err(|e| ConfigError {
+                    var: key.to_string(),
+                    value: v.to_string(),
+                    problem: e.message,
+                }),
+        }
+    }
+
+    /// A secret value, wrapped so it cannot be printed.
+    pub fn secret(&self, key: &str) -> Option<SecretString> {
+        self.get(key).map(SecretString::new)
+    }
+
+    /// Whether a variable is set at all (even empty), for detection rules.
+    pub fn is_set(&self, key: &str) -> bool {
+        self.0.contains_key(key)
+    }
+}
+
+/// The environment variables the registry's detection reads besides `BERTH_*`.
+fn is_detection_var(k: &str) -> bool {
+    matches!(k, "KUBERNETES_SERVICE_HOST" | "NOMAD_ADDR" | "DOCKER_HOST")
+}
+
+/// Parses `250ms`, `30s`, `5m`, `1h` or a plain number of seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.parse().ok()?;
+    let seconds = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return None,
+    };
+    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+}
+
+/// A string that must never be printed: tokens, access keys. `Debug` and `Display` show `[REDACTED]`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretString(String);
+
+impl SecretString {
+    /// Wraps a secret.
+    pub fn new(value: impl Into<String>) -> Self {
+        SecretString(value.into())
+    }
+
+    /// The secret itself, for the one place that must send or compare it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// Compares with `other` in time independent of where they differ.
+    pub fn ct_eq(&self, other: &[u8]) -> bool {
+        use subtle::ConstantTimeEq;
+        self.0.len() == other.len() && bool::from(self.0.as_bytes().ct_eq(other))
+    }
+}
+
+impl fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[REDACTED]")
+    }
+}
+
+impl fmt::Display for SecretString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[REDACTED]")
+    }
+}
+
+/// The HTTP settings every service has.
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    /// How long a request may take before it is answered 504.
+    pub request_timeout: Duration,
+    /// The largest request body, in bytes; larger ones are answered 413.
+    pub body_limit: usize,
+    /// When set, every route but health and metrics requires this bearer credential.
+    pub internal_token: Option<SecretString>,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            request_timeout: Duration::from_secs(30),
+            body_limit: 1 << 20,
+            internal_token: None,
+        }
+    }
+}
+
+impl HttpConfig {
+    /// Reads `BERTH_REQUEST_TIMEOUT`, `BERTH_BODY_LIMIT` and `BERTH_INTERNAL_TOKEN`.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let d = HttpConfig::default();
+        Ok(HttpConfig {
+            request_timeout: env.duration_or(vars::REQUEST_TIMEOUT, d.request_timeout)?,
+            body_limit: usize::try_from(env.bytes_or(vars::BODY_LIMIT, d.body_limit as u64)?)
+                .unwrap_or(usize::MAX),
+            internal_token: env.secret(vars::INTERNAL_TOKEN),
+        })
+    }
+}
+
+/// The listen address from `BERTH_LISTEN`, or `127.0.0.1:<default_port>`.
+pub fn listen_addr(env: &Env, default_port: u16) -> Result<std::net::SocketAddr, ConfigError> {
+    env.parse_or(
+        vars::LISTEN,
+        std::net::SocketAddr::from(([127, 0, 0, 1], default_port)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_in_common_units() {
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("5x"), None);
+        assert_eq!(parse_duration("-5s"), None);
+    }
+
+    #[test]
+    fn defaults_apply_with_no_variables() {
+        let c = HttpConfig::from_env(&Env::default()).unwrap();
+        assert_eq!(c.request_timeout, Duration::from_secs(30));
+        assert_eq!(c.body_limit, 1 << 20);
+        assert!(c.internal_token.is_none());
+        assert_eq!(listen_addr(&Env::default(), 8081).unwrap().port(), 8081);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable() {
+        let env = Env::from_pairs([(vars::REQUEST_TIMEOUT, "soon"), (vars::BODY_LIMIT, "1Mi")]);
+        let e = HttpConfig::from_env(&env).unwrap_err().to_string();
+        assert!(e.contains("BERTH_REQUEST_TIMEOUT=\"soon\""), "{e}");
+        let env = Env::from_pairs([(vars::BODY_LIMIT, "lots")]);
+        let e = HttpConfig::from_env(&env).unwrap_err().to_string();
+        assert!(e.contains("BERTH_BODY_LIMIT"), "{e}");
+        assert_eq!(
+            HttpConfig::from_env(&Env::from_pairs([(vars::BODY_LIMIT, "2Mi")]))
+                .unwrap()
+                .body_limit,
+            2 << 20
+        );
+    }
+
+    #[test]
+    fn secrets_do_not_print() {
+        let s = SecretString::new("tok-123");
+        assert_eq!(format!("{s:?} {s}"), "[REDACTED] [REDACTED]");
+        assert!(s.ct_eq(b"tok-123"));
+        assert!(!s.ct_eq(b"tok-124"));
+        assert!(!s.ct_eq(b"tok"));
+    }
+}

@@ -1,0 +1,237 @@
+//! [`ApiError`]: the one error answer of every Berth service.
+//!
+//! Every non-2xx answer is `application/problem+json` (RFC 9457) with the machine code as the source of
+//! truth: `{type, title, status, detail, code, requestId}`, plus `machineCodesError` (the string MCM
+//! parses) where the machine driver asks for it, and `Retry-After` on 429/503. An error built from an
+//! unexpected cause ([`ApiError::internal`]) logs the cause and answers a generic sentence, so a 5xx never
+//! carries a stack trace, a secret or an internal address.
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use domain::{Code, Status};
+use serde::{Deserialize, Serialize};
+
+use crate::request_id;
+
+/// The media type of every error answer.
+pub const PROBLEM_JSON: &str = "application/problem+json";
+
+/// How long callers are told to wait on 429/503 when nothing better is known.
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: Status,
+    retry_after: Option<Duration>,
+    machine_codes_error: bool,
+    http_status: Option<StatusCode>,
+    cause: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// The problem+json body, for clients that decode it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Problem {
+    /// Always `about:blank`: the code says what kind of problem this is.
+    #[serde(rename = "type", default = "about_blank")]
+    pub kind: String,
+    /// The code's name (`NotFound`).
+    pub title: String,
+    /// The HTTP status.
+    pub status: u16,
+    /// What happened.
+    #[serde(default)]
+    pub detail: String,
+    /// The machine code (0–17), the source of truth.
+    pub code: u32,
+    /// The request's id, to find it in the logs.
+    #[serde(default)]
+    pub request_id: String,
+    /// The MCM status string (machine-driver answers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_codes_error: Option<String>,
+}
+
+fn about_blank() -> String {
+    "about:blank".into()
+}
+
+impl ApiError {
+    /// An error answering this status as it is.
+    pub fn new(status: Status) -> Self {
+        ApiError {
+            status,
+            retry_after: None,
+            machine_codes_error: false,
+            http_status: None,
+            cause: None,
+        }
+    }
+
+    /// An error with this code and message.
+    pub fn from_code(code: Code, message: impl Into<String>) -> Self {
+        ApiError::new(Status::new(code, message))
+    }
+
+    /// An unexpected failure: the cause is logged with the request id, the caller sees only a generic
+    /// sentence (no internals on a 5xx).
+    pub fn internal(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        ApiError {
+            status: Status::new(
+                Code::Internal,
+                "internal error; the request id finds the details in the service's log",
+            ),
+            retry_after: None,
+            machine_codes_error: false,
+            http_status: None,
+            cause: Some(Box::new(cause)),
+        }
+    }
+
+    /// Keeps a cause for the log without showing it to the caller.
+    pub fn with_cause(mut self, cause: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.cause = Some(Box::new(cause));
+        self
+    }
+
+    /// Sets `Retry-After` (only sent on 429 and 503).
+    pub fn with_retry_after(mut self, after: Duration) -> Self {
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// Answers with this HTTP status instead of the code's own (413 for an oversized body, 405 for a
+    /// wrong method: HTTP has words for these that the code table does not).
+    pub fn with_http_status(mut self, status: StatusCode) -> Self {
+        self.http_status = Some(status);
+        self
+    }
+
+    /// The HTTP status this error answers with.
+    pub fn http_status(&self) -> StatusCode {
+        self.http_status.unwrap_or_else(|| {
+            StatusCode::from_u16(self.status.code.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        })
+    }
+
+    /// Adds `machineCodesError`, the MCM status string, to the body.
+    pub fn with_machine_codes_error(mut self) -> Self {
+        self.machine_codes_error = true;
+        self
+    }
+
+    /// The status this error answers.
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    /// The problem body this error answers with, for the given request id.
+    pub fn problem(&self, request_id: &str) -> Problem {
+        Problem {
+            kind: about_blank(),
+            title: self.status.code.name().to_string(),
+            status: self.http_status().as_u16(),
+            detail: self.status.message.clone(),
+            code: self.status.code as u32,
+            request_id: request_id.to_string(),
+            machine_codes_error: self
+                .machine_codes_error
+                .then(|| self.status.to_mcm_string()),
+        }
+    }
+}
+
+impl From<Status> for ApiError {
+    fn from(status: Status) -> Self {
+        ApiError::new(status)
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.status.fmt(f)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let request_id = request_id::current().unwrap_or_default();
+        let http = self.http_status();
+        // Logged once, here, inside the request's span; server faults loudly, caller faults quietly.
+        match &self.cause {
+            Some(cause) if http.is_server_error() => {
+                tracing::error!(code = %self.status.code, error = %cause, cause = ?cause, "request failed")
+            }
+            Some(cause) => {
+                tracing::info!(code = %self.status.code, error = %cause, "request refused")
+            }
+            None if http.is_server_error() => {
+                tracing::warn!(code = %self.status.code, message = %self.status.message, "request failed")
+            }
+            None => {
+                tracing::debug!(code = %self.status.code, message = %self.status.message, "request refused")
+            }
+        }
+        let body = serde_json::to_vec(&self.problem(&request_id)).unwrap_or_default();
+        let mut response = (http, body).into_response();
+        let headers = response.headers_mut();
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));
+        if matches!(
+            self.status.code,
+            Code::ResourceExhausted | Code::Unavailable
+        ) {
+            let secs = self
+                .retry_after
+                .unwrap_or(DEFAULT_RETRY_AFTER)
+                .as_secs_f64()
+                .ceil()
+                .max(1.0) as u64;
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_errors_hide_their_cause() {
+        let err = ApiError::internal(std::io::Error::other("connect to 10.0.0.7:5432 refused"));
+        let p = err.problem("rid");
+        assert_eq!(p.status, 500);
+        assert_eq!(p.code, 13);
+        assert!(!p.detail.contains("10.0.0.7"));
+    }
+
+    #[test]
+    fn machine_codes_error_is_opt_in() {
+        let e = ApiError::from_code(Code::NotFound, "gone [x]");
+        assert_eq!(e.problem("r").machine_codes_error, None);
+        let e = e.with_machine_codes_error();
+        assert_eq!(
+            e.problem("r").machine_codes_error.as_deref(),
+            Some("machine codes error: code = [NotFound] message = [gone [x]]")
+        );
+    }
+
+    #[test]
+    fn retry_after_only_on_429_and_503() {
+        let r = ApiError::from_code(Code::Unavailable, "down")
+            .with_retry_after(Duration::from_millis(2500))
+            .into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "3");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], PROBLEM_JSON);
+        let r = ApiError::from_code(Code::ResourceExhausted, "slow down").into_response();
+        assert_eq!(r.headers()[header::RETRY_AFTER], "1");
+        let r = ApiError::from_code(Code::NotFound, "x")
+            .with_retry_after(Duration::from_secs(5))
+            .into_response();
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+    }
+}

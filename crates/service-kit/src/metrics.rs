@@ -1,0 +1,68 @@
+//! Prometheus metrics: one recorder per process, HTTP metrics labelled by route template.
+//!
+//! The recorder is global (the `metrics` crate's design), so when `berth up` runs every service in one
+//! process they share it; the `service` label keeps their series apart.
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Latency buckets (seconds) for every `*_duration_seconds` histogram: 100 µs to 30 s.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// The process's recorder, installed on first use. If another recorder was installed first (a test
+/// harness, say), a private one still renders this crate's view, so `/metrics` never fails.
+pub fn handle() -> &'static PrometheusHandle {
+    HANDLE.get_or_init(|| {
+        let builder = || {
+            PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), LATENCY_BUCKETS)
+                .expect("the bucket list is not empty")
+        };
+        builder()
+            .install_recorder()
+            .unwrap_or_else(|_| builder().build_recorder().handle())
+    })
+}
+
+/// Renders every metric in the Prometheus text format.
+pub fn render() -> String {
+    handle().render()
+}
+
+/// Records `http_requests_total` and `http_request_duration_seconds` by service, method, route template
+/// and status. The raw path is never a label: it would make one series per volume name.
+pub async fn middleware(
+    State(service): State<&'static str>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let _ = handle();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let labels = [
+        ("service", service.to_string()),
+        ("method", method),
+        ("route", route),
+        ("status", response.status().as_u16().to_string()),
+    ];
+    metrics::counter!("http_requests_total", &labels).increment(1);
+    metrics::histogram!("http_request_duration_seconds", &labels)
+        .record(started.elapsed().as_secs_f64());
+    response
+}

@@ -1,0 +1,161 @@
+//! Logging and tracing, set up the same way by every binary.
+//!
+//! Spans always carry OpenTelemetry context, so a `traceparent` that arrives is continued and one goes
+//! out on every service-to-service call, whether or not anything is exported. When
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported there over OTLP/HTTP. Logs are human
+//! by default and JSON with `BERTH_LOG_FORMAT=json`; the filter comes from `BERTH_LOG` (default `info`).
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::http::HeaderMap;
+use axum::middleware::Next;
+use axum::response::Response;
+use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::config::{Env, vars};
+use crate::request_id;
+
+/// Keeps the tracer provider alive; dropping it flushes spans not yet exported.
+pub struct TelemetryGuard {
+    provider: SdkTracerProvider,
+}
+
+impl Drop for TelemetryGuard {
+    fn drop(&mut self) {
+        let _ = self.provider.shutdown();
+    }
+}
+
+/// Builds the tracer provider: OTLP/HTTP export when an endpoint is configured, none otherwise (spans
+/// still get ids, so trace context propagates).
+pub fn tracer_provider(
+    service: &str,
+    env: &Env,
+) -> Result<SdkTracerProvider, Box<dyn std::error::Error + Send + Sync>> {
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(service.to_string())
+        .build();
+    let mut builder = SdkTracerProvider::builder().with_resource(resource);
+    if env.get(vars::OTLP_ENDPOINT).is_some() {
+        // The exporter reads OTEL_EXPORTER_OTLP_* itself, which is the convention operators expect.
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .build()?;
+        builder = builder.with_batch_exporter(exporter);
+    }
+    Ok(builder.build())
+}
+
+/// Installs the global subscriber and propagator for a binary. Call once, at start; a second call (as
+/// when `berth up` runs several services in one process) keeps the first setup.
+pub fn init(
+    service: &str,
+    env: &Env,
+) -> Result<TelemetryGuard, Box<dyn std::error::Error + Send + Sync>> {
+    opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    let provider = tracer_provider(service, env)?;
+    let tracer = provider.tracer("berth");
+    opentelemetry::global::set_tracer_provider(provider.clone());
+    let filter = EnvFilter::try_new(env.get(vars::LOG).unwrap_or("info"))?;
+    let otel = tracing_opentelemetry::layer().with_tracer(tracer);
+    let registry = tracing_subscriber::registry().with(filter).with(otel);
+    let result = if env.get(vars::LOG_FORMAT) == Some("json") {
+        registry
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .json()
+                    .flatten_event(true)
+                    .with_current_span(true),
+            )
+            .try_init()
+    } else {
+        registry.with(tracing_subscriber::fmt::layer()).try_init()
+    };
+    if result.is_err() {
+        tracing::debug!("a global subscriber was already installed; keeping it");
+    }
+    Ok(TelemetryGuard { provider })
+}
+
+struct HeaderExtractor<'a>(&'a HeaderMap);
+
+impl Extractor for HeaderExtractor<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+struct HeaderInjector<'a>(&'a mut HeaderMap);
+
+impl Injector for HeaderInjector<'_> {
+    fn set(&mut self, key: &str, value: String) {
+        if let (Ok(name), Ok(value)) = (
+            axum::http::HeaderName::from_bytes(key.as_bytes()),
+            axum::http::HeaderValue::from_str(&value),
+        ) {
+            self.0.insert(name, value);
+        }
+    }
+}
+
+/// Writes the current span's trace context (`traceparent`, `tracestate`) into `headers`.
+pub fn inject_context(headers: &mut HeaderMap) {
+    let context = tracing::Span::current().context();
+    TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
+}
+
+/// The trace context a request arrived with.
+pub fn extract_context(headers: &HeaderMap) -> opentelemetry::Context {
+    TraceContextPropagator::new().extract(&HeaderExtractor(headers))
+}
+
+/// Routes whose every call would drown the log: probes and scrapes log at debug.
+fn is_probe(path: &str) -> bool {
+    matches!(path, "/healthz" | "/readyz" | "/metrics")
+}
+
+/// The trace middleware: one span per request, continuing the caller's trace, and one log line when
+/// the answer is ready.
+pub async fn middleware(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let span = tracing::info_span!(
+        "request",
+        method = %request.method(),
+        route = %route,
+        request_id = %request_id::current().unwrap_or_default(),
+        status = tracing::field::Empty,
+    );
+    let _ = span.set_parent(extract_context(request.headers()));
+    let probe = is_probe(request.uri().path());
+    let started = Instant::now();
+    async move {
+        let response = next.run(request).await;
+        let status = response.status().as_u16();
+        tracing::Span::current().record("status", status);
+        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        if probe {
+            tracing::debug!(status, elapsed_ms, "answered");
+        } else {
+            tracing::info!(status, elapsed_ms, "answered");
+        }
+        response
+    }
+    .instrument(span)
+    .await
+}
