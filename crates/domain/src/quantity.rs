@@ -148,7 +148,7 @@ fn parse(text: &str) -> Result<Quantity, String> {
                 .ok_or_else(|| fractional().to_string())?;
         }
     }
-    if numerator % denominator != 0 {
+    if !numerator.is_multiple_of(denominator) {
         return Err(fractional().to_string());
     }
     let bytes = u64::try_from(numerator / denominator).map_err(|_| too_large())?;
@@ -185,7 +185,7 @@ impl fmt::Display for Quantity {
             QuantityFormat::BinarySi => {
                 for (name, power) in BINARY.iter().rev() {
                     let unit = 1u64 << (10 * power);
-                    if self.bytes % unit == 0 {
+                    if self.bytes.is_multiple_of(unit) {
                         return write!(f, "{}{name}", self.bytes / unit);
                     }
                 }
@@ -193,7 +193,7 @@ impl fmt::Display for Quantity {
             QuantityFormat::DecimalSi => {
                 for (name, exp) in DECIMAL.iter().rev().filter(|(_, e)| *e > 0) {
                     let unit = 10u64.pow(*exp as u32);
-                    if self.bytes % unit == 0 {
+                    if self.bytes.is_multiple_of(unit) {
                         return write!(f, "{}{name}", self.bytes / unit);
                     }
                 }

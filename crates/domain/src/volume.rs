@@ -131,21 +131,23 @@ impl VolumeProvisionerProfile {
                 ));
             }
         }
-        if let Some(p) = parameters.get(params::RECLAIM_POLICY) {
-            if p != "Delete" && p != "Retain" {
-                return Err(Status::invalid(
-                    "parameters.reclaimPolicy",
-                    format!("must be Delete or Retain, got {p:?}"),
-                ));
-            }
+        if let Some(p) = parameters.get(params::RECLAIM_POLICY)
+            && p != "Delete"
+            && p != "Retain"
+        {
+            return Err(Status::invalid(
+                "parameters.reclaimPolicy",
+                format!("must be Delete or Retain, got {p:?}"),
+            ));
         }
-        if let Some(f) = parameters.get(params::FORMAT) {
-            if f != "directory" && f != "file" {
-                return Err(Status::invalid(
-                    "parameters.format",
-                    format!("must be directory or file, got {f:?}"),
-                ));
-            }
+        if let Some(f) = parameters.get(params::FORMAT)
+            && f != "directory"
+            && f != "file"
+        {
+            return Err(Status::invalid(
+                "parameters.format",
+                format!("must be directory or file, got {f:?}"),
+            ));
         }
         Ok(VolumeSpec {
             name: self.name.clone(),

@@ -47,11 +47,11 @@ impl HttpClient {
         if let Some(id) = request_id::current().and_then(|id| HeaderValue::from_str(&id).ok()) {
             headers.insert(request_id::X_REQUEST_ID.clone(), id);
         }
-        if let Some(token) = &self.bearer {
-            if let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
-                v.set_sensitive(true);
-                headers.insert(AUTHORIZATION, v);
-            }
+        if let Some(token) = &self.bearer
+            && let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+        {
+            v.set_sensitive(true);
+            headers.insert(AUTHORIZATION, v);
         }
         headers
     }
