@@ -1,0 +1,221 @@
+//! Client configuration, read once from `BERTH_ALICLOUD_*` variables (passed in as a map, so tests
+//! never touch the process environment).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use rand::Rng as _;
+
+/// `BERTH_ALICLOUD_ENDPOINT`: send every call here instead of the regional endpoint
+/// (e.g. `http://127.0.0.1:8090` for the emulator).
+pub const ENV_ENDPOINT: &str = "BERTH_ALICLOUD_ENDPOINT";
+/// `BERTH_ALICLOUD_QPS`: calls a second allowed per (access key, region); unset or 0 = no limit.
+pub const ENV_QPS: &str = "BERTH_ALICLOUD_QPS";
+/// `BERTH_ALICLOUD_SIGNATURE`: `v1` (HMAC-SHA1, default) or `v3` (ACS3-HMAC-SHA256).
+pub const ENV_SIGNATURE: &str = "BERTH_ALICLOUD_SIGNATURE";
+/// `BERTH_ALICLOUD_TIMEOUT_MS`: the longest a single HTTP attempt may take.
+pub const ENV_TIMEOUT_MS: &str = "BERTH_ALICLOUD_TIMEOUT_MS";
+/// `BERTH_ALICLOUD_MAX_ATTEMPTS`: attempts per call for retryable errors other than throttling.
+pub const ENV_MAX_ATTEMPTS: &str = "BERTH_ALICLOUD_MAX_ATTEMPTS";
+
+/// Which signature the client sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SignatureVersion {
+    /// RPC signature V1: HMAC-SHA1 over the sorted parameters, in the `Signature` parameter.
+    #[default]
+    V1,
+    /// V3: `ACS3-HMAC-SHA256` in the `Authorization` header, what current Alibaba SDKs send.
+    V3,
+}
+
+/// When and how long to wait between attempts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts per call for retryable errors (5xx, timeouts, connection errors,
+    /// `IncorrectInstanceStatus*`). Throttling does not count against this: ECS said "later", so the
+    /// client waits as long as the caller's deadline allows.
+    pub max_attempts: u32,
+    /// The first backoff; doubled each attempt.
+    pub base_backoff: Duration,
+    /// The longest backoff.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 6,
+            base_backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(8),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The backoff before attempt `attempt + 1` (attempt counts from 1), "equal jitter": half the
+    /// exponential step plus a random share of the other half, so that synchronised callers spread
+    /// out but never retry immediately.
+    pub fn backoff(&self, attempt: u32) -> Duration {
+        let exp = self
+            .base_backoff
+            .saturating_mul(1u32 << attempt.saturating_sub(1).min(20));
+        let step = exp.min(self.max_backoff);
+        let half = step / 2;
+        half + half.mul_f64(rand::rng().random::<f64>())
+    }
+}
+
+/// Configuration shared by every client of one [`crate::Ecs`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct EcsConfig {
+    /// Overrides the regional endpoint for every region (see [`ENV_ENDPOINT`]).
+    pub endpoint: Option<String>,
+    /// Token-bucket rate per (access key id, region); `None` = unlimited (see [`ENV_QPS`]).
+    pub qps: Option<f64>,
+    /// Bucket size; default one second's worth of `qps`.
+    pub burst: Option<u32>,
+    /// V1 or V3 signing.
+    pub signature: SignatureVersion,
+    /// The longest one HTTP attempt may take (further bounded by each call's deadline).
+    pub request_timeout: Duration,
+    /// TCP/TLS connect timeout.
+    pub connect_timeout: Duration,
+    /// Retries.
+    pub retry: RetryPolicy,
+    /// The `User-Agent` sent.
+    pub user_agent: String,
+}
+
+impl Default for EcsConfig {
+    fn default() -> Self {
+        EcsConfig {
+            endpoint: None,
+            qps: None,
+            burst: None,
+            signature: SignatureVersion::V1,
+            request_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::default(),
+            user_agent: concat!("berth-alicloud/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+}
+
+/// A variable that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name}: {message}")]
+pub struct ConfigError {
+    /// The variable.
+    pub name: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl EcsConfig {
+    /// Defaults overridden by the `BERTH_ALICLOUD_*` variables in `vars`; empty values count as unset.
+    pub fn from_vars(vars: &HashMap<String, String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| vars.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let mut c = EcsConfig::default();
+        c.endpoint = get(ENV_ENDPOINT).map(str::to_owned);
+        if let Some(v) = get(ENV_QPS) {
+            let q: f64 = v.parse().map_err(|_| ConfigError {
+                name: ENV_QPS,
+                message: format!("{v:?} is not a number"),
+            })?;
+            if !q.is_finite() || q < 0.0 {
+                return Err(ConfigError {
+                    name: ENV_QPS,
+                    message: format!("{v:?} must be ≥ 0"),
+                });
+            }
+            c.qps = (q > 0.0).then_some(q);
+        }
+        if let Some(v) = get(ENV_SIGNATURE) {
+            c.signature = match v.to_ascii_lowercase().as_str() {
+                "v1" | "1" | "hmac-sha1" => SignatureVersion::V1,
+                "v3" | "3" | "acs3-hmac-sha256" => SignatureVersion::V3,
+                _ => {
+                    return Err(ConfigError {
+                        name: ENV_SIGNATURE,
+                        message: format!("{v:?} is not v1 or v3"),
+                    });
+                }
+            };
+        }
+        if let Some(v) = get(ENV_TIMEOUT_MS) {
+            let ms: u64 = v.parse().ok().filter(|ms| *ms > 0).ok_or(ConfigError {
+                name: ENV_TIMEOUT_MS,
+                message: format!("{v:?} is not a positive number of milliseconds"),
+            })?;
+            c.request_timeout = Duration::from_millis(ms);
+        }
+        if let Some(v) = get(ENV_MAX_ATTEMPTS) {
+            c.retry.max_attempts = v.parse().ok().filter(|n| *n > 0).ok_or(ConfigError {
+                name: ENV_MAX_ATTEMPTS,
+                message: format!("{v:?} is not a positive integer"),
+            })?;
+        }
+        Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn reads_variables_and_rejects_nonsense() {
+        let c = EcsConfig::from_vars(&vars(&[
+            (ENV_ENDPOINT, "http://127.0.0.1:8090"),
+            (ENV_QPS, "50"),
+            (ENV_SIGNATURE, "V3"),
+            (ENV_TIMEOUT_MS, "1500"),
+        ]))
+        .unwrap();
+        assert_eq!(c.endpoint.as_deref(), Some("http://127.0.0.1:8090"));
+        assert_eq!(c.qps, Some(50.0));
+        assert_eq!(c.signature, SignatureVersion::V3);
+        assert_eq!(c.request_timeout, Duration::from_millis(1500));
+        assert_eq!(
+            EcsConfig::from_vars(&vars(&[(ENV_QPS, "0")])).unwrap().qps,
+            None
+        );
+        assert_eq!(
+            EcsConfig::from_vars(&vars(&[])).unwrap(),
+            EcsConfig::default()
+        );
+        assert_eq!(
+            EcsConfig::from_vars(&vars(&[(ENV_QPS, "fast")]))
+                .unwrap_err()
+                .name,
+            ENV_QPS
+        );
+        assert!(EcsConfig::from_vars(&vars(&[(ENV_SIGNATURE, "v2")])).is_err());
+        assert!(EcsConfig::from_vars(&vars(&[(ENV_QPS, "-1")])).is_err());
+    }
+
+    #[test]
+    fn backoff_grows_is_jittered_and_capped() {
+        let p = RetryPolicy {
+            max_attempts: 5,
+            base_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(1000),
+        };
+        for _ in 0..100 {
+            let b1 = p.backoff(1);
+            assert!(b1 >= Duration::from_millis(50) && b1 <= Duration::from_millis(100));
+            let b3 = p.backoff(3);
+            assert!(b3 >= Duration::from_millis(200) && b3 <= Duration::from_millis(400));
+            let b10 = p.backoff(10);
+            assert!(b10 >= Duration::from_millis(500) && b10 <= Duration::from_millis(1000));
+        }
+        assert!(p.backoff(64) <= Duration::from_millis(1000));
+    }
+}

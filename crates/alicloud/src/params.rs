@@ -1,0 +1,112 @@
+//! Action parameters and the SDK's flattening rules (`openapiutil.Query`).
+//!
+//! Lists become 1-based `Name.N[.Field]`, structs become `Name.Field`, and a few list parameters
+//! (`InstanceIds`, `DiskIds`) are JSON-array strings instead.
+
+use std::collections::BTreeMap;
+
+use crate::model::Tag;
+
+/// The parameters of one action call, sorted by name (the order signing needs).
+///
+/// Empty strings are dropped: the Go provider sent them ("always passed as pointers"), which makes ECS
+/// validate a present-but-empty value; leaving them out means "use the default".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Params(BTreeMap<String, String>);
+
+impl Params {
+    /// No parameters.
+    pub fn new() -> Self {
+        Params::default()
+    }
+
+    /// Sets `name` to `value`, unless the value is empty.
+    pub fn set(&mut self, name: impl Into<String>, value: impl ToString) -> &mut Self {
+        let value = value.to_string();
+        if !value.is_empty() {
+            self.0.insert(name.into(), value);
+        }
+        self
+    }
+
+    /// Sets `name` when `value` is `Some`.
+    pub fn set_opt<V: ToString>(&mut self, name: &str, value: Option<V>) -> &mut Self {
+        if let Some(v) = value {
+            self.set(name, v);
+        }
+        self
+    }
+
+    /// `Tag.N.Key` / `Tag.N.Value`, 1-based. A tag with an empty value sends only its key, which in a
+    /// Describe* filter means "any value".
+    pub fn set_tags(&mut self, prefix: &str, tags: &[Tag]) -> &mut Self {
+        for (i, tag) in tags.iter().enumerate() {
+            let n = i + 1;
+            self.set(format!("{prefix}.{n}.Key"), &tag.key);
+            self.set(format!("{prefix}.{n}.Value"), &tag.value);
+        }
+        self
+    }
+
+    /// A list as a JSON-array string (`["a","b"]`), as `InstanceIds` and `DiskIds` want it.
+    pub fn set_json_list(&mut self, name: &str, values: &[String]) -> &mut Self {
+        if !values.is_empty() {
+            let json = serde_json::to_string(values).expect("a list of strings serialises");
+            self.0.insert(name.to_owned(), json);
+        }
+        self
+    }
+
+    /// A list as repeated `Name.N` parameters (1-based), as `NetworkInterfaceId.N` wants it.
+    pub fn set_repeat_list(&mut self, name: &str, values: &[String]) -> &mut Self {
+        for (i, v) in values.iter().enumerate() {
+            self.set(format!("{name}.{}", i + 1), v);
+        }
+        self
+    }
+
+    /// The value of `name`, if set.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
+    /// The parameters, sorted by name.
+    pub fn as_map(&self) -> &BTreeMap<String, String> {
+        &self.0
+    }
+
+    /// Takes the parameters out.
+    pub fn into_map(self) -> BTreeMap<String, String> {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flattening_follows_the_sdk() {
+        let mut p = Params::new();
+        p.set("Empty", "")
+            .set_opt("Size", Some(50))
+            .set_opt::<String>("Missing", None)
+            .set_tags("Tag", &[Tag::new("a", "1"), Tag::new("b", "")])
+            .set_json_list("InstanceIds", &["i-1".into(), "i-2".into()])
+            .set_repeat_list("NetworkInterfaceId", &["eni-1".into()]);
+        let keys: Vec<_> = p.as_map().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "InstanceIds",
+                "NetworkInterfaceId.1",
+                "Size",
+                "Tag.1.Key",
+                "Tag.1.Value",
+                "Tag.2.Key"
+            ]
+        );
+        assert_eq!(p.get("InstanceIds"), Some(r#"["i-1","i-2"]"#));
+        assert_eq!(p.get("Size"), Some("50"));
+    }
+}
