@@ -65,3 +65,105 @@ pub async fn healthcheck(addr: SocketAddr) -> bool {
         Err(_) => false,
     }
 }
+
+/// A service ready to run: its router and the listener it is bound to, plus background tasks that
+/// stop with it. Building binds the listener, so a test can build on port 0 and read the port.
+pub struct Application {
+    /// The finished router.
+    pub router: Router,
+    /// The bound listener.
+    pub listener: TcpListener,
+    /// Work that runs beside the server (reconcilers, refreshers); aborted when serving ends.
+    pub background: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Application {
+    /// An application with no background work.
+    pub fn new(router: Router, listener: TcpListener) -> Self {
+        Application {
+            router,
+            listener,
+            background: Vec::new(),
+        }
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown`, drains, then stops the background work.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let result = serve(self.router, self.listener, shutdown).await;
+        for task in self.background {
+            task.abort();
+        }
+        result
+    }
+}
+
+/// The whole `main` of a service binary: `healthcheck` subcommand, telemetry, build, serve until
+/// SIGINT/SIGTERM. `build` gets the process's `BERTH_*` variables.
+pub async fn run_binary<F, Fut>(
+    name: &'static str,
+    default_port: u16,
+    build: F,
+) -> std::process::ExitCode
+where
+    F: FnOnce(crate::Env) -> Fut,
+    Fut: Future<Output = Result<Application, Box<dyn std::error::Error + Send + Sync>>>,
+{
+    use std::process::ExitCode;
+    let env = crate::Env::from_process();
+    if std::env::args().nth(1).as_deref() == Some("healthcheck") {
+        let addr = match crate::config::listen_addr(&env, default_port) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        // A wildcard listen address is probed on loopback.
+        let probe = if addr.ip().is_unspecified() {
+            SocketAddr::from(([127, 0, 0, 1], addr.port()))
+        } else {
+            addr
+        };
+        return if healthcheck(probe).await {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let _telemetry = match crate::telemetry::init(name, &env) {
+        Ok(guard) => guard,
+        Err(e) => {
+            eprintln!("{name}: telemetry setup failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let app = match build(env).await {
+        Ok(app) => app,
+        Err(e) => {
+            tracing::error!(error = %e, "{name} failed to start");
+            eprintln!("{name}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing::info!(addr = %app.local_addr(), "{name} listening");
+    match app.run_until(shutdown_signal()).await {
+        Ok(()) => {
+            tracing::info!("{name} stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "{name} failed");
+            ExitCode::FAILURE
+        }
+    }
+}
