@@ -1,0 +1,137 @@
+//! `berth up`: every service in one process, each on its own listener and still talking HTTP to the
+//! others exactly as in production, so what works here works in compose and Kubernetes.
+//!
+//! The services get their configuration the way their binaries do, as `BERTH_*` variables: the
+//! process's own, overridden by what `up` decides (ports, data directory, upstream URLs, a fresh
+//! internal credential shared by the services of this run).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use service_kit::Env;
+use service_kit::config::vars;
+use service_kit::server::Application;
+use tokio::sync::watch;
+
+use crate::args::UpArgs;
+
+/// The ports of one run, in DESIGN.md's order.
+#[derive(Debug, Clone, Copy)]
+pub struct Ports {
+    /// The gateway.
+    pub gateway: u16,
+    /// The machine driver.
+    pub machine_driver: u16,
+    /// The orchestrator registry.
+    pub registry: u16,
+    /// Storage ops.
+    pub storage_ops: u16,
+    /// The ECS emulator.
+    pub ecs_emulator: u16,
+}
+
+impl Ports {
+    /// B, B+1, B+2, B+3 and B+10.
+    pub fn from_base(base: u16) -> Option<Ports> {
+        Some(Ports {
+            gateway: base,
+            machine_driver: base.checked_add(1)?,
+            registry: base.checked_add(2)?,
+            storage_ops: base.checked_add(3)?,
+            ecs_emulator: base.checked_add(10)?,
+        })
+    }
+}
+
+fn random_token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    hex::encode(bytes)
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Builds every service of the stack, bound and ready to serve.
+pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Vec<(&'static str, Application)>, BoxError> {
+    let ports = Ports::from_base(args.port_base).ok_or("--port-base leaves no room for the ports above it")?;
+    std::fs::create_dir_all(&args.data_dir)
+        .map_err(|e| format!("cannot create the data directory {}: {e}", args.data_dir.display()))?;
+    let data_dir = std::fs::canonicalize(&args.data_dir)?;
+    let at = |port: u16| SocketAddr::new(args.bind, port).to_string();
+    let url = |port: u16| {
+        let host = if args.bind.is_unspecified() { "127.0.0.1".to_string() } else { args.bind.to_string() };
+        format!("http://{}", SocketAddr::new(host.parse().expect("an IP"), port))
+    };
+    let shared = base_env
+        .clone()
+        .with(vars::DATA_DIR, data_dir.display().to_string())
+        .with(vars::INTERNAL_TOKEN, random_token())
+        .with("BERTH_REGISTRY_URL", url(ports.registry))
+        .with("BERTH_STORAGE_OPS_URL", url(ports.storage_ops))
+        .with("BERTH_MACHINE_DRIVER_URL", url(ports.machine_driver));
+    let env_for = |port: u16| shared.clone().with(vars::LISTEN, at(port));
+
+    let mut apps = Vec::new();
+    apps.push((
+        orchestrator_registry::NAME,
+        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env_for(ports.registry))?).await?,
+    ));
+    apps.push((
+        storage_ops::NAME,
+        storage_ops::build(storage_ops::Config::from_env(&env_for(ports.storage_ops))?).await?,
+    ));
+    apps.push((
+        machine_driver::NAME,
+        machine_driver::build(machine_driver::Config::from_env(&env_for(ports.machine_driver))?).await?,
+    ));
+    apps.push((gateway::NAME, gateway::build(gateway::Config::from_env(&env_for(ports.gateway))?).await?));
+    Ok(apps)
+}
+
+/// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
+pub async fn run(args: UpArgs) -> ExitCode {
+    let env = Env::from_process();
+    let _telemetry = match service_kit::telemetry::init("berth", &env) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("berth up: telemetry setup failed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let apps = match build_stack(&args, &env).await {
+        Ok(apps) => apps,
+        Err(e) => {
+            eprintln!("berth up: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("Berth is up. State lives in {}", args.data_dir.display());
+    for (name, app) in &apps {
+        println!("  {name:<22} http://{}", app.local_addr());
+    }
+    println!("The gateway is the front door; Ctrl-C stops everything.");
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    for (name, app) in apps {
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = app.run_until(shutdown).await {
+                eprintln!("berth up: {name} failed: {e}");
+            }
+        }));
+    }
+    service_kit::shutdown_signal().await;
+    println!("Stopping: draining in-flight requests…");
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks)).await;
+    if drained.is_err() {
+        eprintln!("berth up: some requests did not finish within 30s; exiting anyway");
+    }
+    println!("Stopped.");
+    ExitCode::SUCCESS
+}
