@@ -94,6 +94,99 @@ pub struct Orchestrator {
     pub resource_version: u64,
 }
 
+/// RegisterOrchestrator's body (`PUT /v1/orchestrators/{name}`; the name is in the path).
+///
+/// Registering the same body again changes nothing; a different body replaces the registration and bumps
+/// its `resourceVersion`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterOrchestrator {
+    /// Which kind to build.
+    pub kind: OrchestratorKind,
+    /// A free label (maya's `Label()`); empty when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// The region it serves; empty when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Kind-specific configuration, validated by the kind (see `GET /v1/kinds`); `{}` when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub config: Option<serde_json::Value>,
+    /// `true` makes this the default orchestrator (clearing the previous one); `false` clears it; omitted
+    /// keeps whatever it was (a new registration is not the default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<bool>,
+}
+
+impl RegisterOrchestrator {
+    /// A registration of `kind` with no label, region or config.
+    pub fn new(kind: OrchestratorKind) -> Self {
+        RegisterOrchestrator {
+            kind,
+            label: None,
+            region: None,
+            config: None,
+            default: None,
+        }
+    }
+}
+
+/// `GET /v1/orchestrators`: every registered orchestrator, sorted by name.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OrchestratorList {
+    /// The orchestrators; `[]` when none is registered.
+    pub items: Vec<Orchestrator>,
+}
+
+/// `GET /v1/kinds`: one kind the registry can build (one of the seed's factories).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct KindInfo {
+    /// The kind.
+    pub kind: OrchestratorKind,
+    /// Whether Berth implements StorageOps for it.
+    pub storage_ops: bool,
+    /// What it is, for a person.
+    pub description: String,
+    /// A JSON Schema of the `config` it accepts.
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub config_schema: serde_json::Value,
+}
+
+/// Which detection rule decided the kind (checked in this order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub enum DetectionRule {
+    /// `KUBERNETES_SERVICE_HOST` is set (and not empty).
+    KubernetesServiceHost,
+    /// `NOMAD_ADDR` is set (and not empty).
+    NomadAddr,
+    /// A Docker Engine answered `GET /_ping` (at `DOCKER_HOST`, else the local socket).
+    DockerEngine,
+    /// Nothing else matched.
+    Fallback,
+}
+
+/// `GET /v1/orchestrators:detect`: the kind the registry's environment implies (maya's
+/// `DetectOrchProviderFromEnv`) and why.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Detection {
+    /// The detected kind.
+    pub kind: OrchestratorKind,
+    /// The rule that fired.
+    pub rule: DetectionRule,
+    /// The rule in words (`KUBERNETES_SERVICE_HOST is set`).
+    pub reason: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
