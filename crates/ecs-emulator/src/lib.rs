@@ -1,1 +1,490 @@
-//! x
+//! A wire-compatible stand-in for Alibaba Cloud ECS, what LocalStack and moto are for AWS.
+//!
+//! It speaks the ECS RPC protocol (API version `2014-05-26`) on `/`: parameters in the query or a
+//! form body, signature V1 (`Signature`, HMAC-SHA1) or V3 (`Authorization: ACS3-HMAC-SHA256 ...`)
+//! checked against configured access keys, timestamp skew and nonce replay refused with ECS's own
+//! error codes, and JSON answers in ECS's shapes. So Berth's `alicloud` client, or Alibaba's SDKs,
+//! pointed at it run unchanged. Instances move Pending → Starting → Running (and Stopping → Stopped)
+//! after configurable delays; each comes with a system disk, its data disks and a primary network
+//! interface, tagged like the instance.
+//!
+//! For tests it injects faults (throttling with `x-ratelimit-*` headers, 5xx answers, latency,
+//! `OperationDenied.NoStock` per zone, resources leaked on delete, a status pinned on an instance)
+//! and exposes its state, either through [`Emulator`]'s methods in-process or the unauthenticated
+//! admin endpoints under `/_emulator/` (bind it to loopback):
+//!
+//! | route | does |
+//! |---|---|
+//! | `GET /_emulator/state` | instances, disks and network interfaces, in ECS's JSON shapes |
+//! | `POST /_emulator/reset` | forgets every resource, client token and nonce; faults and lifecycle back to the start config |
+//! | `GET`/`PUT /_emulator/faults` | read / replace [`Faults`] (camelCase JSON) |
+//! | `GET`/`PUT /_emulator/lifecycle` | read / replace [`Lifecycle`] delays |
+//! | `POST /_emulator/seed` | create many instances at once ([`Seed`]), for list benchmarks |
+//! | `PUT /_emulator/instances/{id}/status` | `{"status":"Pending"}`: set and pin an instance's status |
+//! | `DELETE /_emulator/instances/{id}/pin` | let a pinned instance move on |
+//! | `GET /_emulator/stats` | calls by action, throttled, 5xx and rejected counts |
+//! | `GET /healthz` | liveness |
+//!
+//! # Layout
+//! - [`config`]: [`Config`], [`AccessKey`], [`Lifecycle`], [`Faults`].
+//! - `auth`: V1/V3 signature verification, skew and nonce checks.
+//! - `wire`: parameter decoding, RFC 3986 encoding, ECS error answers.
+//! - `state`: the account's resources in ordered maps, ids, lifecycle, filters.
+//! - `actions`: the ECS actions ([`ACTIONS`]) and seeding.
+//! - this file: [`Emulator`], [`router`] and the HTTP handlers.
+
+mod actions;
+mod auth;
+pub mod config;
+mod state;
+mod wire;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post, put};
+use rand::Rng as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+pub use actions::{ACTIONS, Seed};
+pub use config::{AccessKey, Config, Faults, Lifecycle};
+
+use auth::{Incoming, NonceStore};
+use wire::EcsError;
+
+/// Counts of what the emulator answered since start or the last reset.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Stats {
+    /// Authenticated calls by action (including the throttled and failed ones).
+    pub calls: BTreeMap<String, u64>,
+    /// Calls answered `Throttling` by fault injection.
+    pub throttled: u64,
+    /// Calls answered 5xx by fault injection.
+    pub server_errors: u64,
+    /// Requests refused before reaching an action (signature, key, timestamp, nonce).
+    pub rejected: u64,
+}
+
+impl Stats {
+    /// Authenticated calls of every action.
+    pub fn total_calls(&self) -> u64 {
+        self.calls.values().sum()
+    }
+}
+
+/// The emulator: configuration plus mutable account state. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Emulator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    state: Mutex<state::State>,
+    nonces: Mutex<NonceStore>,
+    knobs: Mutex<Knobs>,
+}
+
+struct Knobs {
+    faults: Faults,
+    lifecycle: Lifecycle,
+    stats: Stats,
+}
+
+impl std::fmt::Debug for Emulator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emulator")
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves plain data behind; keep serving.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Emulator {
+    /// An emulator with an empty account.
+    pub fn new(config: Config) -> Self {
+        let knobs = Knobs {
+            faults: config.faults.clone(),
+            lifecycle: config.lifecycle,
+            stats: Stats::default(),
+        };
+        Emulator {
+            inner: Arc::new(Inner {
+                config,
+                state: Mutex::default(),
+                nonces: Mutex::default(),
+                knobs: Mutex::new(knobs),
+            }),
+        }
+    }
+
+    /// The HTTP router (ECS on `/`, admin under `/_emulator/`).
+    pub fn router(&self) -> Router {
+        router(self.clone())
+    }
+
+    /// The start configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// The current faults.
+    pub fn faults(&self) -> Faults {
+        lock(&self.inner.knobs).faults.clone()
+    }
+
+    /// Replaces the faults.
+    pub fn set_faults(&self, faults: Faults) -> Result<(), String> {
+        faults.validate()?;
+        lock(&self.inner.knobs).faults = faults;
+        Ok(())
+    }
+
+    /// The current lifecycle delays.
+    pub fn lifecycle(&self) -> Lifecycle {
+        lock(&self.inner.knobs).lifecycle
+    }
+
+    /// Replaces the lifecycle delays (instances already mid-transition use the new ones).
+    pub fn set_lifecycle(&self, lifecycle: Lifecycle) {
+        lock(&self.inner.knobs).lifecycle = lifecycle;
+    }
+
+    /// Sets an instance's status and pins it there until [`Emulator::unpin`].
+    pub fn pin_status(&self, instance_id: &str, status: &str) -> Result<(), String> {
+        let status =
+            state::Status::parse(status).ok_or_else(|| format!("unknown status {status:?}"))?;
+        let mut s = lock(&self.inner.state);
+        let i = s
+            .instances
+            .get_mut(instance_id)
+            .ok_or_else(|| format!("no instance {instance_id}"))?;
+        i.set_status(status, tokio::time::Instant::now());
+        i.pinned = true;
+        Ok(())
+    }
+
+    /// Lets a pinned instance continue its lifecycle from now.
+    pub fn unpin(&self, instance_id: &str) -> Result<(), String> {
+        let mut s = lock(&self.inner.state);
+        let i = s
+            .instances
+            .get_mut(instance_id)
+            .ok_or_else(|| format!("no instance {instance_id}"))?;
+        i.pinned = false;
+        i.since = tokio::time::Instant::now();
+        Ok(())
+    }
+
+    /// Creates instances in bulk; returns their ids.
+    pub fn seed(&self, seed: &Seed) -> Result<Vec<String>, String> {
+        let mut s = lock(&self.inner.state);
+        actions::seed(
+            &mut s,
+            tokio::time::Instant::now(),
+            &self.inner.config.default_region,
+            seed,
+        )
+    }
+
+    /// Instances, disks and network interfaces in ECS's JSON shapes (statuses brought up to date).
+    pub fn snapshot(&self) -> Value {
+        let life = self.lifecycle();
+        let now = tokio::time::Instant::now();
+        let mut s = lock(&self.inner.state);
+        for i in s.instances.values_mut() {
+            i.advance(now, &life);
+        }
+        json!({
+            "instances": s.instances.values().map(|i| {
+                let mut v = i.to_json();
+                v["Pinned"] = json!(i.pinned);
+                v["UserDataBytes"] = json!(i.user_data_bytes);
+                v
+            }).collect::<Vec<_>>(),
+            "disks": s.disks.values().map(state::Disk::to_json).collect::<Vec<_>>(),
+            "networkInterfaces": s.nics.values().map(state::Nic::to_json).collect::<Vec<_>>(),
+            "clientTokens": s.client_tokens.len(),
+        })
+    }
+
+    /// How many instances exist.
+    pub fn instance_count(&self) -> usize {
+        lock(&self.inner.state).instances.len()
+    }
+
+    /// How many disks exist.
+    pub fn disk_count(&self) -> usize {
+        lock(&self.inner.state).disks.len()
+    }
+
+    /// How many network interfaces exist.
+    pub fn network_interface_count(&self) -> usize {
+        lock(&self.inner.state).nics.len()
+    }
+
+    /// Counts of calls since start or the last reset.
+    pub fn stats(&self) -> Stats {
+        lock(&self.inner.knobs).stats.clone()
+    }
+
+    /// Forgets every resource, client token, nonce and count; faults and lifecycle return to the
+    /// start configuration.
+    pub fn reset(&self) {
+        lock(&self.inner.state).clear();
+        lock(&self.inner.nonces).clear();
+        let mut k = lock(&self.inner.knobs);
+        k.faults = self.inner.config.faults.clone();
+        k.lifecycle = self.inner.config.lifecycle;
+        k.stats = Stats::default();
+    }
+
+    /// Handles one ECS call (after any injected latency).
+    fn handle(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<Value, EcsError> {
+        let mut query = BTreeMap::new();
+        wire::parse_pairs(uri.query().unwrap_or(""), &mut query);
+        let mut all = query.clone();
+        let is_form = headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"));
+        if is_form && !body.is_empty() {
+            let text = std::str::from_utf8(body).map_err(|_| {
+                EcsError::new(400, "InvalidParameter", "The form body is not UTF-8.")
+            })?;
+            wire::parse_pairs(text, &mut all);
+        }
+        let authenticated = {
+            let mut nonces = lock(&self.inner.nonces);
+            auth::authenticate(
+                Incoming {
+                    method,
+                    path: uri.path(),
+                    headers,
+                    query,
+                    all,
+                    body,
+                },
+                &self.inner.config.access_keys,
+                self.inner.config.max_clock_skew,
+                &mut nonces,
+            )
+        };
+        let a = match authenticated {
+            Ok(a) => a,
+            Err(e) => {
+                lock(&self.inner.knobs).stats.rejected += 1;
+                return Err(e);
+            }
+        };
+        if a.version != "2014-05-26" {
+            return Err(EcsError::new(
+                400,
+                "InvalidVersion",
+                "Specified parameter Version is not valid.",
+            ));
+        }
+        if let Some(f) = &a.format
+            && !f.eq_ignore_ascii_case("json")
+        {
+            return Err(EcsError::invalid(
+                "Format",
+                "the emulator answers JSON only; send Format=JSON",
+            ));
+        }
+        let (faults, lifecycle) = {
+            let mut k = lock(&self.inner.knobs);
+            *k.stats.calls.entry(a.action.clone()).or_default() += 1;
+            (k.faults.clone(), k.lifecycle)
+        };
+        let mut rng = rand::rng();
+        if faults.throttle_rate > 0.0 && rng.random::<f64>() < faults.throttle_rate {
+            lock(&self.inner.knobs).stats.throttled += 1;
+            let mut e = EcsError::new(
+                400,
+                "Throttling",
+                "Request was denied due to request throttling.",
+            );
+            let reset = chrono::Utc::now().timestamp() as u64 + 1;
+            let value = format!(
+                "Limit:100,Remain:0,TimeLeft:{},Reset:{reset}",
+                faults.throttle_time_left_ms
+            );
+            if let Ok(v) = HeaderValue::from_str(&value) {
+                e.headers
+                    .push((HeaderName::from_static("x-ratelimit-user-api"), v));
+            }
+            return Err(e);
+        }
+        if faults.server_error_rate > 0.0 && rng.random::<f64>() < faults.server_error_rate {
+            lock(&self.inner.knobs).stats.server_errors += 1;
+            return Err(if rng.random::<bool>() {
+                EcsError::new(
+                    500,
+                    "InternalError",
+                    "The request processing has failed due to some unknown error, exception or failure.",
+                )
+            } else {
+                EcsError::new(
+                    503,
+                    "ServiceUnavailable",
+                    "The request has failed due to a temporary failure of the server.",
+                )
+            });
+        }
+        let ctx = actions::Ctx {
+            now: tokio::time::Instant::now(),
+            lifecycle: &lifecycle,
+            faults: &faults,
+        };
+        let mut s = lock(&self.inner.state);
+        actions::dispatch(&mut s, &ctx, &a.action, &a.params)
+    }
+}
+
+/// The emulator's HTTP router: ECS on `/` (GET and POST), admin under `/_emulator/`, `/healthz`.
+pub fn router(emulator: Emulator) -> Router {
+    Router::new()
+        .route("/", get(ecs).post(ecs))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/_emulator/state", get(admin_state))
+        .route("/_emulator/reset", post(admin_reset))
+        .route("/_emulator/faults", get(admin_faults).put(admin_set_faults))
+        .route(
+            "/_emulator/lifecycle",
+            get(admin_lifecycle).put(admin_set_lifecycle),
+        )
+        .route("/_emulator/seed", post(admin_seed))
+        .route("/_emulator/instances/{id}/status", put(admin_pin))
+        .route("/_emulator/instances/{id}/pin", delete(admin_unpin))
+        .route("/_emulator/stats", get(admin_stats))
+        .with_state(emulator)
+}
+
+async fn ecs(
+    State(emu): State<Emulator>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let request_id = uuid::Uuid::new_v4().to_string().to_uppercase();
+    let latency = emu.faults().latency_ms;
+    if latency > 0 {
+        tokio::time::sleep(Duration::from_millis(latency)).await;
+    }
+    match emu.handle(&method, &uri, &headers, &body) {
+        Ok(mut answer) => {
+            answer["RequestId"] = Value::String(request_id);
+            axum::Json(answer).into_response()
+        }
+        Err(e) => {
+            tracing::debug!(code = %e.code, status = e.status.as_u16(), "ECS error answer");
+            e.into_response(&request_id)
+        }
+    }
+}
+
+fn admin_error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+async fn admin_state(State(emu): State<Emulator>) -> Response {
+    axum::Json(emu.snapshot()).into_response()
+}
+
+async fn admin_reset(State(emu): State<Emulator>) -> Response {
+    emu.reset();
+    StatusCode::NO_CONTENT.into_response()
+}
+
+async fn admin_faults(State(emu): State<Emulator>) -> Response {
+    axum::Json(emu.faults()).into_response()
+}
+
+async fn admin_set_faults(State(emu): State<Emulator>, body: Bytes) -> Response {
+    let faults: Faults = match serde_json::from_slice(&body) {
+        Ok(f) => f,
+        Err(e) => return admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match emu.set_faults(faults) {
+        Ok(()) => axum::Json(emu.faults()).into_response(),
+        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+async fn admin_lifecycle(State(emu): State<Emulator>) -> Response {
+    axum::Json(emu.lifecycle()).into_response()
+}
+
+async fn admin_set_lifecycle(State(emu): State<Emulator>, body: Bytes) -> Response {
+    match serde_json::from_slice::<Lifecycle>(&body) {
+        Ok(l) => {
+            emu.set_lifecycle(l);
+            axum::Json(l).into_response()
+        }
+        Err(e) => admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
+async fn admin_seed(State(emu): State<Emulator>, body: Bytes) -> Response {
+    let seed: Seed = match serde_json::from_slice(&body) {
+        Ok(s) => s,
+        Err(e) => return admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match emu.seed(&seed) {
+        Ok(ids) => axum::Json(json!({
+            "created": ids.len(),
+            "firstInstanceId": ids.first(),
+            "lastInstanceId": ids.last(),
+        }))
+        .into_response(),
+        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+#[derive(Deserialize)]
+struct PinBody {
+    status: String,
+}
+
+async fn admin_pin(State(emu): State<Emulator>, Path(id): Path<String>, body: Bytes) -> Response {
+    let pin: PinBody = match serde_json::from_slice(&body) {
+        Ok(p) => p,
+        Err(e) => return admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    match emu.pin_status(&id, &pin.status) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) if e.starts_with("no instance") => admin_error(StatusCode::NOT_FOUND, e),
+        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+async fn admin_unpin(State(emu): State<Emulator>, Path(id): Path<String>) -> Response {
+    match emu.unpin(&id) {
+        Ok(()) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => admin_error(StatusCode::NOT_FOUND, e),
+    }
+}
+
+async fn admin_stats(State(emu): State<Emulator>) -> Response {
+    axum::Json(emu.stats()).into_response()
+}

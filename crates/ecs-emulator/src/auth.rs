@@ -1,0 +1,482 @@
+//! Request authentication: V1 (`Signature` parameter, HMAC-SHA1) and V3 (`Authorization:
+//! ACS3-HMAC-SHA256 ...`), timestamp skew and nonce replay.
+//!
+//! Written independently of the `alicloud` client and tested against Alibaba's published examples,
+//! so a signing bug cannot hide by being shared between the two sides.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, Method};
+use base64::Engine as _;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use hmac::{Hmac, Mac};
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+use crate::config::AccessKey;
+use crate::wire::{EcsError, canonical_query, encode};
+
+/// Who called and what they asked for, once the signature checked out.
+#[derive(Debug)]
+pub(crate) struct Authenticated {
+    pub(crate) action: String,
+    pub(crate) version: String,
+    pub(crate) format: Option<String>,
+    pub(crate) params: BTreeMap<String, String>,
+}
+
+/// The parts of a request authentication looks at.
+pub(crate) struct Incoming<'a> {
+    pub(crate) method: &'a Method,
+    pub(crate) path: &'a str,
+    pub(crate) headers: &'a HeaderMap,
+    /// Query parameters only (V3 signs these).
+    pub(crate) query: BTreeMap<String, String>,
+    /// Query and form parameters (V1 signs all of them).
+    pub(crate) all: BTreeMap<String, String>,
+    pub(crate) body: &'a [u8],
+}
+
+/// Nonces seen recently, so a replayed request is refused. Entries older than twice the allowed
+/// skew are forgotten: by then the timestamp check alone refuses a replay.
+#[derive(Debug, Default)]
+pub(crate) struct NonceStore {
+    seen: HashSet<String>,
+    order: VecDeque<(std::time::Instant, String)>,
+}
+
+impl NonceStore {
+    /// Records `nonce`; `false` if it was already used.
+    pub(crate) fn insert(&mut self, nonce: String, keep: Duration) -> bool {
+        let now = std::time::Instant::now();
+        while let Some((t, _)) = self.order.front() {
+            if now.duration_since(*t) <= keep {
+                break;
+            }
+            let (_, old) = self.order.pop_front().expect("front exists");
+            self.seen.remove(&old);
+        }
+        if !self.seen.insert(nonce.clone()) {
+            return false;
+        }
+        self.order.push_back((now, nonce));
+        true
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.seen.clear();
+        self.order.clear();
+    }
+}
+
+/// V1's signature over `params` (all but `Signature`).
+pub(crate) fn v1_signature(
+    method: &str,
+    params: &BTreeMap<String, String>,
+    secret: &str,
+) -> String {
+    let string_to_sign = format!(
+        "{}&{}&{}",
+        method,
+        encode("/"),
+        encode(&canonical_query(params))
+    );
+    let mut mac = Hmac::<Sha1>::new_from_slice(format!("{secret}&").as_bytes()).expect("any key");
+    mac.update(string_to_sign.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+}
+
+/// V3's hex signature for a canonical request.
+pub(crate) fn v3_signature(canonical_request: &str, secret: &str) -> String {
+    let string_to_sign = format!(
+        "ACS3-HMAC-SHA256\n{}",
+        hex::encode(Sha256::digest(canonical_request.as_bytes()))
+    );
+    let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).expect("any key");
+    mac.update(string_to_sign.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// V3's canonical request, built from exactly the headers `signed_headers` names, in its order.
+pub(crate) fn v3_canonical_request(
+    method: &str,
+    path: &str,
+    query: &BTreeMap<String, String>,
+    headers: &HeaderMap,
+    signed_headers: &[&str],
+    payload_hash: &str,
+) -> Result<String, EcsError> {
+    let mut canonical_headers = String::new();
+    for name in signed_headers {
+        let values: Vec<&str> = headers
+            .get_all(*name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .map(str::trim)
+            .collect();
+        if values.is_empty() {
+            return Err(EcsError::new(
+                400,
+                "IncompleteSignature",
+                format!("The signed header \"{name}\" is not present in the request."),
+            ));
+        }
+        canonical_headers.push_str(&format!("{name}:{}\n", values.join(",")));
+    }
+    Ok(format!(
+        "{method}\n{path}\n{}\n{canonical_headers}\n{}\n{payload_hash}",
+        canonical_query(query),
+        signed_headers.join(";")
+    ))
+}
+
+fn signature_mismatch() -> EcsError {
+    EcsError::new(
+        400,
+        "SignatureDoesNotMatch",
+        "Specified signature is not matched with our calculation.",
+    )
+}
+
+/// Equal-time comparison, so response timing does not leak how much of a signature was right.
+fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+fn parse_timestamp(s: &str) -> Result<DateTime<Utc>, EcsError> {
+    NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%SZ")
+        .map(|t| t.and_utc())
+        .or_else(|_| DateTime::parse_from_rfc3339(s).map(|t| t.with_timezone(&Utc)))
+        .map_err(|_| {
+            EcsError::new(
+                400,
+                "InvalidTimeStamp.Format",
+                "Specified time stamp or date value is not well formatted.",
+            )
+        })
+}
+
+fn check_skew(ts: DateTime<Utc>, max_skew: Duration) -> Result<(), EcsError> {
+    let skew = (Utc::now() - ts).num_seconds().unsigned_abs();
+    if skew > max_skew.as_secs() {
+        return Err(EcsError::new(
+            400,
+            "InvalidTimeStamp.Expired",
+            "Specified time stamp or date value is expired.",
+        ));
+    }
+    Ok(())
+}
+
+fn find_key<'k>(keys: &'k [AccessKey], id: &str) -> Result<&'k AccessKey, EcsError> {
+    keys.iter().find(|k| k.id == id).ok_or_else(|| {
+        EcsError::new(
+            404,
+            "InvalidAccessKeyId.NotFound",
+            "Specified access key is not found.",
+        )
+    })
+}
+
+fn check_token(key: &AccessKey, sent: Option<&str>) -> Result<(), EcsError> {
+    match (&key.security_token, sent) {
+        (None, _) => Ok(()),
+        (Some(want), Some(got)) if same(want, got) => Ok(()),
+        (Some(_), None) => Err(EcsError::new(
+            400,
+            "InvalidSecurityToken.Expired",
+            "Specified SecurityToken is missing or expired.",
+        )),
+        (Some(_), Some(_)) => Err(EcsError::new(
+            400,
+            "InvalidSecurityToken.Mismatch",
+            "Specified SecurityToken mismatch with the AccessKey.",
+        )),
+    }
+}
+
+/// Checks the request's signature, timestamp and nonce; returns the action and its parameters.
+pub(crate) fn authenticate(
+    req: Incoming<'_>,
+    keys: &[AccessKey],
+    max_skew: Duration,
+    nonces: &mut NonceStore,
+) -> Result<Authenticated, EcsError> {
+    let authorization = req
+        .headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match authorization {
+        Some(a) if a.starts_with("ACS3-") => authenticate_v3(req, a, keys, max_skew, nonces),
+        _ => authenticate_v1(req, keys, max_skew, nonces),
+    }
+}
+
+fn authenticate_v1(
+    req: Incoming<'_>,
+    keys: &[AccessKey],
+    max_skew: Duration,
+    nonces: &mut NonceStore,
+) -> Result<Authenticated, EcsError> {
+    let mut params = req.all;
+    let Some(signature) = params.remove("Signature") else {
+        return Err(EcsError::new(
+            400,
+            "IncompleteSignature",
+            "The request signature does not conform to Aliyun standards (no Signature or Authorization).",
+        ));
+    };
+    let get = |name: &str| {
+        params
+            .get(name)
+            .cloned()
+            .ok_or_else(|| EcsError::missing(name))
+    };
+    let key_id = get("AccessKeyId")?;
+    let method = get("SignatureMethod")?;
+    if method != "HMAC-SHA1" {
+        return Err(EcsError::new(
+            400,
+            "InvalidSignatureMethod",
+            "Specified signature method is not supported.",
+        ));
+    }
+    if get("SignatureVersion")? != "1.0" {
+        return Err(EcsError::invalid("SignatureVersion", "must be 1.0"));
+    }
+    let nonce = get("SignatureNonce")?;
+    // Alibaba's own example spells it `TimeStamp`.
+    let timestamp = params
+        .get("Timestamp")
+        .or_else(|| params.get("TimeStamp"))
+        .cloned()
+        .ok_or_else(|| EcsError::missing("Timestamp"))?;
+    let action = get("Action")?;
+    let version = get("Version")?;
+    let key = find_key(keys, &key_id)?;
+    let expected = v1_signature(req.method.as_str(), &params, &key.secret);
+    if !same(&expected, &signature) {
+        return Err(signature_mismatch());
+    }
+    check_token(key, params.get("SecurityToken").map(String::as_str))?;
+    check_skew(parse_timestamp(&timestamp)?, max_skew)?;
+    if !nonces.insert(format!("{key_id}/{nonce}"), max_skew * 2) {
+        return Err(EcsError::new(
+            400,
+            "SignatureNonceUsed",
+            "Specified signature nonce was used already.",
+        ));
+    }
+    let format = params.get("Format").cloned();
+    Ok(Authenticated {
+        action,
+        version,
+        format,
+        params,
+    })
+}
+
+fn authenticate_v3(
+    req: Incoming<'_>,
+    authorization: &str,
+    keys: &[AccessKey],
+    max_skew: Duration,
+    nonces: &mut NonceStore,
+) -> Result<Authenticated, EcsError> {
+    let malformed = || {
+        EcsError::new(
+            400,
+            "IncompleteSignature",
+            "The Authorization header is not of the form ACS3-HMAC-SHA256 Credential=...,SignedHeaders=...,Signature=...",
+        )
+    };
+    let (algorithm, rest) = authorization.split_once(' ').ok_or_else(malformed)?;
+    if algorithm != "ACS3-HMAC-SHA256" {
+        return Err(EcsError::new(
+            400,
+            "InvalidSignatureMethod",
+            "Specified signature method is not supported.",
+        ));
+    }
+    let mut credential = None;
+    let mut signed = None;
+    let mut signature = None;
+    for part in rest.split(',') {
+        match part.trim().split_once('=') {
+            Some(("Credential", v)) => credential = Some(v),
+            Some(("SignedHeaders", v)) => signed = Some(v),
+            Some(("Signature", v)) => signature = Some(v),
+            _ => return Err(malformed()),
+        }
+    }
+    let (Some(key_id), Some(signed), Some(signature)) = (credential, signed, signature) else {
+        return Err(malformed());
+    };
+    let signed_headers: Vec<&str> = signed.split(';').filter(|h| !h.is_empty()).collect();
+    // Every common header must be covered by the signature, or it could be swapped in transit.
+    for required in [
+        "host",
+        "x-acs-action",
+        "x-acs-content-sha256",
+        "x-acs-date",
+        "x-acs-signature-nonce",
+        "x-acs-version",
+    ] {
+        if !signed_headers.contains(&required) {
+            return Err(EcsError::new(
+                400,
+                "IncompleteSignature",
+                format!("The header \"{required}\" must be signed."),
+            ));
+        }
+    }
+    let header = |name: &str| {
+        req.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim().to_owned())
+            .ok_or_else(|| EcsError::missing(name))
+    };
+    let action = header("x-acs-action")?;
+    let version = header("x-acs-version")?;
+    let date = header("x-acs-date")?;
+    let nonce = header("x-acs-signature-nonce")?;
+    let payload_hash = header("x-acs-content-sha256")?;
+    if !same(&payload_hash, &hex::encode(Sha256::digest(req.body))) {
+        return Err(EcsError::new(
+            400,
+            "SignatureDoesNotMatch",
+            "x-acs-content-sha256 does not match the request body.",
+        ));
+    }
+    let key = find_key(keys, key_id)?;
+    let canonical = v3_canonical_request(
+        req.method.as_str(),
+        req.path,
+        &req.query,
+        req.headers,
+        &signed_headers,
+        &payload_hash,
+    )?;
+    if !same(&v3_signature(&canonical, &key.secret), signature) {
+        return Err(signature_mismatch());
+    }
+    let token = req
+        .headers
+        .get("x-acs-security-token")
+        .and_then(|v| v.to_str().ok());
+    check_token(key, token)?;
+    check_skew(parse_timestamp(&date)?, max_skew)?;
+    if !nonces.insert(format!("{key_id}/{nonce}"), max_skew * 2) {
+        return Err(EcsError::new(
+            400,
+            "SignatureNonceUsed",
+            "Specified signature nonce was used already.",
+        ));
+    }
+    Ok(Authenticated {
+        action,
+        version,
+        format: None,
+        params: req.all,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn v1_matches_the_published_example() {
+        let params = map(&[
+            ("AccessKeyId", "testid"),
+            ("Action", "DescribeRegions"),
+            ("Format", "XML"),
+            ("SignatureMethod", "HMAC-SHA1"),
+            ("SignatureNonce", "3ee8c1b8-83d3-44af-a94f-4e0ad82fd6cf"),
+            ("SignatureVersion", "1.0"),
+            ("TimeStamp", "2016-02-23T12:46:24Z"),
+            ("Version", "2014-05-26"),
+        ]);
+        assert_eq!(
+            v1_signature("GET", &params, "testsecret"),
+            "CT9X0VtwR86fNWSnsc6v8YGOjuE="
+        );
+    }
+
+    /// Alibaba's published V3 example (v3-request-structure-and-signature), checked through the
+    /// verifier's own canonicalisation of real request headers.
+    #[test]
+    fn v3_matches_the_published_example() {
+        let mut headers = HeaderMap::new();
+        for (k, v) in [
+            ("host", "ecs.cn-shanghai.aliyuncs.com"),
+            ("x-acs-action", "RunInstances"),
+            ("x-acs-version", "2014-05-26"),
+            ("x-acs-date", "2023-10-26T10:22:32Z"),
+            ("x-acs-signature-nonce", "3156853299f313e23d1673dc12e1703d"),
+            (
+                "x-acs-content-sha256",
+                "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            ),
+            ("accept", "application/json"),
+        ] {
+            headers.insert(axum::http::HeaderName::from_static(k), v.parse().unwrap());
+        }
+        let query = map(&[
+            (
+                "ImageId",
+                "win2019_1809_x64_dtc_zh-cn_40G_alibase_20230811.vhd",
+            ),
+            ("RegionId", "cn-shanghai"),
+        ]);
+        let signed = [
+            "host",
+            "x-acs-action",
+            "x-acs-content-sha256",
+            "x-acs-date",
+            "x-acs-signature-nonce",
+            "x-acs-version",
+        ];
+        let canonical = v3_canonical_request(
+            "POST",
+            "/",
+            &query,
+            &headers,
+            &signed,
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        )
+        .unwrap();
+        assert_eq!(
+            hex::encode(Sha256::digest(canonical.as_bytes())),
+            "7ea06492da5221eba5297e897ce16e55f964061054b7695beedaac1145b1e259"
+        );
+        assert_eq!(
+            v3_signature(&canonical, "YourAccessKeySecret"),
+            "06563a9e1b43f5dfe96b81484da74bceab24a1d853912eee15083a6f0f3283c0"
+        );
+    }
+
+    #[test]
+    fn nonces_are_single_use_and_forgotten_later() {
+        let mut n = NonceStore::default();
+        assert!(n.insert("a".into(), Duration::from_secs(60)));
+        assert!(!n.insert("a".into(), Duration::from_secs(60)));
+        assert!(n.insert("b".into(), Duration::from_secs(60)));
+        // A zero retention forgets everything older than now.
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(n.insert("a".into(), Duration::ZERO));
+    }
+}
