@@ -491,6 +491,12 @@ impl EcsClient {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
             };
+            // An attempt cut short by the caller's deadline is the deadline's doing, not ECS's.
+            if matches!(err, Error::Timeout { .. }) && Instant::now() >= deadline {
+                return Err(Error::DeadlineExceeded {
+                    action: action.to_owned(),
+                });
+            }
             if !err.is_retryable() {
                 return Err(err);
             }

@@ -115,8 +115,10 @@ impl EcsConfig {
     /// Defaults overridden by the `BERTH_ALICLOUD_*` variables in `vars`; empty values count as unset.
     pub fn from_vars(vars: &HashMap<String, String>) -> Result<Self, ConfigError> {
         let get = |name: &str| vars.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
-        let mut c = EcsConfig::default();
-        c.endpoint = get(ENV_ENDPOINT).map(str::to_owned);
+        let mut c = EcsConfig {
+            endpoint: get(ENV_ENDPOINT).map(str::to_owned),
+            ..EcsConfig::default()
+        };
         if let Some(v) = get(ENV_QPS) {
             let q: f64 = v.parse().map_err(|_| ConfigError {
                 name: ENV_QPS,
