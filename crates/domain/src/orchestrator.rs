@@ -1,10 +1,16 @@
 //! Orchestrator kinds (the registry's factories) and registered orchestrators.
+//!
+//! Besides the wire types, this holds each kind's config rules ([`OrchestratorKind::validate_config`],
+//! [`LocalConfig`], [`DockerConfig`]) so the registry validates a registration and storage-ops reads it
+//! back with the same code.
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 
 use crate::code::Status;
+use crate::quantity::Quantity;
 
 /// A kind of orchestrator the registry knows how to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -187,6 +193,285 @@ pub struct Detection {
     pub reason: String,
 }
 
+/// The Docker Engine a `docker` orchestrator talks to when its config names none.
+pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
+
+/// The longest `basePath` or `host` accepted (PATH_MAX on Linux).
+const MAX_PATH_LEN: usize = 4096;
+
+impl OrchestratorKind {
+    /// What the kind is, for a person.
+    pub fn description(self) -> &'static str {
+        match self {
+            OrchestratorKind::Local => {
+                "Volumes are directories under basePath on the registry's host (hostpath, as OpenEBS LocalPV)."
+            }
+            OrchestratorKind::Docker => "Volumes are Docker Engine volumes on the Engine at host.",
+            OrchestratorKind::Kubernetes => {
+                "Kubernetes; registered and detected, but StorageOps are not implemented yet."
+            }
+            OrchestratorKind::Nomad => {
+                "Nomad; registered and detected, but StorageOps are not implemented yet."
+            }
+        }
+    }
+
+    /// A JSON Schema of the `config` the kind accepts (no other keys are allowed).
+    pub fn config_schema(self) -> Value {
+        let properties = match self {
+            OrchestratorKind::Local => json!({
+                "basePath": {
+                    "type": "string",
+                    "description": "Absolute directory the volumes live under; not '/', no '..'; stored normalised.",
+                },
+                "capacity": {
+                    "type": "string",
+                    "description": "Optional total capacity as a quantity (10Gi, 500G); stored in canonical form.",
+                },
+            }),
+            OrchestratorKind::Docker => json!({
+                "host": {
+                    "type": "string",
+                    "description": "The Engine: unix:///absolute/path or tcp://host:port.",
+                    "default": DEFAULT_DOCKER_HOST,
+                },
+            }),
+            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => json!({}),
+        };
+        let required: &[&str] = match self {
+            OrchestratorKind::Local => &["basePath"],
+            _ => &[],
+        };
+        json!({
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": false,
+        })
+    }
+
+    /// The kind as `GET /v1/kinds` lists it.
+    pub fn info(self) -> KindInfo {
+        KindInfo {
+            kind: self,
+            storage_ops: self.supports_storage_ops(),
+            description: self.description().to_string(),
+            config_schema: self.config_schema(),
+        }
+    }
+
+    /// Checks `config` against the kind's rules and returns it normalised (defaults filled in, paths
+    /// and quantities in canonical form), so that two configs that mean the same compare equal.
+    /// Errors name the field (`config.basePath`) and the rule.
+    pub fn validate_config(self, config: Option<&Value>) -> Result<Value, Status> {
+        let empty = Map::new();
+        let map = match config {
+            None | Some(Value::Null) => &empty,
+            Some(Value::Object(map)) => map,
+            Some(_) => return Err(Status::invalid("config", "must be a JSON object")),
+        };
+        match self {
+            OrchestratorKind::Local => LocalConfig::from_map(map).map(|c| c.to_config()),
+            OrchestratorKind::Docker => DockerConfig::from_map(map).map(|c| c.to_config()),
+            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => {
+                refuse_unknown_keys(self, map, &[])?;
+                Ok(Value::Object(Map::new()))
+            }
+        }
+    }
+}
+
+/// A `local` orchestrator's config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalConfig {
+    /// The normalised absolute directory volumes live under.
+    pub base_path: String,
+    /// The total capacity, when limited.
+    pub capacity: Option<Quantity>,
+}
+
+impl LocalConfig {
+    /// Reads (and validates) a registered `local` orchestrator's config.
+    pub fn from_config(config: &Value) -> Result<Self, Status> {
+        match config {
+            Value::Object(map) => LocalConfig::from_map(map),
+            _ => Err(Status::invalid("config", "must be a JSON object")),
+        }
+    }
+
+    fn from_map(map: &Map<String, Value>) -> Result<Self, Status> {
+        refuse_unknown_keys(OrchestratorKind::Local, map, &["basePath", "capacity"])?;
+        let base_path = match map.get("basePath") {
+            None | Some(Value::Null) => {
+                return Err(Status::invalid(
+                    "config.basePath",
+                    "is required for a local orchestrator: the absolute directory volumes live under",
+                ));
+            }
+            Some(Value::String(s)) => normalize_base_path("config.basePath", s)?,
+            Some(_) => return Err(Status::invalid("config.basePath", "must be a string")),
+        };
+        let capacity = match map.get("capacity") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(Quantity::parse_field("config.capacity", s)?),
+            Some(Value::Number(n)) => {
+                Some(Quantity::parse_field("config.capacity", &n.to_string())?)
+            }
+            Some(_) => {
+                return Err(Status::invalid(
+                    "config.capacity",
+                    "must be a quantity such as \"10Gi\"",
+                ));
+            }
+        };
+        Ok(LocalConfig {
+            base_path,
+            capacity,
+        })
+    }
+
+    /// The config as stored and answered.
+    pub fn to_config(&self) -> Value {
+        let mut map = Map::new();
+        map.insert("basePath".into(), Value::String(self.base_path.clone()));
+        if let Some(q) = self.capacity {
+            map.insert("capacity".into(), Value::String(q.to_string()));
+        }
+        Value::Object(map)
+    }
+}
+
+/// A `docker` orchestrator's config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DockerConfig {
+    /// The Engine's address: `unix:///path` or `tcp://host:port`.
+    pub host: String,
+}
+
+impl DockerConfig {
+    /// Reads (and validates) a registered `docker` orchestrator's config.
+    pub fn from_config(config: &Value) -> Result<Self, Status> {
+        match config {
+            Value::Object(map) => DockerConfig::from_map(map),
+            _ => Err(Status::invalid("config", "must be a JSON object")),
+        }
+    }
+
+    fn from_map(map: &Map<String, Value>) -> Result<Self, Status> {
+        refuse_unknown_keys(OrchestratorKind::Docker, map, &["host"])?;
+        let host = match map.get("host") {
+            None | Some(Value::Null) => DEFAULT_DOCKER_HOST.to_string(),
+            Some(Value::String(s)) => validate_docker_host("config.host", s)?,
+            Some(_) => return Err(Status::invalid("config.host", "must be a string")),
+        };
+        Ok(DockerConfig { host })
+    }
+
+    /// The config as stored and answered.
+    pub fn to_config(&self) -> Value {
+        json!({ "host": self.host })
+    }
+}
+
+fn refuse_unknown_keys(
+    kind: OrchestratorKind,
+    map: &Map<String, Value>,
+    known: &[&str],
+) -> Result<(), Status> {
+    match map.keys().find(|k| !known.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(key) => {
+            let allowed = if known.is_empty() {
+                "it takes no config keys".to_string()
+            } else {
+                format!("its keys are {}", known.join(", "))
+            };
+            Err(Status::invalid(
+                &format!("config.{key}"),
+                format!("is not a config key of a {kind} orchestrator; {allowed}"),
+            ))
+        }
+    }
+}
+
+/// Normalises an absolute directory path: `//a/./b/` becomes `/a/b`. Refuses relative paths, `..`
+/// (a base path must say where it is without climbing), NUL, and `/` itself (volumes would be made in
+/// the root of the host's file system).
+pub fn normalize_base_path(field: &str, text: &str) -> Result<String, Status> {
+    if !text.starts_with('/') {
+        return Err(Status::invalid(
+            field,
+            format!("{text:?} must be an absolute path (starting with '/')"),
+        ));
+    }
+    if text.len() > MAX_PATH_LEN {
+        return Err(Status::invalid(
+            field,
+            format!("is {} bytes long; at most {MAX_PATH_LEN}", text.len()),
+        ));
+    }
+    if text.contains('\0') {
+        return Err(Status::invalid(field, "must not contain a NUL character"));
+    }
+    let mut parts = Vec::new();
+    for part in text.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                return Err(Status::invalid(
+                    field,
+                    format!("{text:?} must not contain '..' components"),
+                ));
+            }
+            p => parts.push(p),
+        }
+    }
+    if parts.is_empty() {
+        return Err(Status::invalid(
+            field,
+            format!("{text:?} must not be the root directory '/'"),
+        ));
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// Checks a Docker Engine address: `unix://` followed by an absolute socket path, or `tcp://host:port`.
+/// Returns it with a trailing `/` removed.
+pub fn validate_docker_host(field: &str, text: &str) -> Result<String, Status> {
+    const RULE: &str = "must be unix:///absolute/socket/path or tcp://host:port";
+    if text.len() > MAX_PATH_LEN || text.chars().any(char::is_control) {
+        return Err(Status::invalid(field, RULE));
+    }
+    if let Some(path) = text.strip_prefix("unix://") {
+        let path = normalize_base_path(field, path)
+            .map_err(|_| Status::invalid(field, format!("{text:?} {RULE}")))?;
+        return Ok(format!("unix://{path}"));
+    }
+    if let Some(rest) = text.strip_prefix("tcp://") {
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        let valid = match authority.rsplit_once(':') {
+            Some((host, port)) => {
+                let host = host
+                    .strip_prefix('[')
+                    .and_then(|h| h.strip_suffix(']'))
+                    .unwrap_or(host);
+                !host.is_empty()
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':'))
+                    && port.parse::<u16>().is_ok_and(|p| p > 0)
+            }
+            None => false,
+        };
+        return if valid {
+            Ok(format!("tcp://{authority}"))
+        } else {
+            Err(Status::invalid(field, format!("{text:?} {RULE}")))
+        };
+    }
+    Err(Status::invalid(field, format!("{text:?} {RULE}")))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,5 +493,93 @@ mod tests {
             serde_json::to_string(&OrchestratorKind::Kubernetes).unwrap(),
             "\"kubernetes\""
         );
+    }
+
+    #[test]
+    fn local_config_is_validated_and_normalised() {
+        let k = OrchestratorKind::Local;
+        let c = k
+            .validate_config(Some(
+                &json!({"basePath": "//var/./berth/", "capacity": "1024Mi"}),
+            ))
+            .unwrap();
+        assert_eq!(c, json!({"basePath": "/var/berth", "capacity": "1Gi"}));
+        let back = LocalConfig::from_config(&c).unwrap();
+        assert_eq!(back.capacity.unwrap().bytes(), 1 << 30);
+        for (config, field) in [
+            (json!({}), "config.basePath: is required"),
+            (
+                json!({"basePath": "rel/dir"}),
+                "config.basePath: \"rel/dir\" must be an absolute",
+            ),
+            (
+                json!({"basePath": "/"}),
+                "config.basePath: \"/\" must not be the root",
+            ),
+            (
+                json!({"basePath": "/a/../etc"}),
+                "config.basePath: \"/a/../etc\" must not contain '..'",
+            ),
+            (json!({"basePath": 7}), "config.basePath: must be a string"),
+            (
+                json!({"basePath": "/a", "capacity": "lots"}),
+                "config.capacity: \"lots\" is not a quantity",
+            ),
+            (
+                json!({"basePath": "/a", "size": "1Gi"}),
+                "config.size: is not a config key of a local orchestrator",
+            ),
+        ] {
+            let e = k.validate_config(Some(&config)).unwrap_err();
+            assert!(e.message.starts_with(field), "{config}: {}", e.message);
+        }
+        assert!(k.validate_config(Some(&json!([1]))).is_err());
+    }
+
+    #[test]
+    fn docker_hosts() {
+        let k = OrchestratorKind::Docker;
+        assert_eq!(
+            k.validate_config(None).unwrap(),
+            json!({"host": DEFAULT_DOCKER_HOST})
+        );
+        for ok in [
+            "unix:///run/docker.sock",
+            "tcp://10.0.0.1:2375",
+            "tcp://docker-engine:2376/",
+            "tcp://[::1]:2375",
+        ] {
+            assert!(validate_docker_host("h", ok).is_ok(), "{ok}");
+        }
+        assert_eq!(
+            validate_docker_host("h", "tcp://e:1/").unwrap(),
+            "tcp://e:1"
+        );
+        for bad in [
+            "http://x:1",
+            "unix://relative.sock",
+            "tcp://host",
+            "tcp://:2375",
+            "tcp://h:99999",
+            "unix:///",
+        ] {
+            let e = validate_docker_host("config.host", bad).unwrap_err();
+            assert!(e.message.starts_with("config.host: "), "{bad}");
+        }
+        let e = OrchestratorKind::Nomad
+            .validate_config(Some(&json!({"address": "x"})))
+            .unwrap_err();
+        assert!(e.message.starts_with(
+            "config.address: is not a config key of a nomad orchestrator; it takes no config keys"
+        ));
+    }
+
+    #[test]
+    fn every_kind_has_a_closed_schema() {
+        for k in OrchestratorKind::ALL {
+            let info = k.info();
+            assert_eq!(info.config_schema["additionalProperties"], false);
+            assert_eq!(info.storage_ops, k.supports_storage_ops());
+        }
     }
 }

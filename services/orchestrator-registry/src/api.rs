@@ -1,0 +1,410 @@
+//! The HTTP API (DESIGN.md, "Orchestrator registry API"), one handler per route, each documented in
+//! the OpenAPI document by its `#[utoipa::path]`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use domain::orchestrator::{Detection, KindInfo, OrchestratorList, RegisterOrchestrator};
+use domain::{DeleteResult, Orchestrator, OrchestratorKind, Status, names};
+use serde_json::{Map, Value};
+use service_kit::ApiError;
+use service_kit::error::Problem;
+use service_kit::extract::{Json, Path};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::detect::{DetectionEnv, EngineProbe, detect};
+use crate::store::{Outcome, Precondition, Registration, Store};
+
+/// The longest label accepted (a DNS-1123 subdomain's length: labels are for people and selectors).
+const MAX_LABEL_LEN: usize = 253;
+/// The longest region accepted.
+const MAX_REGION_LEN: usize = 63;
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The database.
+    pub store: Store,
+    /// The environment detection reads.
+    pub detection: Arc<DetectionEnv>,
+    /// How detection decides whether a Docker Engine is reachable.
+    pub probe: Arc<dyn EngineProbe>,
+}
+
+/// The API routes, with their OpenAPI descriptions.
+pub fn routes(state: AppState) -> OpenApiRouter {
+    OpenApiRouter::new()
+        .routes(routes!(list_orchestrators))
+        .routes(routes!(
+            get_orchestrator,
+            has_orchestrator,
+            register_orchestrator,
+            deregister_orchestrator
+        ))
+        .routes(routes!(detect_orchestrator))
+        .routes(routes!(default_orchestrator))
+        .routes(routes!(list_kinds))
+        .with_state(state)
+}
+
+/// maya's message for an unknown name, kept word for word.
+fn not_registered(name: &str) -> ApiError {
+    ApiError::new(Status::not_found(format!(
+        "'{name}' is not a registered orchestration provider"
+    )))
+}
+
+fn valid_name(name: &str) -> Result<(), ApiError> {
+    names::validate_dns1123_label("name", name).map_err(ApiError::new)
+}
+
+fn etag(o: &Orchestrator) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{}\"", o.resource_version))
+        .unwrap_or_else(|_| HeaderValue::from_static("\"0\""))
+}
+
+fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
+    let tag = etag(&o);
+    let mut response = (status, Json(o)).into_response();
+    response.headers_mut().insert(header::ETAG, tag);
+    response
+}
+
+/// Registers (or replaces) an orchestrator — maya's `RegisterOrchestrator`, minus its crash on a
+/// duplicate: the same body again is a no-op, a different body replaces the registration.
+#[utoipa::path(
+    put,
+    path = "/v1/orchestrators/{name}",
+    tag = "orchestrators",
+    params(
+        ("name" = String, Path, description = "The orchestrator's name, a DNS-1123 label"),
+        ("If-Match" = Option<String>, Header, description = "Only register if the current resourceVersion is this one (`\"3\"`), or if it exists at all (`*`); else 412"),
+    ),
+    request_body = RegisterOrchestrator,
+    responses(
+        (status = 201, description = "Registered", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"), ("Location" = String))),
+        (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String))),
+        (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field", body = Problem),
+        (status = 412, description = "If-Match did not hold (code 9)", body = Problem),
+    )
+)]
+async fn register_orchestrator(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Result<Response, ApiError> {
+    valid_name(&name)?;
+    let want = parse_registration(&body)?;
+    let precondition = parse_if_match(&headers)?;
+    let (orchestrator, outcome) = state
+        .store
+        .register(&name, &want, precondition.as_ref())
+        .await?;
+    match outcome {
+        Outcome::Created => {
+            tracing::info!(name, kind = %orchestrator.kind, default = orchestrator.default, "Registered '{name}' as orchestration provider");
+            let mut response = with_etag(orchestrator, StatusCode::CREATED);
+            if let Ok(location) = HeaderValue::from_str(&format!("/v1/orchestrators/{name}")) {
+                response.headers_mut().insert(header::LOCATION, location);
+            }
+            Ok(response)
+        }
+        Outcome::Replaced => {
+            tracing::info!(name, kind = %orchestrator.kind, default = orchestrator.default, version = orchestrator.resource_version, "Replaced orchestration provider '{name}'");
+            Ok(with_etag(orchestrator, StatusCode::OK))
+        }
+        Outcome::Unchanged => Ok(with_etag(orchestrator, StatusCode::OK)),
+    }
+}
+
+/// Reads a registration body field by field, so each refusal names the field it is about.
+fn parse_registration(body: &Value) -> Result<Registration, ApiError> {
+    const FIELDS: [&str; 5] = ["kind", "label", "region", "config", "default"];
+    let empty = Map::new();
+    let map = match body {
+        Value::Object(map) => map,
+        _ => {
+            return Err(Status::invalid(
+                "body",
+                "must be a JSON object {kind, label?, region?, config?, default?}",
+            )
+            .into());
+        }
+    };
+    if let Some(key) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(Status::invalid(
+            key,
+            format!(
+                "is not a field of a registration; the fields are {}",
+                FIELDS.join(", ")
+            ),
+        )
+        .into());
+    }
+    let kind = match map.get("kind") {
+        Some(Value::String(s)) => OrchestratorKind::parse_field("kind", s)?,
+        None | Some(Value::Null) => {
+            return Err(Status::invalid(
+                "kind",
+                "is required: one of local, docker, kubernetes, nomad",
+            )
+            .into());
+        }
+        Some(_) => return Err(Status::invalid("kind", "must be a string").into()),
+    };
+    let text = |field: &str, max: usize| -> Result<String, ApiError> {
+        match map.get(field) {
+            None | Some(Value::Null) => Ok(String::new()),
+            Some(Value::String(s)) if s.chars().count() > max => Err(Status::invalid(
+                field,
+                format!("is {} characters long; at most {max}", s.chars().count()),
+            )
+            .into()),
+            Some(Value::String(s)) if s.chars().any(char::is_control) => {
+                Err(Status::invalid(field, "must not contain control characters").into())
+            }
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(Status::invalid(field, "must be a string").into()),
+        }
+    };
+    let label = text("label", MAX_LABEL_LEN)?;
+    let region = text("region", MAX_REGION_LEN)?;
+    let config = kind.validate_config(Some(map.get("config").unwrap_or(&Value::Object(empty))))?;
+    let default = match map.get("default") {
+        None | Some(Value::Null) => None,
+        Some(Value::Bool(b)) => Some(*b),
+        Some(_) => return Err(Status::invalid("default", "must be true or false").into()),
+    };
+    Ok(Registration {
+        kind,
+        label,
+        region,
+        config,
+        default,
+    })
+}
+
+/// `If-Match`: `*`, or a list of (possibly weak) quoted resourceVersions.
+fn parse_if_match(headers: &HeaderMap) -> Result<Option<Precondition>, ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Ok(None);
+    };
+    let bad = || {
+        ApiError::new(Status::invalid(
+            "If-Match",
+            "must be * or a quoted resourceVersion such as \"3\"",
+        ))
+    };
+    let text = value.to_str().map_err(|_| bad())?.trim();
+    if text == "*" {
+        return Ok(Some(Precondition::Exists));
+    }
+    let versions = text
+        .split(',')
+        .map(|tag| {
+            let tag = tag.trim();
+            let tag = tag.strip_prefix("W/").unwrap_or(tag);
+            let tag = tag
+                .strip_prefix('"')
+                .and_then(|t| t.strip_suffix('"'))
+                .unwrap_or(tag);
+            tag.parse::<u64>().map_err(|_| bad())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(Precondition::Versions(versions)))
+}
+
+/// One orchestrator — maya's `GetOrchestrator`.
+#[utoipa::path(
+    get,
+    path = "/v1/orchestrators/{name}",
+    tag = "orchestrators",
+    params(("name" = String, Path, description = "The orchestrator's name")),
+    responses(
+        (status = 200, body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
+        (status = 400, description = "Not a DNS-1123 label (code 3)", body = Problem),
+        (status = 404, description = "'<name>' is not a registered orchestration provider (code 5)", body = Problem),
+    )
+)]
+async fn get_orchestrator(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    valid_name(&name)?;
+    match state.store.get(&name).await? {
+        Some(o) => Ok(with_etag(o, StatusCode::OK)),
+        None => Err(not_registered(&name)),
+    }
+}
+
+/// Whether a name is registered — maya's `HasOrchestrator`. No body either way.
+#[utoipa::path(
+    head,
+    path = "/v1/orchestrators/{name}",
+    tag = "orchestrators",
+    params(("name" = String, Path, description = "The orchestrator's name")),
+    responses(
+        (status = 200, description = "Registered", headers(("ETag" = String))),
+        (status = 400, description = "Not a DNS-1123 label"),
+        (status = 404, description = "Not registered"),
+    )
+)]
+async fn has_orchestrator(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    valid_name(&name)?;
+    match state.store.get(&name).await? {
+        Some(o) => Ok((StatusCode::OK, [(header::ETAG, etag(&o))]).into_response()),
+        None => Err(not_registered(&name)),
+    }
+}
+
+/// Deregisters an orchestrator; 200 whether or not it was registered, saying which.
+#[utoipa::path(
+    delete,
+    path = "/v1/orchestrators/{name}",
+    tag = "orchestrators",
+    params(("name" = String, Path, description = "The orchestrator's name")),
+    responses(
+        (status = 200, description = "`deleted` says whether it was registered", body = DeleteResult),
+        (status = 400, description = "Not a DNS-1123 label (code 3)", body = Problem),
+    )
+)]
+async fn deregister_orchestrator(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Json<DeleteResult>, ApiError> {
+    valid_name(&name)?;
+    let deleted = state.store.deregister(&name).await?;
+    if deleted {
+        tracing::info!(name, "Deregistered orchestration provider '{name}'");
+    }
+    Ok(Json(DeleteResult { deleted }))
+}
+
+/// Every registered orchestrator, sorted by name.
+#[utoipa::path(
+    get,
+    path = "/v1/orchestrators",
+    tag = "orchestrators",
+    responses((status = 200, description = "`items` is `[]` when none is registered", body = OrchestratorList))
+)]
+async fn list_orchestrators(
+    State(state): State<AppState>,
+) -> Result<Json<OrchestratorList>, ApiError> {
+    Ok(Json(OrchestratorList {
+        items: state.store.list().await?,
+    }))
+}
+
+/// The default orchestrator: the one storage-ops uses when a volume names none.
+#[utoipa::path(
+    get,
+    path = "/v1/orchestrators:default",
+    tag = "orchestrators",
+    responses(
+        (status = 200, body = Orchestrator, headers(("ETag" = String))),
+        (status = 404, description = "No orchestrator is the default (code 5)", body = Problem),
+    )
+)]
+async fn default_orchestrator(State(state): State<AppState>) -> Result<Response, ApiError> {
+    match state.store.default_orchestrator().await? {
+        Some(o) => Ok(with_etag(o, StatusCode::OK)),
+        None => Err(ApiError::new(Status::not_found(
+            "no orchestrator is the default; register one with \"default\": true",
+        ))),
+    }
+}
+
+/// The kind the registry's environment implies and the rule that decided it — maya's
+/// `DetectOrchProviderFromEnv`. Evaluated on every call (the Docker Engine may come and go).
+#[utoipa::path(
+    get,
+    path = "/v1/orchestrators:detect",
+    tag = "orchestrators",
+    responses((status = 200, body = Detection))
+)]
+async fn detect_orchestrator(State(state): State<AppState>) -> Json<Detection> {
+    Json(detect(&state.detection, state.probe.as_ref()).await)
+}
+
+/// The kinds the registry can build, with whether they support StorageOps and their config schema.
+#[utoipa::path(
+    get,
+    path = "/v1/kinds",
+    tag = "kinds",
+    responses((status = 200, body = Vec<KindInfo>))
+)]
+async fn list_kinds() -> Json<Vec<KindInfo>> {
+    Json(
+        OrchestratorKind::ALL
+            .into_iter()
+            .map(OrchestratorKind::info)
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn registrations_name_the_bad_field() {
+        for (body, field) in [
+            (json!([]), "body:"),
+            (json!({}), "kind: is required"),
+            (json!({"kind": 1}), "kind: must be a string"),
+            (json!({"kind": "swarm"}), "kind: \"swarm\" is not a known"),
+            (
+                json!({"kind": "nomad", "colour": "red"}),
+                "colour: is not a field",
+            ),
+            (
+                json!({"kind": "nomad", "label": 5}),
+                "label: must be a string",
+            ),
+            (
+                json!({"kind": "nomad", "region": "x".repeat(64)}),
+                "region: is 64 characters",
+            ),
+            (
+                json!({"kind": "nomad", "default": "yes"}),
+                "default: must be true or false",
+            ),
+            (
+                json!({"kind": "local", "config": {"basePath": "/"}}),
+                "config.basePath:",
+            ),
+        ] {
+            let e = parse_registration(&body).unwrap_err();
+            assert!(
+                e.status().message.starts_with(field),
+                "{body}: {}",
+                e.status().message
+            );
+        }
+    }
+
+    #[test]
+    fn if_match_forms() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::IF_MATCH, HeaderValue::from_str(v).unwrap());
+            parse_if_match(&m)
+        };
+        assert_eq!(h("*").unwrap(), Some(Precondition::Exists));
+        assert_eq!(
+            h("\"3\", W/\"4\"").unwrap(),
+            Some(Precondition::Versions(vec![3, 4]))
+        );
+        assert_eq!(h("7").unwrap(), Some(Precondition::Versions(vec![7])));
+        assert!(h("\"x\"").is_err());
+        assert_eq!(parse_if_match(&HeaderMap::new()).unwrap(), None);
+    }
+}

@@ -1,0 +1,431 @@
+//! The registry's SQLite: registered orchestrators, the default flag and the resourceVersion sequence.
+//!
+//! Every write runs in a `BEGIN IMMEDIATE` transaction: it takes SQLite's write lock up front, so two
+//! concurrent registrations queue on the busy timeout instead of both reading, then one failing to
+//! upgrade its lock (`SQLITE_BUSY` that no timeout can cure). Switching the default clears the old one
+//! and sets the new one in that same transaction, and a partial unique index makes a second default
+//! impossible even if the code were wrong.
+
+use std::path::Path;
+use std::time::Duration;
+
+use domain::{Code, Orchestrator, OrchestratorKind, Status};
+use serde_json::Value;
+use service_kit::ApiError;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{Row, SqlitePool, SqliteTransaction};
+
+/// How long a writer waits for another writer's lock before the request is answered 503.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+const COLUMNS: &str = "name, kind, label, region, config, is_default, resource_version";
+
+/// What a registration asks for, already validated (name aside, which is the key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Registration {
+    /// The kind.
+    pub kind: OrchestratorKind,
+    /// The label (`""` when none).
+    pub label: String,
+    /// The region (`""` when none).
+    pub region: String,
+    /// The kind's config, normalised.
+    pub config: Value,
+    /// `Some(true)` makes it the default, `Some(false)` clears that, `None` keeps what it was.
+    pub default: Option<bool>,
+}
+
+/// An `If-Match` precondition on a registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precondition {
+    /// `If-Match: *`: the orchestrator must exist.
+    Exists,
+    /// `If-Match: "3", "4"`: its resourceVersion must be one of these.
+    Versions(Vec<u64>),
+}
+
+/// What a registration did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The name was new.
+    Created,
+    /// The name existed with a different body, which replaced it.
+    Replaced,
+    /// The name existed with this very body; nothing changed.
+    Unchanged,
+}
+
+/// A store failure, turned into the right answer by `From<StoreError> for ApiError`.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// An `If-Match` precondition did not hold (412, code 9).
+    #[error("{0}")]
+    PreconditionFailed(String),
+    /// The database refused a write for a constraint (409, code 10: a concurrent change).
+    #[error("constraint violated: {0}")]
+    Conflict(sqlx::Error),
+    /// The database stayed locked past the busy timeout (503, code 14).
+    #[error("database busy: {0}")]
+    Busy(sqlx::Error),
+    /// Anything else (500).
+    #[error("database: {0}")]
+    Db(sqlx::Error),
+    /// A row that does not decode (500).
+    #[error("corrupt row for {name:?}: {why}")]
+    Corrupt {
+        /// The row's name.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &e {
+            if db.is_unique_violation() || db.is_check_violation() {
+                return StoreError::Conflict(e);
+            }
+            // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with or without an extended code.
+            let code = db
+                .code()
+                .and_then(|c| c.parse::<u32>().ok())
+                .map(|c| c & 0xff);
+            if matches!(code, Some(5 | 6)) {
+                return StoreError::Busy(e);
+            }
+        }
+        StoreError::Db(e)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::PreconditionFailed(message) => {
+                ApiError::new(Status::new(Code::FailedPrecondition, message))
+            }
+            StoreError::Conflict(cause) => ApiError::from_code(
+                Code::Aborted,
+                "the registration conflicted with a concurrent change; retry it",
+            )
+            .with_cause(cause),
+            StoreError::Busy(cause) => ApiError::from_code(
+                Code::Unavailable,
+                "the registry database is busy; retry shortly",
+            )
+            .with_cause(cause),
+            e @ (StoreError::Db(_) | StoreError::Corrupt { .. }) => ApiError::internal(e),
+        }
+    }
+}
+
+/// The registry's database.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: SqlitePool,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and runs the embedded migrations.
+    pub async fn open(path: &Path) -> Result<Store, Box<dyn std::error::Error + Send + Sync>> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                format!(
+                    "cannot create the registry database directory {}: {e}",
+                    dir.display()
+                )
+            })?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL, not NORMAL: writes here are rare (registrations), and an acknowledged registration
+            // is what storage-ops resolves every volume against, so it must survive a power cut too.
+            // Reads, the hot path, do not sync at all.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .map_err(|e| format!("cannot open the registry database {}: {e}", path.display()))?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot migrate the registry database {}: {e}",
+                    path.display()
+                )
+            })?;
+        Ok(Store { pool })
+    }
+
+    /// `SELECT 1`, for readiness.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    /// The orchestrator `name`, if registered.
+    pub async fn get(&self, name: &str) -> Result<Option<Orchestrator>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM orchestrators WHERE name = ?"
+        )))
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Every orchestrator, sorted by name.
+    pub async fn list(&self) -> Result<Vec<Orchestrator>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM orchestrators ORDER BY name"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// The default orchestrator, if one is.
+    pub async fn default_orchestrator(&self) -> Result<Option<Orchestrator>, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM orchestrators WHERE is_default = 1"
+        )))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Registers `name` (creating or replacing it), atomically with clearing the previous default
+    /// when this one becomes the default.
+    pub async fn register(
+        &self,
+        name: &str,
+        want: &Registration,
+        precondition: Option<&Precondition>,
+    ) -> Result<(Orchestrator, Outcome), StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let current = fetch_in(&mut tx, name).await?;
+        check_precondition(name, current.as_ref(), precondition)?;
+        let default = want
+            .default
+            .unwrap_or_else(|| current.as_ref().is_some_and(|c| c.default));
+        let next = Orchestrator {
+            name: name.to_string(),
+            kind: want.kind,
+            label: want.label.clone(),
+            region: want.region.clone(),
+            config: want.config.clone(),
+            storage_ops: want.kind.supports_storage_ops(),
+            default,
+            resource_version: current.as_ref().map_or(0, |c| c.resource_version),
+        };
+        if let Some(current) = current.as_ref()
+            && *current == next
+        {
+            // The same body again: nothing changes, not even the version (no write, nothing to commit).
+            tx.rollback().await?;
+            return Ok((next, Outcome::Unchanged));
+        }
+        let version = next_version(&mut tx).await?;
+        let now = chrono::Utc::now().to_rfc3339();
+        if default {
+            sqlx::query(
+                "UPDATE orchestrators SET is_default = 0, resource_version = ?, updated_at = ? \
+                 WHERE is_default = 1 AND name <> ?",
+            )
+            .bind(version as i64)
+            .bind(&now)
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "INSERT INTO orchestrators \
+               (name, kind, label, region, config, is_default, resource_version, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (name) DO UPDATE SET kind = excluded.kind, label = excluded.label, \
+               region = excluded.region, config = excluded.config, is_default = excluded.is_default, \
+               resource_version = excluded.resource_version, updated_at = excluded.updated_at",
+        )
+        .bind(name)
+        .bind(next.kind.as_str())
+        .bind(&next.label)
+        .bind(&next.region)
+        .bind(next.config.to_string())
+        .bind(default)
+        .bind(version as i64)
+        .bind(&now)
+        .bind(&now)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        let outcome = if current.is_some() {
+            Outcome::Replaced
+        } else {
+            Outcome::Created
+        };
+        Ok((
+            Orchestrator {
+                resource_version: version,
+                ..next
+            },
+            outcome,
+        ))
+    }
+
+    /// Deregisters `name`; says whether it was registered.
+    pub async fn deregister(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM orchestrators WHERE name = ?")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    /// Whether the first start has already registered a detected default.
+    pub async fn is_bootstrapped(&self) -> Result<bool, StoreError> {
+        let v: i64 =
+            sqlx::query_scalar("SELECT value FROM registry_meta WHERE key = 'bootstrapped'")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(v != 0)
+    }
+
+    /// The first start: registers `want` as `name` and the default, only if this database has never
+    /// been bootstrapped and holds no orchestrator (a concurrent starter, or an operator who
+    /// registered before, wins). Returns the registration when it was made.
+    pub async fn bootstrap(
+        &self,
+        name: &str,
+        want: &Registration,
+    ) -> Result<Option<Orchestrator>, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let done: i64 =
+            sqlx::query_scalar("SELECT value FROM registry_meta WHERE key = 'bootstrapped'")
+                .fetch_one(&mut *tx)
+                .await?;
+        let count: i64 = sqlx::query_scalar("SELECT count(*) FROM orchestrators")
+            .fetch_one(&mut *tx)
+            .await?;
+        let made = if done == 0 && count == 0 {
+            let version = next_version(&mut tx).await?;
+            let now = chrono::Utc::now().to_rfc3339();
+            sqlx::query(
+                "INSERT INTO orchestrators \
+                   (name, kind, label, region, config, is_default, resource_version, created_at, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, 1, ?, ?, ?)",
+            )
+            .bind(name)
+            .bind(want.kind.as_str())
+            .bind(&want.label)
+            .bind(&want.region)
+            .bind(want.config.to_string())
+            .bind(version as i64)
+            .bind(&now)
+            .bind(&now)
+            .execute(&mut *tx)
+            .await?;
+            Some(Orchestrator {
+                name: name.to_string(),
+                kind: want.kind,
+                label: want.label.clone(),
+                region: want.region.clone(),
+                config: want.config.clone(),
+                storage_ops: want.kind.supports_storage_ops(),
+                default: true,
+                resource_version: version,
+            })
+        } else {
+            None
+        };
+        sqlx::query("UPDATE registry_meta SET value = 1 WHERE key = 'bootstrapped'")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(made)
+    }
+}
+
+async fn fetch_in(
+    tx: &mut SqliteTransaction<'static>,
+    name: &str,
+) -> Result<Option<Orchestrator>, StoreError> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM orchestrators WHERE name = ?"
+    )))
+    .bind(name)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.as_ref().map(decode).transpose()
+}
+
+/// Hands out the next resourceVersion of the registry-wide sequence.
+async fn next_version(tx: &mut SqliteTransaction<'static>) -> Result<u64, StoreError> {
+    let v: i64 = sqlx::query_scalar(
+        "UPDATE registry_meta SET value = value + 1 WHERE key = 'resource_version' RETURNING value",
+    )
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(v as u64)
+}
+
+fn check_precondition(
+    name: &str,
+    current: Option<&Orchestrator>,
+    precondition: Option<&Precondition>,
+) -> Result<(), StoreError> {
+    match (precondition, current) {
+        (None, _) => Ok(()),
+        (Some(_), None) => Err(StoreError::PreconditionFailed(format!(
+            "If-Match: '{name}' is not a registered orchestration provider, so no version can match"
+        ))),
+        (Some(Precondition::Exists), Some(_)) => Ok(()),
+        (Some(Precondition::Versions(versions)), Some(c)) => {
+            if versions.contains(&c.resource_version) {
+                Ok(())
+            } else {
+                Err(StoreError::PreconditionFailed(format!(
+                    "If-Match: '{name}' is at resourceVersion {}, not {}; read it again and retry",
+                    c.resource_version,
+                    versions
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(" or ")
+                )))
+            }
+        }
+    }
+}
+
+fn decode(row: &SqliteRow) -> Result<Orchestrator, StoreError> {
+    let name: String = row.try_get("name")?;
+    let corrupt = |why: String| StoreError::Corrupt {
+        name: name.clone(),
+        why,
+    };
+    let kind_text: String = row.try_get("kind")?;
+    let kind = OrchestratorKind::parse_field("kind", &kind_text).map_err(|e| corrupt(e.message))?;
+    let config_text: String = row.try_get("config")?;
+    let config: Value =
+        serde_json::from_str(&config_text).map_err(|e| corrupt(format!("config: {e}")))?;
+    let version: i64 = row.try_get("resource_version")?;
+    Ok(Orchestrator {
+        kind,
+        label: row.try_get("label")?,
+        region: row.try_get("region")?,
+        config,
+        storage_ops: kind.supports_storage_ops(),
+        default: row.try_get("is_default")?,
+        resource_version: u64::try_from(version).map_err(|e| corrupt(format!("version: {e}")))?,
+        name,
+    })
+}
