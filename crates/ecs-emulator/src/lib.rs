@@ -488,3 +488,281 @@ async fn admin_unpin(State(emu): State<Emulator>, Path(id): Path<String>) -> Res
 async fn admin_stats(State(emu): State<Emulator>) -> Response {
     axum::Json(emu.stats()).into_response()
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::http::Request;
+    use http_body_util::BodyExt as _;
+    use sha2::Digest as _;
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    const ID: &str = "k";
+    const SECRET: &str = "s";
+
+    fn emulator() -> Emulator {
+        Emulator::new(Config::for_tests(ID, SECRET))
+    }
+
+    async fn send(emu: &Emulator, req: Request<Body>) -> (StatusCode, Value) {
+        let resp = emu.router().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (status, v)
+    }
+
+    fn now() -> String {
+        chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    }
+
+    /// A V1 GET with every parameter in the query.
+    fn v1_get(action: &str, extra: &[(&str, &str)], nonce: &str) -> Request<Body> {
+        let ts = now();
+        let mut p: BTreeMap<String, String> = [
+            ("Action", action),
+            ("Version", "2014-05-26"),
+            ("Format", "json"),
+            ("AccessKeyId", ID),
+            ("SignatureMethod", "HMAC-SHA1"),
+            ("SignatureVersion", "1.0"),
+            ("SignatureNonce", nonce),
+            ("Timestamp", &ts),
+        ]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+        let sig = auth::v1_signature("GET", &p, SECRET);
+        p.insert("Signature".into(), sig);
+        Request::get(format!("/?{}", wire::canonical_query(&p)))
+            .body(Body::empty())
+            .unwrap()
+    }
+
+    /// A V3 POST with the given signed header names (the rest are sent unsigned).
+    fn v3_post(
+        query: &[(&str, &str)],
+        signed: &[&str],
+        extra_header: Option<(&str, &str)>,
+    ) -> Request<Body> {
+        let q: BTreeMap<String, String> = query
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let hash = hex::encode(sha2::Sha256::digest(b""));
+        let mut headers = HeaderMap::new();
+        for (k, v) in [
+            ("host", "ecs.example"),
+            ("x-acs-action", "DescribeInstances"),
+            ("x-acs-version", "2014-05-26"),
+            ("x-acs-date", now().as_str()),
+            (
+                "x-acs-signature-nonce",
+                uuid::Uuid::new_v4().to_string().as_str(),
+            ),
+            ("x-acs-content-sha256", hash.as_str()),
+        ] {
+            headers.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        if let Some((k, v)) = extra_header {
+            headers.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                v.parse().unwrap(),
+            );
+        }
+        let canonical =
+            auth::v3_canonical_request("POST", "/", &q, &headers, signed, &hash).unwrap();
+        let sig = auth::v3_signature(&canonical, SECRET);
+        let mut b = Request::post(format!("/?{}", wire::canonical_query(&q))).header(
+            header::AUTHORIZATION,
+            format!(
+                "ACS3-HMAC-SHA256 Credential={ID},SignedHeaders={},Signature={sig}",
+                signed.join(";")
+            ),
+        );
+        for (k, v) in &headers {
+            b = b.header(k, v);
+        }
+        b.body(Body::empty()).unwrap()
+    }
+
+    const ALL_SIGNED: [&str; 6] = [
+        "host",
+        "x-acs-action",
+        "x-acs-content-sha256",
+        "x-acs-date",
+        "x-acs-signature-nonce",
+        "x-acs-version",
+    ];
+
+    #[tokio::test]
+    async fn v1_get_with_lowercase_json_format_works() {
+        let emu = emulator();
+        let (status, v) = send(
+            &emu,
+            v1_get("DescribeInstances", &[("RegionId", "cn-shanghai")], "n1"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(v["TotalCount"], 0);
+        assert!(v["RequestId"].is_string());
+    }
+
+    #[tokio::test]
+    async fn xml_format_unknown_action_and_version_are_refused() {
+        let emu = emulator();
+        let (status, v) = send(
+            &emu,
+            v1_get("DescribeInstances", &[("Format", "XML")], "n1"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(v["Code"], "InvalidParameter.Format");
+        let (status, v) = send(&emu, v1_get("Nope", &[], "n2")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        assert_eq!(v["Code"], "InvalidAction.NotFound");
+        let (_, v) = send(
+            &emu,
+            v1_get("DescribeInstances", &[("Version", "2016-01-01")], "n3"),
+        )
+        .await;
+        assert_eq!(v["Code"], "InvalidVersion");
+    }
+
+    #[tokio::test]
+    async fn v3_canonicalises_exactly_the_signed_headers() {
+        let emu = emulator();
+        let q = [("RegionId", "cn-shanghai")];
+        // An unsigned extra x-acs header does not take part.
+        let (status, v) = send(&emu, v3_post(&q, &ALL_SIGNED, Some(("x-acs-extra", "1")))).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        // Signing an extra header works as long as it is sent.
+        let mut signed = ALL_SIGNED.to_vec();
+        signed.push("x-acs-extra");
+        let (status, v) = send(&emu, v3_post(&q, &signed, Some(("x-acs-extra", "1")))).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        // A common header left out of SignedHeaders is refused.
+        let partial: Vec<&str> = ALL_SIGNED
+            .iter()
+            .copied()
+            .filter(|h| *h != "x-acs-date")
+            .collect();
+        let (status, v) = send(&emu, v3_post(&q, &partial, None)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(v["Code"], "IncompleteSignature");
+    }
+
+    #[tokio::test]
+    async fn v3_tampered_query_does_not_match() {
+        let emu = emulator();
+        let req = v3_post(&[("RegionId", "cn-shanghai")], &ALL_SIGNED, None);
+        let (mut parts, body) = req.into_parts();
+        parts.uri = "/?RegionId=cn-beijing".parse().unwrap();
+        let (status, v) = send(&emu, Request::from_parts(parts, body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(v["Code"], "SignatureDoesNotMatch");
+        assert_eq!(emu.stats().rejected, 1);
+    }
+
+    #[tokio::test]
+    async fn throttled_answers_carry_the_ratelimit_header() {
+        let emu = emulator();
+        emu.set_faults(Faults {
+            throttle_rate: 1.0,
+            throttle_time_left_ms: 1234,
+            ..Faults::default()
+        })
+        .unwrap();
+        let resp = emu
+            .router()
+            .oneshot(v1_get("DescribeInstances", &[("RegionId", "r")], "n1"))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        let h = resp.headers()["x-ratelimit-user-api"].to_str().unwrap();
+        assert!(h.contains("TimeLeft:1234"), "{h}");
+    }
+
+    #[tokio::test]
+    async fn admin_endpoints_seed_pin_state_faults_and_reset() {
+        let emu = emulator();
+        let json_req = |method: &str, uri: &str, body: &str| {
+            Request::builder()
+                .method(method)
+                .uri(uri)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Body::from(body.to_owned()))
+                .unwrap()
+        };
+        let (status, v) = send(
+            &emu,
+            json_req("POST", "/_emulator/seed", r#"{"count":3,"tags":{"a":"b"}}"#),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(v["created"], 3);
+        let id = v["firstInstanceId"].as_str().unwrap().to_owned();
+        let (status, _) = send(
+            &emu,
+            json_req(
+                "PUT",
+                &format!("/_emulator/instances/{id}/status"),
+                r#"{"status":"Pending"}"#,
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        let (_, state) = send(&emu, json_req("GET", "/_emulator/state", "")).await;
+        assert_eq!(state["instances"].as_array().unwrap().len(), 3);
+        assert_eq!(state["instances"][0]["Status"], "Pending");
+        assert_eq!(state["instances"][0]["Pinned"], true);
+        let (status, _) = send(
+            &emu,
+            json_req(
+                "PUT",
+                "/_emulator/instances/i-missing/status",
+                r#"{"status":"Pending"}"#,
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, f) = send(
+            &emu,
+            json_req(
+                "PUT",
+                "/_emulator/faults",
+                r#"{"throttleRate":0.5,"noStockZones":["z"]}"#,
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(f["throttleRate"], 0.5);
+        let (status, _) = send(
+            &emu,
+            json_req("PUT", "/_emulator/faults", r#"{"throttleRate":2}"#),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        let (status, _) = send(&emu, json_req("POST", "/_emulator/reset", "")).await;
+        assert_eq!(status, StatusCode::NO_CONTENT);
+        assert_eq!(emu.instance_count(), 0);
+        assert_eq!(emu.faults(), Faults::default());
+        let (status, l) = send(
+            &emu,
+            json_req(
+                "PUT",
+                "/_emulator/lifecycle",
+                r#"{"pendingMs":5,"startingMs":6,"stoppingMs":7}"#,
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(l["startingMs"], 6);
+    }
+}
