@@ -3,7 +3,7 @@
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use domain::Code;
 use utoipa::openapi::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -20,6 +20,7 @@ pub struct ServiceApp {
     api: OpenApiRouter,
     readiness: Readiness,
     http: HttpConfig,
+    openapi_route: Option<MethodRouter>,
 }
 
 impl ServiceApp {
@@ -30,6 +31,7 @@ impl ServiceApp {
             api,
             readiness: Readiness::default(),
             http: HttpConfig::default(),
+            openapi_route: None,
         }
     }
 
@@ -45,10 +47,20 @@ impl ServiceApp {
         self
     }
 
+    /// Serves `/openapi.json` with `route` instead of the document generated from this service's routes
+    /// (the gateway serves the merged document of its upstreams).
+    pub fn openapi_route(mut self, route: MethodRouter) -> Self {
+        self.openapi_route = Some(route);
+        self
+    }
+
     /// The service's OpenAPI document, as `/openapi.json` serves it.
     pub fn openapi(name: &str, mut doc: OpenApi) -> OpenApi {
         doc.info.title = format!("berth {name}");
         doc.info.version = env!("CARGO_PKG_VERSION").to_string();
+        // utoipa fills these from its own package metadata when the caller gives none.
+        doc.info.contact = None;
+        doc.info.license = None;
         doc.info.description = Some(format!(
             "The {name} service of Berth. Every non-2xx answer is application/problem+json (schema Problem), with `code` the MCM machine code."
         ));
@@ -80,7 +92,8 @@ impl ServiceApp {
             .route("/metrics", get(metrics_text))
             .route(
                 "/openapi.json",
-                get(move || async move { Json(doc.as_ref().clone()) }),
+                self.openapi_route
+                    .unwrap_or_else(|| get(move || async move { Json(doc.as_ref().clone()) })),
             );
         middleware::apply(router, self.name, &self.http)
     }

@@ -1,26 +1,459 @@
-//! The service answers the routes every Berth service has.
+//! The gateway over real HTTP, in front of recording stand-in upstreams: authentication and scopes on
+//! every route family, what reaches the upstream, timeouts, the circuit breaker and the rate limit.
+//! The same checks against the real services are in the workspace `tests/` crate.
 
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::HeaderMap;
+use axum::routing::any;
+use gateway::auth::tokens_file_line;
+use gateway::routes::Scope;
 use service_kit::Env;
+use service_kit::testing::{TestServer, eventually, spawn};
 
-#[tokio::test]
-async fn standard_routes_answer() {
-    let config =
-        gateway::Config::from_env(&Env::default().with("BERTH_LISTEN", "127.0.0.1:0")).unwrap();
-    let app = gateway::build(config).await.unwrap();
+/// What a stand-in upstream saw: method, path and headers of every call.
+type Seen = Arc<Mutex<Vec<(String, String, HeaderMap)>>>;
+
+/// A stand-in upstream answering 200 `{"upstream": name}` to anything, or sleeping first when the
+/// path says `slow`.
+async fn upstream(name: &'static str) -> (TestServer, Seen) {
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let router = axum::Router::new().fallback(any(move |request: Request| {
+        let record = record.clone();
+        async move {
+            let path = request.uri().path().to_string();
+            record.lock().unwrap().push((
+                request.method().to_string(),
+                path.clone(),
+                request.headers().clone(),
+            ));
+            // Read the whole body, as a real service does, and report its size.
+            let size = axum::body::to_bytes(request.into_body(), usize::MAX)
+                .await
+                .map(|b| b.len())
+                .unwrap_or(0);
+            if path.contains("slow") {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            axum::Json(serde_json::json!({"upstream": name, "received": size}))
+        }
+    }));
+    (spawn(router).await, seen)
+}
+
+struct Harness {
+    url: String,
+    seen: [Seen; 3],
+    upstreams: Vec<TestServer>,
+    _dir: tempfile::TempDir,
+}
+
+const TOKENS: [(&str, &[Scope]); 4] = [
+    (
+        "reader",
+        &[
+            Scope::MachinesRead,
+            Scope::VolumesRead,
+            Scope::OrchestratorsRead,
+        ],
+    ),
+    (
+        "writer",
+        &[
+            Scope::MachinesWrite,
+            Scope::VolumesWrite,
+            Scope::OrchestratorsWrite,
+        ],
+    ),
+    ("root", &[Scope::Admin]),
+    ("volumes-only", &[Scope::VolumesRead]),
+];
+
+async fn spawn_gateway(extra: &[(&str, &str)]) -> Harness {
+    let (md, md_seen) = upstream("machine-driver").await;
+    let (reg, reg_seen) = upstream("orchestrator-registry").await;
+    let (so, so_seen) = upstream("storage-ops").await;
+    let dir = tempfile::tempdir().unwrap();
+    let tokens: Vec<String> = TOKENS
+        .iter()
+        .map(|(name, scopes)| tokens_file_line(name, &format!("tok-{name}"), scopes))
+        .collect();
+    std::fs::write(dir.path().join("tokens"), tokens.join("\n")).unwrap();
+    let mut env = Env::default()
+        .with("BERTH_LISTEN", "127.0.0.1:0")
+        .with("BERTH_DATA_DIR", dir.path().display().to_string())
+        .with("BERTH_INTERNAL_TOKEN", "internal-cred")
+        .with("BERTH_MACHINE_DRIVER_URL", md.url.clone())
+        .with("BERTH_REGISTRY_URL", reg.url.clone())
+        .with("BERTH_STORAGE_OPS_URL", so.url.clone())
+        .with("BERTH_UPSTREAM_TIMEOUT", "300ms")
+        .with("BERTH_MACHINE_DRIVER_TIMEOUT", "300ms")
+        .with("BERTH_RATE_LIMIT_RPS", "0");
+    for (k, v) in extra {
+        env = env.with(k, *v);
+    }
+    let app = gateway::build(gateway::Config::from_env(&env).unwrap())
+        .await
+        .unwrap();
     let url = format!("http://{}", app.local_addr());
     tokio::spawn(app.run_until(std::future::pending()));
-    let c = reqwest::Client::new();
-    for path in ["/healthz", "/readyz", "/metrics", "/openapi.json"] {
-        let r = c.get(format!("{url}{path}")).send().await.unwrap();
-        assert_eq!(r.status(), 200, "{path}");
+    Harness {
+        url,
+        seen: [md_seen, reg_seen, so_seen],
+        upstreams: vec![md, reg, so],
+        _dir: dir,
     }
-    let doc: serde_json::Value = c
-        .get(format!("{url}/openapi.json"))
+}
+
+/// (method, path, upstream index, needed scope) for every route of DESIGN.md.
+const ROUTES: [(&str, &str, usize, Scope); 19] = [
+    ("POST", "/v1/machines:create", 0, Scope::MachinesWrite),
+    ("POST", "/v1/machines:initialize", 0, Scope::MachinesWrite),
+    ("POST", "/v1/machines:delete", 0, Scope::MachinesWrite),
+    ("POST", "/v1/machines:status", 0, Scope::MachinesRead),
+    ("POST", "/v1/machines:list", 0, Scope::MachinesRead),
+    ("POST", "/v1/volume-ids", 0, Scope::MachinesRead),
+    ("GET", "/v1/providers", 0, Scope::MachinesRead),
+    (
+        "PUT",
+        "/v1/orchestrators/local",
+        1,
+        Scope::OrchestratorsWrite,
+    ),
+    (
+        "GET",
+        "/v1/orchestrators/local",
+        1,
+        Scope::OrchestratorsRead,
+    ),
+    (
+        "HEAD",
+        "/v1/orchestrators/local",
+        1,
+        Scope::OrchestratorsRead,
+    ),
+    ("GET", "/v1/orchestrators", 1, Scope::OrchestratorsRead),
+    (
+        "DELETE",
+        "/v1/orchestrators/local",
+        1,
+        Scope::OrchestratorsWrite,
+    ),
+    ("GET", "/v1/kinds", 1, Scope::OrchestratorsRead),
+    (
+        "GET",
+        "/v1/orchestrators:detect",
+        1,
+        Scope::OrchestratorsRead,
+    ),
+    ("POST", "/v1/volumes", 2, Scope::VolumesWrite),
+    ("GET", "/v1/volumes/default/data", 2, Scope::VolumesRead),
+    (
+        "GET",
+        "/v1/volumes?namespace=default",
+        2,
+        Scope::VolumesRead,
+    ),
+    ("DELETE", "/v1/volumes/default/data", 2, Scope::VolumesWrite),
+    ("GET", "/v1/orphans", 2, Scope::VolumesRead),
+];
+
+fn holder_of(scope: Scope) -> &'static str {
+    match scope {
+        Scope::MachinesRead | Scope::VolumesRead | Scope::OrchestratorsRead => "reader",
+        _ => "writer",
+    }
+}
+
+async fn call(url: &str, method: &str, path: &str, token: Option<&str>) -> reqwest::Response {
+    let mut r = reqwest::Client::new().request(method.parse().unwrap(), format!("{url}{path}"));
+    if let Some(t) = token {
+        r = r.bearer_auth(t);
+    }
+    if method == "POST" || method == "PUT" {
+        r = r.json(&serde_json::json!({}));
+    }
+    r.send().await.unwrap()
+}
+
+#[tokio::test]
+async fn every_route_needs_a_known_token_with_its_scope() {
+    let h = spawn_gateway(&[]).await;
+    for (method, path, idx, scope) in ROUTES {
+        let none = call(&h.url, method, path, None).await;
+        assert_eq!(none.status(), 401, "{method} {path} without a token");
+        if method != "HEAD" {
+            assert_eq!(none.headers()["content-type"], "application/problem+json");
+        }
+        assert_eq!(
+            call(&h.url, method, path, Some("nonsense")).await.status(),
+            401,
+            "{method} {path} unknown token"
+        );
+        let wrong = if holder_of(scope) == "reader" {
+            "writer"
+        } else {
+            "reader"
+        };
+        assert_eq!(
+            call(&h.url, method, path, Some(&format!("tok-{wrong}")))
+                .await
+                .status(),
+            403,
+            "{method} {path} as {wrong}"
+        );
+        let before = h.seen[idx].lock().unwrap().len();
+        let ok = call(
+            &h.url,
+            method,
+            path,
+            Some(&format!("tok-{}", holder_of(scope))),
+        )
+        .await;
+        assert_eq!(ok.status(), 200, "{method} {path} with {scope}");
+        assert_eq!(
+            h.seen[idx].lock().unwrap().len(),
+            before + 1,
+            "{method} {path} reached upstream {idx}"
+        );
+        assert_eq!(
+            call(&h.url, method, path, Some("tok-root")).await.status(),
+            200,
+            "admin may {method} {path}"
+        );
+    }
+    assert_eq!(
+        call(&h.url, "GET", "/v1/orchestrators", Some("tok-volumes-only"))
+            .await
+            .status(),
+        403
+    );
+    let unknown = call(&h.url, "GET", "/v1/secrets", Some("tok-root")).await;
+    assert_eq!(unknown.status(), 404);
+    // Probes need no token.
+    for path in ["/healthz", "/metrics"] {
+        assert_eq!(
+            call(&h.url, "GET", path, None).await.status(),
+            200,
+            "{path}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_upstream_sees_the_internal_credential_and_forwarding_headers_not_the_callers_token() {
+    let h = spawn_gateway(&[]).await;
+    let resp = reqwest::Client::new()
+        .get(format!("{}/v1/volumes/default/data?x=1", h.url))
+        .bearer_auth("tok-reader")
+        .header("x-request-id", "rid-7")
+        .header("connection", "keep-alive, x-secret-hop")
+        .header("x-secret-hop", "1")
+        .header(
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
         .send()
         .await
-        .unwrap()
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-request-id"], "rid-7");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["upstream"], "storage-ops");
+    let (method, path, headers) = h.seen[2].lock().unwrap().pop().unwrap();
+    assert_eq!(
+        (method.as_str(), path.as_str()),
+        ("GET", "/v1/volumes/default/data")
+    );
+    assert_eq!(headers["authorization"], "Bearer internal-cred");
+    assert_eq!(headers["x-request-id"], "rid-7");
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
+    assert_eq!(headers["x-forwarded-proto"], "http");
+    assert!(
+        headers["x-forwarded-host"]
+            .to_str()
+            .unwrap()
+            .starts_with("127.0.0.1:")
+    );
+    assert!(
+        !headers.contains_key("x-secret-hop"),
+        "hop-by-hop headers named by Connection are dropped"
+    );
+    let tp = headers["traceparent"].to_str().unwrap();
+    assert!(
+        tp.contains("4bf92f3577b34da6a3ce929d0e0e4736"),
+        "the caller's trace continues: {tp}"
+    );
+    assert!(
+        !tp.contains("00f067aa0ba902b7"),
+        "with the gateway's own span as parent: {tp}"
+    );
+}
+
+#[tokio::test]
+async fn bodies_stream_through_in_both_directions() {
+    let h = spawn_gateway(&[]).await;
+    let body = serde_json::json!({"name": "data", "capacity": "1Gi", "pad": "x".repeat(200_000)});
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/volumes", h.url))
+        .bearer_auth("tok-writer")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let echoed: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(
+        echoed["received"].as_u64().unwrap(),
+        serde_json::to_vec(&body).unwrap().len() as u64
+    );
+    let oversized = serde_json::json!({"pad": "x".repeat(2 << 20)});
+    let resp = reqwest::Client::new()
+        .post(format!("{}/v1/volumes", h.url))
+        .bearer_auth("tok-writer")
+        .json(&oversized)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+}
+
+#[tokio::test]
+async fn a_slow_upstream_is_answered_504_within_the_timeout() {
+    let h = spawn_gateway(&[]).await;
+    let started = std::time::Instant::now();
+    let resp = call(
+        &h.url,
+        "GET",
+        "/v1/volumes/default/slow",
+        Some("tok-reader"),
+    )
+    .await;
+    assert_eq!(resp.status(), 504);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "answered after {:?}",
+        started.elapsed()
+    );
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["code"], 4);
+    assert!(body["detail"].as_str().unwrap().contains("storage-ops"));
+}
+
+#[tokio::test]
+async fn a_dead_upstream_is_503_then_the_breaker_opens_and_closes_when_it_returns() {
+    let mut h = spawn_gateway(&[
+        ("BERTH_BREAKER_FAILURES", "3"),
+        ("BERTH_BREAKER_OPEN", "300ms"),
+    ])
+    .await;
+    let registry = h.upstreams.remove(1);
+    let addr: SocketAddr = registry.addr;
+    registry.shutdown().await;
+    for _ in 0..3 {
+        let resp = call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await;
+        assert_eq!(resp.status(), 503);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(
+            body["detail"], "orchestrator-registry is unreachable",
+            "no internal address leaks"
+        );
+    }
+    let open = call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await;
+    assert_eq!(open.status(), 503);
+    assert!(open.headers().contains_key("retry-after"));
+    let body: serde_json::Value = open.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("circuit breaker open"),
+        "{body}"
+    );
+    // Other upstreams are unaffected.
+    assert_eq!(
+        call(&h.url, "GET", "/v1/orphans", Some("tok-reader"))
+            .await
+            .status(),
+        200
+    );
+
+    // The registry comes back on the same address; after the open period a probe closes the breaker.
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let router = axum::Router::new().fallback(any(|| async {
+        axum::Json(serde_json::json!({"upstream": "back"}))
+    }));
+    tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
+    let url = h.url.clone();
+    eventually("the breaker closes", Duration::from_secs(10), || {
+        let url = url.clone();
+        async move {
+            (call(&url, "GET", "/v1/kinds", Some("tok-reader"))
+                .await
+                .status()
+                == 200)
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_rate_limit_answers_429_with_retry_after() {
+    let h = spawn_gateway(&[
+        ("BERTH_RATE_LIMIT_RPS", "1"),
+        ("BERTH_RATE_LIMIT_BURST", "3"),
+    ])
+    .await;
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await);
+    }
+    assert!(statuses[..3].iter().all(|r| r.status() == 200));
+    let limited = statuses.pop().unwrap();
+    assert_eq!(limited.status(), 429);
+    assert!(limited.headers().contains_key("retry-after"));
+    let body: serde_json::Value = limited.json().await.unwrap();
+    assert_eq!(body["code"], 8);
+    // Another token has its own bucket.
+    assert_eq!(
+        call(&h.url, "GET", "/v1/kinds", Some("tok-root"))
+            .await
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn readiness_and_openapi_aggregate_the_upstreams() {
+    let h = spawn_gateway(&[]).await;
+    // The stand-ins answer 200 to /readyz and to /openapi.json with a body that has no paths.
+    assert_eq!(call(&h.url, "GET", "/readyz", None).await.status(), 200);
+    let doc: serde_json::Value = call(&h.url, "GET", "/openapi.json", None)
+        .await
         .json()
         .await
         .unwrap();
-    assert_eq!(doc["info"]["title"], "berth gateway");
+    assert_eq!(doc["info"]["title"], "berth gateway", "{doc}");
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"], "bearer",
+        "{doc}"
+    );
+    let mut h = h;
+    h.upstreams.remove(2).shutdown().await;
+    let resp = call(&h.url, "GET", "/readyz", None).await;
+    assert_eq!(resp.status(), 503);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("storage-ops: unreachable"),
+        "{body}"
+    );
 }

@@ -1,0 +1,209 @@
+//! Bearer tokens and their scopes.
+//!
+//! The tokens file (`BERTH_TOKENS_FILE`) holds only SHA-256 hashes, one token a line:
+//!
+//! ```text
+//! # name   hash                                                                     scopes
+//! admin    sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 admin
+//! ci       sha256:…                                                                 volumes:read,volumes:write
+//! ```
+//!
+//! A presented token is hashed and compared with every entry in constant time, so neither the file nor
+//! the timing of a refusal gives a token away. The file is re-read when it changes (checked at most once
+//! a second), so adding a token needs no restart.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::routes::Scope;
+
+/// One token's entry.
+#[derive(Debug, Clone)]
+pub struct TokenEntry {
+    /// A name for people and logs (never the token).
+    pub name: String,
+    hash: [u8; 32],
+    /// What it may do.
+    pub scopes: Vec<Scope>,
+}
+
+impl TokenEntry {
+    /// Whether this token may act with `scope` (`admin` may do everything).
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.scopes
+            .iter()
+            .any(|s| *s == scope || *s == Scope::Admin)
+    }
+}
+
+/// The SHA-256 of a token, as stored.
+pub fn hash_token(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+/// The tokens-file line for a new token.
+pub fn tokens_file_line(name: &str, token: &str, scopes: &[Scope]) -> String {
+    let scopes: Vec<&str> = scopes.iter().map(|s| s.as_str()).collect();
+    format!(
+        "{name} sha256:{} {}",
+        hex::encode(hash_token(token)),
+        scopes.join(",")
+    )
+}
+
+/// Parses a tokens file; the error names the line and what is wrong with it.
+pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, String> {
+    let mut entries = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [name, hash, scopes] = fields[..] else {
+            return Err(format!(
+                "line {}: expected `<name> sha256:<hex> <scope>[,<scope>…]`",
+                i + 1
+            ));
+        };
+        let hash = hash
+            .strip_prefix("sha256:")
+            .and_then(|h| hex::decode(h).ok())
+            .and_then(|h| <[u8; 32]>::try_from(h).ok())
+            .ok_or_else(|| format!("line {}: the hash must be sha256: and 64 hex digits", i + 1))?;
+        let scopes = scopes
+            .split(',')
+            .map(|s| Scope::parse(s).ok_or_else(|| format!("line {}: unknown scope {s:?}", i + 1)))
+            .collect::<Result<Vec<_>, _>>()?;
+        entries.push(TokenEntry {
+            name: name.to_string(),
+            hash,
+            scopes,
+        });
+    }
+    Ok(entries)
+}
+
+/// The tokens, re-read from their file when it changes.
+pub struct TokenStore {
+    path: PathBuf,
+    state: Mutex<StoreState>,
+}
+
+struct StoreState {
+    entries: Vec<TokenEntry>,
+    modified: Option<SystemTime>,
+    checked: Instant,
+}
+
+impl TokenStore {
+    /// Loads `path`. A missing file means no tokens (every call is refused); a malformed one is an error
+    /// at start.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let (entries, modified) = read(path)?;
+        Ok(TokenStore {
+            path: path.to_path_buf(),
+            state: Mutex::new(StoreState {
+                entries,
+                modified,
+                checked: Instant::now(),
+            }),
+        })
+    }
+
+    /// The entry whose hash matches `token`, checking every entry in constant time.
+    pub fn authenticate(&self, token: &str) -> Option<TokenEntry> {
+        let mut state = self.state.lock().expect("token store lock");
+        if state.checked.elapsed() >= Duration::from_secs(1) {
+            state.checked = Instant::now();
+            let modified = std::fs::metadata(&self.path)
+                .and_then(|m| m.modified())
+                .ok();
+            if modified != state.modified {
+                match read(&self.path) {
+                    Ok((entries, modified)) => {
+                        tracing::info!(count = entries.len(), "tokens file reloaded");
+                        state.entries = entries;
+                        state.modified = modified;
+                    }
+                    // A half-written file keeps the old tokens rather than locking everyone out.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "tokens file unreadable; keeping the previous tokens")
+                    }
+                }
+            }
+        }
+        let presented = hash_token(token);
+        let mut found = None;
+        for entry in &state.entries {
+            if bool::from(entry.hash.ct_eq(&presented)) {
+                found = Some(entry.clone());
+            }
+        }
+        found
+    }
+}
+
+fn read(path: &Path) -> Result<(Vec<TokenEntry>, Option<SystemTime>), String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let entries = parse_tokens(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+            Ok((entries, modified))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Vec::new(), None)),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip_and_scopes_apply() {
+        let line = tokens_file_line("ci", "tok-1", &[Scope::VolumesRead, Scope::VolumesWrite]);
+        assert!(!line.contains("tok-1"));
+        let entries = parse_tokens(&format!(
+            "# comment\n\n{line}\nroot sha256:{} admin\n",
+            hex::encode(hash_token("root"))
+        ))
+        .unwrap();
+        assert_eq!(entries.len(), 2);
+        assert!(entries[0].allows(Scope::VolumesWrite));
+        assert!(!entries[0].allows(Scope::MachinesRead));
+        assert!(entries[1].allows(Scope::MachinesWrite));
+    }
+
+    #[test]
+    fn malformed_lines_are_named() {
+        assert!(parse_tokens("a b").unwrap_err().starts_with("line 1"));
+        assert!(
+            parse_tokens("a md5:00 admin")
+                .unwrap_err()
+                .contains("sha256")
+        );
+        let e = parse_tokens(&format!("a sha256:{} root", "0".repeat(64))).unwrap_err();
+        assert!(e.contains("unknown scope \"root\""), "{e}");
+    }
+
+    #[test]
+    fn store_authenticates_by_hash_and_reloads() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, tokens_file_line("a", "alpha", &[Scope::Admin])).unwrap();
+        let store = TokenStore::load(&path).unwrap();
+        assert_eq!(store.authenticate("alpha").unwrap().name, "a");
+        assert!(store.authenticate("beta").is_none());
+        assert!(
+            TokenStore::load(&dir.path().join("missing"))
+                .unwrap()
+                .authenticate("alpha")
+                .is_none()
+        );
+    }
+}
