@@ -300,6 +300,66 @@ pub struct DeleteResult {
     pub deleted: bool,
 }
 
+/// What a volume uses (`GET /v1/volumes/{namespace}/{name}/stats`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeStats {
+    /// The volume's namespace.
+    pub namespace: String,
+    /// The volume's name.
+    pub name: String,
+    /// The volume's uid.
+    pub uid: String,
+    /// The capacity it was created with, in bytes.
+    pub capacity_bytes: u64,
+    /// Bytes in use on the backend; absent when the backend cannot tell (see `source`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub used_bytes: Option<u64>,
+    /// Bytes still free on the file system that holds it, when the backend knows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_bytes: Option<u64>,
+    /// Where the backend keeps it.
+    pub location: String,
+    /// How `usedBytes` was measured: `walk` (allocated blocks of every file), `file` (allocated blocks
+    /// of the sparse file), `docker` (the Engine's usage data), or `unavailable`.
+    pub source: String,
+}
+
+/// A backend object that Berth placed or labelled but that no volume owns (a leftover of a crash, or of
+/// something removed behind Berth's back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct Orphan {
+    /// The orchestrator whose backend holds it.
+    pub orchestrator: String,
+    /// That orchestrator's kind.
+    pub kind: crate::orchestrator::OrchestratorKind,
+    /// Where it is (a path, a Docker volume name).
+    pub location: String,
+    /// The uid Berth gave it.
+    pub uid: String,
+    /// The namespace it was made for.
+    pub namespace: String,
+    /// The name it was made for.
+    pub name: String,
+}
+
+/// `GET /v1/orphans`: what a fresh scan of every known backend found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OrphanList {
+    /// The orphans; `[]` when there are none.
+    pub items: Vec<Orphan>,
+    /// `report` (orphans are only listed) or `delete` (the reconciler removes them).
+    pub policy: String,
+    /// Backends that could not be scanned, with why (`docker: Docker Engine ... does not answer`).
+    #[serde(default)]
+    pub unscanned: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,50 +1,247 @@
 //! The storage-ops service: maya's `StorageOps` (add, read, list, delete volumes) over REST, persisted in its own SQLite, with real local and Docker backends.
 //!
+//! maya's volume API created non-idempotently (and its rollback deleted the volume that was already
+//! there), answered 404 to a repeated delete, left data and objects behind, and listed `null`. Here
+//! AddStorage is idempotent by (namespace, name) and spec, DeleteStorage by name, every change is in
+//! SQLite before and after the backend acts, and a reconciler finishes what a crash interrupted and
+//! reports (or removes) backend objects no volume owns.
+//!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables.
-//! - [`router`]: the HTTP API, a pure function of its state so tests can drive it with `oneshot`.
-//! - [`build`]: binds the listener and assembles the [`Application`] that `main` (or `berth up`) runs.
+//! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]).
+//! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
+//! - [`ops`]: the logic: AddStorage, DeleteStorage, ReadStorage, ListStorage, stats, orphans, reconcile.
+//! - [`store`]: SQLite (WAL, `synchronous = FULL`, one writer with group commit, a reader pool).
+//! - [`backend`]: the `local` and `docker` backends behind one trait.
+//! - [`locks`]: per-volume locks.
+//! - [`router`]: the whole router, a pure function of its state so tests can drive it with `oneshot`.
+//! - [`build`]: opens the database, binds the listener, starts the reconciler, and assembles the
+//!   [`Application`] that `main` (or `berth up`) runs.
 
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use client::{ClientOptions, ServiceClient};
 use service_kit::config::{ConfigError, listen_addr, vars};
+use service_kit::health::Check;
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
-use utoipa_axum::router::OpenApiRouter;
+
+pub mod api;
+pub mod backend;
+pub mod locks;
+pub mod ops;
+pub mod store;
+
+use crate::ops::{Ops, OrphanPolicy};
+use crate::store::Store;
 
 /// The service's name in logs, metrics and traces.
 pub const NAME: &str = "storage-ops";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8083;
 
+/// Names of the variables this service reads besides the common ones.
+pub mod env_vars {
+    /// The SQLite database file.
+    pub const STORAGE_DB: &str = "BERTH_STORAGE_DB";
+    /// The orchestrator registry's base URL.
+    pub const REGISTRY_URL: &str = "BERTH_REGISTRY_URL";
+    /// How long one call to the registry may take.
+    pub const REGISTRY_TIMEOUT: &str = "BERTH_REGISTRY_TIMEOUT";
+    /// How often the reconciler runs (it also runs at start).
+    pub const RECONCILE_INTERVAL: &str = "BERTH_RECONCILE_INTERVAL";
+    /// `report` or `delete`: what the reconciler does with orphans.
+    pub const ORPHAN_POLICY: &str = "BERTH_ORPHAN_POLICY";
+}
+
+/// The data directory when `BERTH_DATA_DIR` is unset.
+pub const DEFAULT_DATA_DIR: &str = "./berth-data";
+/// The registry when `BERTH_REGISTRY_URL` is unset.
+pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:8082";
+/// How often the reconciler runs by default.
+pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
+/// The longest a registry call may take by default (well inside the default request timeout, so a
+/// hung registry is a 503, not a 504).
+pub const DEFAULT_REGISTRY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The service's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Where to listen (`BERTH_LISTEN`, default `127.0.0.1:8083`).
     pub listen: std::net::SocketAddr,
-    /// Timeouts, body limit, internal credential.
+    /// Timeouts, body limit, internal credential (also presented to the registry).
     pub http: HttpConfig,
+    /// Where state lives (`BERTH_DATA_DIR`, default `./berth-data`).
+    pub data_dir: PathBuf,
+    /// The SQLite file (`BERTH_STORAGE_DB`, default `<data dir>/storage.db`).
+    pub db_path: PathBuf,
+    /// The registry (`BERTH_REGISTRY_URL`, default `http://127.0.0.1:8082`).
+    pub registry_url: String,
+    /// One registry call's limit (`BERTH_REGISTRY_TIMEOUT`, default `5s`, at most a third of the
+    /// request timeout).
+    pub registry_timeout: Duration,
+    /// How often the reconciler runs (`BERTH_RECONCILE_INTERVAL`, default `30s`).
+    pub reconcile_interval: Duration,
+    /// What the reconciler does with orphans (`BERTH_ORPHAN_POLICY`, `report` or `delete`, default
+    /// `report`).
+    pub orphan_policy: OrphanPolicy,
 }
 
 impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let http = HttpConfig::from_env(env)?;
+        let data_dir = PathBuf::from(env.get(vars::DATA_DIR).unwrap_or(DEFAULT_DATA_DIR));
+        let db_path = env
+            .get(env_vars::STORAGE_DB)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| data_dir.join("storage.db"));
+        let registry_url = env
+            .get(env_vars::REGISTRY_URL)
+            .unwrap_or(DEFAULT_REGISTRY_URL)
+            .trim_end_matches('/')
+            .to_string();
+        if !(registry_url.starts_with("http://") || registry_url.starts_with("https://")) {
+            return Err(ConfigError {
+                var: env_vars::REGISTRY_URL.into(),
+                value: registry_url,
+                problem: "must be an http:// or https:// URL".into(),
+            });
+        }
+        let registry_timeout = env
+            .duration_or(env_vars::REGISTRY_TIMEOUT, DEFAULT_REGISTRY_TIMEOUT)?
+            .min(http.request_timeout / 3);
+        let reconcile_interval =
+            env.duration_or(env_vars::RECONCILE_INTERVAL, DEFAULT_RECONCILE_INTERVAL)?;
+        if reconcile_interval.is_zero() {
+            return Err(ConfigError {
+                var: env_vars::RECONCILE_INTERVAL.into(),
+                value: "0".into(),
+                problem: "must be more than zero".into(),
+            });
+        }
+        let orphan_policy = env.parse_or(env_vars::ORPHAN_POLICY, OrphanPolicy::Report)?;
         Ok(Config {
             listen: listen_addr(env, DEFAULT_PORT)?,
-            http: HttpConfig::from_env(env)?,
+            http,
+            data_dir,
+            db_path,
+            registry_url,
+            registry_timeout,
+            reconcile_interval,
+            orphan_policy,
         })
     }
 }
 
-/// The service's router.
-pub fn router(config: &Config) -> axum::Router {
-    ServiceApp::new(NAME, OpenApiRouter::new())
+/// The service's router over `ops`.
+pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
+    let db = ops.clone();
+    let registry = ops.clone();
+    ServiceApp::new(NAME, api::routes(ops))
         .http_config(config.http.clone())
+        .readiness(Check::new("db", move || {
+            let ops = db.clone();
+            async move { ops.store().ping().await.map_err(|e| e.to_string()) }
+        }))
+        .readiness(Check::new("registry", move || {
+            let ops = registry.clone();
+            async move {
+                ops.registry()
+                    .service()
+                    .ready()
+                    .await
+                    .map_err(|e| e.status.message)
+            }
+        }))
         .into_router()
 }
 
-/// Binds the listener and builds the application.
+/// Opens the store and wires the logic to the registry at `config.registry_url`.
+pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error + Send + Sync>> {
+    if let Some(dir) = config
+        .db_path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+    {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            format!(
+                "cannot make the directory of {} ({e}); set {} or {}",
+                config.db_path.display(),
+                vars::DATA_DIR,
+                env_vars::STORAGE_DB
+            )
+        })?;
+    }
+    let store = Store::open(&config.db_path).await.map_err(|e| {
+        format!(
+            "cannot open the database {} ({e}); set {}",
+            config.db_path.display(),
+            env_vars::STORAGE_DB
+        )
+    })?;
+    let registry = client::registry::Client::new(ServiceClient::new(
+        &config.registry_url,
+        ClientOptions {
+            timeout: config.registry_timeout,
+            bearer: config.http.internal_token.clone(),
+            attempts: 2,
+        },
+    ));
+    Ok(Arc::new(Ops::new(store, registry, config.orphan_policy)))
+}
+
+/// Runs the reconciler: once now, then every `interval`.
+pub async fn reconcile_forever(ops: Arc<Ops>, interval: Duration) {
+    loop {
+        ops.reconcile_once().await;
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// Binds the listener and builds the application, reconciler included.
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
+    let ops = ops(&config).await?;
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
-    Ok(Application::new(router(&config), listener))
+    let mut app = Application::new(router(&config, ops.clone()), listener);
+    app.background.push(tokio::spawn(reconcile_forever(
+        ops,
+        config.reconcile_interval,
+    )));
+    Ok(app)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_bad_values() {
+        let c = Config::from_env(&Env::default()).unwrap();
+        assert_eq!(c.db_path, PathBuf::from("./berth-data/storage.db"));
+        assert_eq!(c.registry_url, DEFAULT_REGISTRY_URL);
+        assert_eq!(c.reconcile_interval, DEFAULT_RECONCILE_INTERVAL);
+        assert_eq!(c.orphan_policy, OrphanPolicy::Report);
+        let c = Config::from_env(
+            &Env::default()
+                .with(vars::DATA_DIR, "/srv/b")
+                .with(env_vars::ORPHAN_POLICY, "delete"),
+        )
+        .unwrap();
+        assert_eq!(c.db_path, PathBuf::from("/srv/b/storage.db"));
+        assert_eq!(c.orphan_policy, OrphanPolicy::Delete);
+        for (var, value) in [
+            (env_vars::ORPHAN_POLICY, "purge"),
+            (env_vars::RECONCILE_INTERVAL, "soon"),
+            (env_vars::REGISTRY_URL, "registry:8082"),
+        ] {
+            let e = Config::from_env(&Env::default().with(var, value))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(var), "{e}");
+        }
+    }
 }

@@ -1,0 +1,262 @@
+//! The HTTP API (DESIGN.md, "Storage ops API"), one handler per route, each documented in the OpenAPI
+//! document by its `#[utoipa::path]`. Handlers parse and validate at the edge, then hand domain values
+//! to [`Ops`].
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use domain::volume::ReclaimPolicy;
+use domain::{
+    DeleteResult, OrphanList, Selector, Status, Volume, VolumeList, VolumeProvisionerProfile,
+    VolumeStats, names,
+};
+use serde::Deserialize;
+use service_kit::ApiError;
+use service_kit::error::Problem;
+use service_kit::extract::{Json, Path, Query};
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::ops::{ListRequest, Ops, decode_continue};
+
+/// Page size when `limit` is absent.
+pub const DEFAULT_LIMIT: u32 = 100;
+/// The largest page.
+pub const MAX_LIMIT: u32 = 1000;
+
+/// The API routes, with their OpenAPI descriptions.
+pub fn routes(ops: Arc<Ops>) -> OpenApiRouter {
+    OpenApiRouter::new()
+        .routes(routes!(add_storage, list_storage))
+        .routes(routes!(read_storage, delete_storage))
+        .routes(routes!(volume_stats))
+        .routes(routes!(list_orphans))
+        .with_state(ops)
+}
+
+fn valid_key(namespace: &str, name: &str) -> Result<(), ApiError> {
+    names::validate_dns1123_label("namespace", namespace)?;
+    names::validate_volume_name("name", name)?;
+    Ok(())
+}
+
+/// AddStorage: makes a volume, or answers the one already there when the spec is the same.
+#[utoipa::path(
+    post,
+    path = "/v1/volumes",
+    tag = "volumes",
+    request_body = VolumeProvisionerProfile,
+    responses(
+        (status = 201, description = "Made; Ready", body = Volume, headers(("Location" = String))),
+        (status = 200, description = "It was there already with the same spec", body = Volume),
+        (status = 400, description = "A field breaks a rule (code 3), naming the field; or the orchestrator is not registered", body = Problem),
+        (status = 409, description = "The name is taken by a volume with a different spec (code 6), saying which fields differ; or it is being deleted (code 10)", body = Problem),
+        (status = 412, description = "The orchestrator's kind has no StorageOps, or there is no default orchestrator (code 9)", body = Problem),
+        (status = 429, description = "The orchestrator's capacity would be exceeded (code 8)", body = Problem),
+        (status = 500, description = "The backend failed; the volume is kept as Failed with its message", body = Problem),
+        (status = 501, description = "StorageOps are not implemented for this kind (kubernetes, nomad) (code 12)", body = Problem),
+        (status = 503, description = "The registry or the backend is unavailable (code 14); Retry-After", body = Problem),
+    )
+)]
+async fn add_storage(
+    State(ops): State<Arc<Ops>>,
+    Json(profile): Json<VolumeProvisionerProfile>,
+) -> Result<Response, ApiError> {
+    let spec = profile.validate()?;
+    let (volume, created) = ops.add(spec).await?;
+    if !created {
+        return Ok((StatusCode::OK, Json(volume)).into_response());
+    }
+    let location = format!(
+        "/v1/volumes/{}/{}",
+        volume.metadata.namespace, volume.metadata.name
+    );
+    let mut response = (StatusCode::CREATED, Json(volume)).into_response();
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        response.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(response)
+}
+
+/// ListStorage's query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    /// Only this namespace (every namespace when absent or empty).
+    namespace: Option<String>,
+    /// A label selector (`app=db,tier in (a,b),!legacy`).
+    #[serde(rename = "labelSelector")]
+    #[param(rename = "labelSelector")]
+    label_selector: Option<String>,
+    /// Page size, 1 to 1000 (100 when absent).
+    limit: Option<u32>,
+    /// The `continue` token of the previous page.
+    #[serde(rename = "continue")]
+    #[param(rename = "continue")]
+    continue_token: Option<String>,
+}
+
+/// ListStorage: a page of volumes in (namespace, name) order.
+#[utoipa::path(
+    get,
+    path = "/v1/volumes",
+    tag = "volumes",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page; `items` is [] when empty; `continue` is absent on the last page", body = VolumeList),
+        (status = 400, description = "A bad namespace, selector, limit or continue token (code 3)", body = Problem),
+    )
+)]
+async fn list_storage(
+    State(ops): State<Arc<Ops>>,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<VolumeList>, ApiError> {
+    let namespace = q.namespace.filter(|n| !n.is_empty());
+    if let Some(ns) = &namespace {
+        names::validate_dns1123_label("namespace", ns)?;
+    }
+    let selector = match q.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {
+        None => None,
+        Some(s) => Some(s.parse::<Selector>().map_err(|e| {
+            ApiError::new(Status::invalid(
+                "labelSelector",
+                e.message.trim_start_matches("labelSelector: "),
+            ))
+        })?),
+    };
+    let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(Status::invalid(
+            "limit",
+            format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
+        )
+        .into());
+    }
+    let after = match q.continue_token.as_deref().filter(|t| !t.is_empty()) {
+        None => None,
+        Some(t) => Some(decode_continue(t)?),
+    };
+    Ok(Json(
+        ops.list(ListRequest {
+            namespace,
+            selector,
+            limit,
+            after,
+        })
+        .await?,
+    ))
+}
+
+/// ReadStorage: one volume.
+#[utoipa::path(
+    get,
+    path = "/v1/volumes/{namespace}/{name}",
+    tag = "volumes",
+    params(
+        ("namespace" = String, Path, description = "A DNS-1123 label"),
+        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters"),
+    ),
+    responses(
+        (status = 200, description = "The volume", body = Volume),
+        (status = 400, description = "A bad namespace or name (code 3)", body = Problem),
+        (status = 404, description = "No such volume (code 5)", body = Problem),
+    )
+)]
+async fn read_storage(
+    State(ops): State<Arc<Ops>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Result<Json<Volume>, ApiError> {
+    valid_key(&namespace, &name)?;
+    Ok(Json(ops.get(&namespace, &name).await?))
+}
+
+/// DeleteStorage's query.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    /// `Delete` removes the backend object, `Retain` keeps it; absent means the volume's own
+    /// `parameters.reclaimPolicy` (default `Delete`).
+    #[serde(rename = "reclaimPolicy")]
+    #[param(rename = "reclaimPolicy")]
+    reclaim_policy: Option<String>,
+}
+
+/// DeleteStorage: removes a volume (and its backend object unless retained); a missing one is not an
+/// error.
+#[utoipa::path(
+    delete,
+    path = "/v1/volumes/{namespace}/{name}",
+    tag = "volumes",
+    params(
+        ("namespace" = String, Path, description = "A DNS-1123 label"),
+        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters"),
+        DeleteQuery,
+    ),
+    responses(
+        (status = 200, description = "`deleted` says whether there was a volume", body = DeleteResult),
+        (status = 400, description = "A bad namespace, name or reclaimPolicy (code 3)", body = Problem),
+        (status = 503, description = "The registry or the backend is unavailable (code 14); the volume stays (Deleting if the backend failed) and the reconciler retries", body = Problem),
+    )
+)]
+async fn delete_storage(
+    State(ops): State<Arc<Ops>>,
+    Path((namespace, name)): Path<(String, String)>,
+    Query(q): Query<DeleteQuery>,
+) -> Result<Json<DeleteResult>, ApiError> {
+    valid_key(&namespace, &name)?;
+    let policy = match q.reclaim_policy.as_deref() {
+        None | Some("") => None,
+        Some("Delete") => Some(ReclaimPolicy::Delete),
+        Some("Retain") => Some(ReclaimPolicy::Retain),
+        Some(other) => {
+            return Err(Status::invalid(
+                "reclaimPolicy",
+                format!("must be Delete or Retain, got {other:?}"),
+            )
+            .into());
+        }
+    };
+    Ok(Json(ops.delete(namespace, name, policy).await?))
+}
+
+/// What a volume uses: capacity, bytes used, free space.
+#[utoipa::path(
+    get,
+    path = "/v1/volumes/{namespace}/{name}/stats",
+    tag = "volumes",
+    params(
+        ("namespace" = String, Path, description = "A DNS-1123 label"),
+        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters"),
+    ),
+    responses(
+        (status = 200, description = "The figures", body = VolumeStats),
+        (status = 404, description = "No such volume (code 5)", body = Problem),
+        (status = 412, description = "The volume is not Ready (code 9)", body = Problem),
+        (status = 500, description = "Ready, but the backend object is gone (code 15)", body = Problem),
+    )
+)]
+async fn volume_stats(
+    State(ops): State<Arc<Ops>>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Result<Json<VolumeStats>, ApiError> {
+    valid_key(&namespace, &name)?;
+    Ok(Json(ops.stats(&namespace, &name).await?))
+}
+
+/// Backend objects Berth made that no volume owns, from a fresh scan of every known backend.
+#[utoipa::path(
+    get,
+    path = "/v1/orphans",
+    tag = "volumes",
+    responses(
+        (status = 200, description = "The orphans (`items` is [] when none), the policy, and any backend that could not be scanned", body = OrphanList),
+    )
+)]
+async fn list_orphans(State(ops): State<Arc<Ops>>) -> Json<OrphanList> {
+    Json(ops.orphans().await)
+}

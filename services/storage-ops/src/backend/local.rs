@@ -1,0 +1,404 @@
+//! The `local` backend: `<basePath>/<namespace>/<name>-<uid>`, a directory or a sparse file.
+//!
+//! Directories are made with mode 0700 and files with 0600 by passing the mode to `mkdir`/`open`
+//! (which the umask can only narrow), rather than by changing the process's umask, which is shared by
+//! every thread of the process. Nothing is ever made or removed outside `basePath`: names are validated
+//! DNS names (no `/`, no `..`), and the namespace directory must resolve to a direct child of the
+//! resolved base path, so a symbolic link planted under `basePath` cannot redirect a volume elsewhere.
+//! A made object is `fsync`ed together with its directory before it is reported, so a volume the
+//! database calls Ready survives a power loss on the backend too.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use domain::Code;
+use futures::future::BoxFuture;
+
+use super::{Backend, BackendError, Found, ObjectRef, Usage};
+
+/// Directories and files under one base path.
+#[derive(Debug, Clone)]
+pub struct LocalBackend {
+    base: PathBuf,
+}
+
+/// Most files a usage walk visits before it stops and reports what it has counted.
+const WALK_LIMIT: usize = 100_000;
+
+impl LocalBackend {
+    /// The backend of the (normalised, absolute) `base_path`.
+    pub fn new(base_path: &str) -> Self {
+        LocalBackend {
+            base: PathBuf::from(base_path),
+        }
+    }
+
+    /// The object's file name: `<name>-<uid>`.
+    pub fn object_name(v: &ObjectRef) -> String {
+        format!("{}-{}", v.name, v.uid)
+    }
+
+    /// The resolved namespace directory, made when `create` is set; `None` when it does not exist.
+    fn namespace_dir(
+        &self,
+        namespace: &str,
+        create: bool,
+    ) -> Result<Option<PathBuf>, BackendError> {
+        if namespace.is_empty() || namespace.contains(['/', '\0']) || namespace.starts_with('.') {
+            return Err(BackendError::new(
+                Code::InvalidArgument,
+                format!("namespace {namespace:?} cannot be a directory name"),
+            ));
+        }
+        if create {
+            DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&self.base)
+                .map_err(|e| {
+                    BackendError::io(&format!("making base path {}", self.base.display()), &e)
+                })?;
+        }
+        let base = match fs::canonicalize(&self.base) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(BackendError::io(
+                    &format!("resolving base path {}", self.base.display()),
+                    &e,
+                ));
+            }
+        };
+        let dir = base.join(namespace);
+        if create {
+            match DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => sync_dir(&base)?,
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(BackendError::io(&format!("making {}", dir.display()), &e));
+                }
+            }
+        }
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(BackendError::new(
+                    Code::FailedPrecondition,
+                    format!(
+                        "{} is not a directory (a link or a file); refusing to use it",
+                        dir.display()
+                    ),
+                ));
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(BackendError::io(&format!("reading {}", dir.display()), &e)),
+        }
+        let resolved = fs::canonicalize(&dir)
+            .map_err(|e| BackendError::io(&format!("resolving {}", dir.display()), &e))?;
+        if resolved.parent() != Some(base.as_path()) {
+            return Err(BackendError::new(
+                Code::FailedPrecondition,
+                format!(
+                    "{} resolves outside the base path; refusing to use it",
+                    dir.display()
+                ),
+            ));
+        }
+        Ok(Some(resolved))
+    }
+
+    fn create_blocking(&self, v: &ObjectRef) -> Result<String, BackendError> {
+        let dir = self
+            .namespace_dir(&v.namespace, true)?
+            .expect("create makes the namespace directory");
+        let path = dir.join(Self::object_name(v));
+        if v.file {
+            let file = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+                .open(&path)
+                .map_err(|e| BackendError::io(&format!("making {}", path.display()), &e))?;
+            // Sparse: set_len allocates nothing, so the file has the exact capacity and costs no space.
+            file.set_len(v.capacity_bytes)
+                .map_err(|e| BackendError::io(&format!("sizing {}", path.display()), &e))?;
+            file.sync_all()
+                .map_err(|e| BackendError::io(&format!("syncing {}", path.display()), &e))?;
+        } else {
+            match DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                    let m = fs::symlink_metadata(&path).map_err(|e| {
+                        BackendError::io(&format!("reading {}", path.display()), &e)
+                    })?;
+                    if !m.is_dir() {
+                        return Err(BackendError::new(
+                            Code::AlreadyExists,
+                            format!("{} exists and is not a directory", path.display()),
+                        ));
+                    }
+                }
+                Err(e) => return Err(BackendError::io(&format!("making {}", path.display()), &e)),
+            }
+        }
+        sync_dir(&dir)?;
+        Ok(path.display().to_string())
+    }
+
+    fn remove_blocking(&self, namespace: &str, object: &str) -> Result<(), BackendError> {
+        let Some(dir) = self.namespace_dir(namespace, false)? else {
+            return Ok(());
+        };
+        let path = dir.join(object);
+        let removed = match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&path),
+            Ok(_) => fs::remove_file(&path),
+            Err(e) => Err(e),
+        };
+        match removed {
+            Ok(()) => sync_dir(&dir),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(BackendError::io(
+                &format!("removing {}", path.display()),
+                &e,
+            )),
+        }
+    }
+
+    fn usage_blocking(&self, v: &ObjectRef) -> Result<Usage, BackendError> {
+        let Some(dir) = self.namespace_dir(&v.namespace, false)? else {
+            return Err(BackendError::new(
+                Code::NotFound,
+                format!("{}/{} has no directory", self.base.display(), v.namespace),
+            ));
+        };
+        let path = dir.join(Self::object_name(v));
+        let m = fs::symlink_metadata(&path)
+            .map_err(|e| BackendError::io(&format!("reading {}", path.display()), &e))?;
+        let available_bytes = nix::sys::statvfs::statvfs(&path)
+            .ok()
+            .map(|s| s.blocks_available().saturating_mul(s.fragment_size()));
+        if !m.is_dir() {
+            return Ok(Usage {
+                used_bytes: Some(m.blocks() * 512),
+                available_bytes,
+                source: "file",
+            });
+        }
+        Ok(Usage {
+            used_bytes: Some(walk_allocated(&path)),
+            available_bytes,
+            source: "walk",
+        })
+    }
+
+    fn scan_blocking(&self) -> Result<Vec<Found>, BackendError> {
+        let base = match fs::canonicalize(&self.base) {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => {
+                return Err(BackendError::io(
+                    &format!("reading {}", self.base.display()),
+                    &e,
+                ));
+            }
+        };
+        let mut found = Vec::new();
+        for ns in read_dir(&base)? {
+            let Ok(ns) = ns else { continue };
+            let Some(namespace) = ns.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            if !ns.file_type().is_ok_and(|t| t.is_dir())
+                || domain::names::validate_dns1123_label("namespace", &namespace).is_err()
+            {
+                continue;
+            }
+            for entry in read_dir(&ns.path())? {
+                let Ok(entry) = entry else { continue };
+                let Some(file) = entry.file_name().to_str().map(str::to_string) else {
+                    continue;
+                };
+                if let Some((name, uid)) = parse_object_name(&file) {
+                    found.push(Found {
+                        uid: uid.to_string(),
+                        namespace: namespace.clone(),
+                        name: name.to_string(),
+                        location: entry.path().display().to_string(),
+                    });
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Splits `<name>-<uid>` where uid is a lower-case hyphenated UUID; anything else is not Berth's.
+pub fn parse_object_name(file: &str) -> Option<(&str, &str)> {
+    const UUID_LEN: usize = 36;
+    if file.len() < UUID_LEN + 2 {
+        return None;
+    }
+    let (head, uid) = file.split_at(file.len() - UUID_LEN);
+    let name = head.strip_suffix('-')?;
+    let parsed = uuid::Uuid::parse_str(uid).ok()?;
+    (parsed.hyphenated().to_string() == uid
+        && domain::names::validate_volume_name("name", name).is_ok())
+    .then_some((name, uid))
+}
+
+fn read_dir(path: &Path) -> Result<fs::ReadDir, BackendError> {
+    fs::read_dir(path).map_err(|e| BackendError::io(&format!("reading {}", path.display()), &e))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), BackendError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| BackendError::io(&format!("syncing {}", dir.display()), &e))
+}
+
+/// Allocated bytes of everything under `root`, links not followed, at most [`WALK_LIMIT`] entries.
+pub(crate) fn walk_allocated(root: &Path) -> u64 {
+    let mut total = 0u64;
+    let mut seen = 0usize;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen > WALK_LIMIT {
+                return total;
+            }
+            let Ok(m) = entry.metadata() else { continue };
+            total = total.saturating_add(m.blocks() * 512);
+            if m.is_dir() {
+                stack.push(entry.path());
+            }
+        }
+    }
+    total
+}
+
+/// Runs blocking file-system work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, BackendError> + Send + 'static,
+) -> Result<T, BackendError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(BackendError::new(
+            Code::Internal,
+            format!("file-system task: {e}"),
+        ))
+    })
+}
+
+impl Backend for LocalBackend {
+    fn create<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<String, BackendError>> {
+        let this = self.clone();
+        let v = v.clone();
+        Box::pin(blocking(move || this.create_blocking(&v)))
+    }
+
+    fn delete<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {
+        let this = self.clone();
+        let (namespace, object) = (v.namespace.clone(), Self::object_name(v));
+        Box::pin(blocking(move || this.remove_blocking(&namespace, &object)))
+    }
+
+    fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>> {
+        let this = self.clone();
+        let v = v.clone();
+        Box::pin(blocking(move || this.usage_blocking(&v)))
+    }
+
+    fn scan(&self) -> BoxFuture<'_, Result<Vec<Found>, BackendError>> {
+        let this = self.clone();
+        Box::pin(blocking(move || this.scan_blocking()))
+    }
+
+    fn remove_found<'a>(&'a self, f: &'a Found) -> BoxFuture<'a, Result<(), BackendError>> {
+        let this = self.clone();
+        let (namespace, object) = (f.namespace.clone(), format!("{}-{}", f.name, f.uid));
+        Box::pin(blocking(move || this.remove_blocking(&namespace, &object)))
+    }
+
+    fn identity(&self) -> String {
+        format!("local:{}", self.base.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str, file: bool) -> ObjectRef {
+        ObjectRef {
+            uid: uuid::Uuid::new_v4().to_string(),
+            namespace: "ns".into(),
+            name: name.into(),
+            capacity_bytes: 1 << 30,
+            file,
+        }
+    }
+
+    #[tokio::test]
+    async fn directories_and_sparse_files_are_made_idempotently_and_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = LocalBackend::new(&tmp.path().join("base").display().to_string());
+        let dir = object("data", false);
+        let at = backend.create(&dir).await.unwrap();
+        assert_eq!(backend.create(&dir).await.unwrap(), at);
+        let m = fs::metadata(&at).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(m.mode() & 0o777, 0o700);
+        let file = object("blob", true);
+        let at_file = backend.create(&file).await.unwrap();
+        let m = fs::metadata(&at_file).unwrap();
+        assert_eq!(m.len(), 1 << 30);
+        assert!(m.blocks() * 512 < 1 << 20, "sparse");
+        assert_eq!(m.mode() & 0o777, 0o600);
+        let usage = backend.usage(&file).await.unwrap();
+        assert_eq!(usage.source, "file");
+
+        let found = backend.scan().await.unwrap();
+        assert_eq!(found.len(), 2);
+        backend.delete(&dir).await.unwrap();
+        backend.delete(&dir).await.unwrap();
+        backend.delete(&file).await.unwrap();
+        assert!(backend.scan().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_linked_namespace_directory_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("base");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(&base).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, base.join("ns")).unwrap();
+        let backend = LocalBackend::new(&base.display().to_string());
+        let e = backend.create(&object("data", false)).await.unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn only_berth_object_names_parse() {
+        let uid = uuid::Uuid::new_v4().to_string();
+        assert_eq!(
+            parse_object_name(&format!("my-vol-{uid}")),
+            Some(("my-vol", uid.as_str()))
+        );
+        assert_eq!(parse_object_name("lost+found"), None);
+        assert_eq!(parse_object_name(&format!("-{uid}")), None);
+        assert_eq!(
+            parse_object_name(&format!("x-{}", uid.to_uppercase())),
+            None
+        );
+    }
+}

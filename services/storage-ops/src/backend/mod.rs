@@ -1,0 +1,207 @@
+//! Backends: where a volume's bytes actually live, chosen by the orchestrator's kind.
+//!
+//! A [`Backend`] does the low-level work maya delegated to its orchestrators: make the object for a
+//! volume, remove it, measure it, and list every object it holds that Berth made (so the reconciler can
+//! find orphans). Every operation is idempotent by the volume's uid: making an object that is already
+//! there, or removing one that is already gone, succeeds.
+//!
+//! # Layout
+//! - [`local`]: a directory (or sparse file) per volume under the orchestrator's `basePath`.
+//! - [`docker`]: a Docker Engine volume per Berth volume, labelled with its uid.
+//! - [`Backends`]: builds the backend for an orchestrator's kind and config (Kubernetes and Nomad are
+//!   Unimplemented).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use domain::orchestrator::{DockerConfig, LocalConfig};
+use domain::{Code, OrchestratorKind, Status};
+use futures::future::BoxFuture;
+
+use crate::store::VolumeRow;
+
+pub mod docker;
+pub mod local;
+
+/// A failed backend operation: the machine code it maps to and the backend's own words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct BackendError {
+    /// What kind of failure.
+    pub code: Code,
+    /// The backend's message.
+    pub message: String,
+}
+
+impl BackendError {
+    /// A failure with this code.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        BackendError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// A file-system failure while doing `what`.
+    pub fn io(what: &str, e: &std::io::Error) -> Self {
+        let code = match e.kind() {
+            std::io::ErrorKind::PermissionDenied => Code::FailedPrecondition,
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                Code::ResourceExhausted
+            }
+            _ => Code::Internal,
+        };
+        BackendError::new(code, format!("{what}: {e}"))
+    }
+}
+
+impl From<BackendError> for Status {
+    fn from(e: BackendError) -> Self {
+        Status::new(e.code, e.message)
+    }
+}
+
+/// What a backend needs to know about a volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// The volume's uid (the object's identity).
+    pub uid: String,
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// Capacity in bytes.
+    pub capacity_bytes: u64,
+    /// `parameters.format: file`: a sparse file instead of a directory.
+    pub file: bool,
+}
+
+impl ObjectRef {
+    /// The backend's view of a stored volume.
+    pub fn of(row: &VolumeRow) -> Self {
+        ObjectRef {
+            uid: row.uid.clone(),
+            namespace: row.namespace.clone(),
+            name: row.name.clone(),
+            capacity_bytes: row.capacity_bytes,
+            file: row
+                .parameters
+                .get(domain::volume::params::FORMAT)
+                .is_some_and(|f| f == "file"),
+        }
+    }
+}
+
+/// What a volume uses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Usage {
+    /// Bytes used, when known.
+    pub used_bytes: Option<u64>,
+    /// Bytes free on the holding file system, when known.
+    pub available_bytes: Option<u64>,
+    /// How it was measured (`walk`, `file`, `docker`, `unavailable`).
+    pub source: &'static str,
+}
+
+/// An object a backend holds that Berth made, as found by a scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The uid it was made for.
+    pub uid: String,
+    /// The namespace it was made for.
+    pub namespace: String,
+    /// The name it was made for.
+    pub name: String,
+    /// Where it is.
+    pub location: String,
+}
+
+/// The low-level work of one orchestrator.
+pub trait Backend: Send + Sync {
+    /// Makes the object for `v` (or finds it made) and says where it is.
+    fn create<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<String, BackendError>>;
+    /// Removes the object for `v`; an object already gone is success.
+    fn delete<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>>;
+    /// Measures the object for `v`.
+    fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>>;
+    /// Every object this backend holds that Berth made.
+    fn scan(&self) -> BoxFuture<'_, Result<Vec<Found>, BackendError>>;
+    /// Removes an object a scan found.
+    fn remove_found<'a>(&'a self, f: &'a Found) -> BoxFuture<'a, Result<(), BackendError>>;
+    /// What and where it is, for messages and for telling two backends apart (`local:/srv/vols`).
+    fn identity(&self) -> String;
+}
+
+/// Builds backends from an orchestrator's kind and config, sharing one Docker client per Engine.
+#[derive(Clone)]
+pub struct Backends {
+    instance: String,
+    docker_clients: Arc<Mutex<HashMap<String, docker::SharedClient>>>,
+}
+
+impl Backends {
+    /// Backends labelling their objects as made by the store `instance`.
+    pub fn new(instance: &str) -> Self {
+        Backends {
+            instance: instance.to_string(),
+            docker_clients: Arc::default(),
+        }
+    }
+
+    /// The backend of an orchestrator of `kind` configured with `config`. A config that does not
+    /// parse is the orchestrator's fault, not the caller's: FailedPrecondition.
+    pub fn for_orchestrator(
+        &self,
+        orchestrator: &str,
+        kind: OrchestratorKind,
+        config: &serde_json::Value,
+    ) -> Result<Arc<dyn Backend>, Status> {
+        let bad_config = |e: Status| {
+            Status::new(
+                Code::FailedPrecondition,
+                format!(
+                    "orchestrator {orchestrator:?} has a config storage-ops cannot use: {}",
+                    e.message
+                ),
+            )
+        };
+        match kind {
+            OrchestratorKind::Local => {
+                let config = LocalConfig::from_config(config).map_err(bad_config)?;
+                Ok(Arc::new(local::LocalBackend::new(&config.base_path)))
+            }
+            OrchestratorKind::Docker => {
+                let config = DockerConfig::from_config(config).map_err(bad_config)?;
+                let client = self
+                    .docker_clients
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(config.host.clone())
+                    .or_default()
+                    .clone();
+                Ok(Arc::new(docker::DockerBackend::new(
+                    &config.host,
+                    client,
+                    &self.instance,
+                )))
+            }
+            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => Err(Status::new(
+                Code::Unimplemented,
+                format!(
+                    "StorageOps on {kind} orchestrators are not implemented yet (orchestrator {orchestrator:?}); use a local or docker orchestrator"
+                ),
+            )),
+        }
+    }
+}
+
+/// The capacity limit an orchestrator's config sets, if any.
+pub fn capacity_limit(kind: OrchestratorKind, config: &serde_json::Value) -> Option<u64> {
+    match kind {
+        OrchestratorKind::Local => LocalConfig::from_config(config)
+            .ok()
+            .and_then(|c| c.capacity)
+            .map(|q| q.bytes()),
+        _ => None,
+    }
+}
