@@ -237,6 +237,14 @@ async fn standard_routes_answer_and_every_route_is_in_the_openapi_document() {
             assert!(doc["paths"][path][m].is_object(), "{m} {path} missing");
         }
     }
+    let put_params = doc["paths"]["/v1/orchestrators/{name}"]["put"]["parameters"]
+        .as_array()
+        .unwrap();
+    assert!(
+        put_params
+            .iter()
+            .any(|p| p["name"] == "If-Match" && p["in"] == "header")
+    );
     for schema in [
         "Orchestrator",
         "RegisterOrchestrator",
