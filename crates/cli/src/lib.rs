@@ -3,16 +3,20 @@
 //!
 //! # Layout
 //! - [`args`]: the clap command tree.
+//! - [`commands`]: machine, volume, orchestrator and token commands, over the typed clients.
+//! - [`output`]: tables, JSON, YAML, and the one-line error.
 //! - [`up`]: `berth up` — every service on its own listener, still talking HTTP, state under one
 //!   data directory.
 
 pub mod args;
+pub mod commands;
+pub mod output;
 pub mod up;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// Exit code for a refused request (bad input, not found, no permission).
 pub const EXIT_CLIENT_ERROR: u8 = 2;
@@ -25,10 +29,34 @@ pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(EXIT_CLIENT_ERROR) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_CLIENT_ERROR)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
-    match cli.command {
-        args::Command::Up(up_args) => up::run(up_args).await,
+    let result = match &cli.command {
+        args::Command::Up(up_args) => return up::run(up_args.clone()).await,
+        args::Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut args::Cli::command(),
+                "berth",
+                &mut std::io::stdout(),
+            );
+            Ok(())
+        }
+        args::Command::Machine(c) => commands::machine(&cli, c).await,
+        args::Command::Volume(c) => commands::volume(&cli, c).await,
+        args::Command::Orchestrator(c) => commands::orchestrator(&cli, c).await,
+        args::Command::Token(c) => commands::token(&cli, c),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}", e.line());
+            ExitCode::from(e.exit_code())
+        }
     }
 }

@@ -45,23 +45,78 @@ impl Ports {
 }
 
 fn random_token() -> String {
-    use rand::Rng;
-    let bytes: [u8; 32] = rand::rng().random();
-    hex::encode(bytes)
+    crate::commands::new_token()
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// What `up` tells the person who started it.
+pub struct Banner {
+    /// The admin token, when this start created it (shown once).
+    pub new_admin_token: Option<String>,
+    /// The tokens file.
+    pub tokens_file: std::path::PathBuf,
+    /// The emulator's throwaway access key (id, secret).
+    pub emulator_key: (String, String),
+}
+
+/// Creates the tokens file with one admin token on first start (mode 0600, only the hash stored), and
+/// returns the token to show once; later starts return `None`.
+pub fn ensure_admin_token(path: &std::path::Path) -> Result<Option<String>, BoxError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if path.exists() {
+        return Ok(None);
+    }
+    let token = random_token();
+    let line = gateway::auth::tokens_file_line("admin", &token, &[gateway::routes::Scope::Admin]);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create the tokens file {}: {e}", path.display()))?;
+    writeln!(
+        file,
+        "# Berth gateway tokens: <name> sha256:<hash> <scopes>. Add lines with `berth token create`."
+    )?;
+    writeln!(file, "{line}")?;
+    file.sync_all()?;
+    Ok(Some(token))
+}
+
 /// Builds every service of the stack, bound and ready to serve.
-pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Vec<(&'static str, Application)>, BoxError> {
-    let ports = Ports::from_base(args.port_base).ok_or("--port-base leaves no room for the ports above it")?;
-    std::fs::create_dir_all(&args.data_dir)
-        .map_err(|e| format!("cannot create the data directory {}: {e}", args.data_dir.display()))?;
+pub async fn build_stack(
+    args: &UpArgs,
+    base_env: &Env,
+) -> Result<(Vec<(&'static str, Application)>, Banner), BoxError> {
+    let ports = Ports::from_base(args.port_base)
+        .ok_or("--port-base leaves no room for the ports above it")?;
+    std::fs::create_dir_all(&args.data_dir).map_err(|e| {
+        format!(
+            "cannot create the data directory {}: {e}",
+            args.data_dir.display()
+        )
+    })?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
+    let tokens_file = data_dir.join("tokens");
+    let new_admin_token = ensure_admin_token(&tokens_file)?;
+    // The emulator's key is throwaway and local: fresh each start, printed in the banner.
+    let emulator_key = (
+        format!("LTAI{}", &random_token()[6..22]),
+        random_token()[6..38].to_string(),
+    );
     let at = |port: u16| SocketAddr::new(args.bind, port).to_string();
     let url = |port: u16| {
-        let host = if args.bind.is_unspecified() { "127.0.0.1".to_string() } else { args.bind.to_string() };
-        format!("http://{}", SocketAddr::new(host.parse().expect("an IP"), port))
+        let host = if args.bind.is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            args.bind.to_string()
+        };
+        format!(
+            "http://{}",
+            SocketAddr::new(host.parse().expect("an IP"), port)
+        )
     };
     let shared = base_env
         .clone()
@@ -69,13 +124,40 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Vec<(&'static 
         .with(vars::INTERNAL_TOKEN, random_token())
         .with("BERTH_REGISTRY_URL", url(ports.registry))
         .with("BERTH_STORAGE_OPS_URL", url(ports.storage_ops))
-        .with("BERTH_MACHINE_DRIVER_URL", url(ports.machine_driver));
+        .with("BERTH_MACHINE_DRIVER_URL", url(ports.machine_driver))
+        .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
+        .with("BERTH_ALICLOUD_ENDPOINT", url(ports.ecs_emulator));
     let env_for = |port: u16| shared.clone().with(vars::LISTEN, at(port));
 
     let mut apps = Vec::new();
+    // Instances move Pending → Starting → Running in a couple of seconds, as a person can follow.
+    let emulator = ecs_emulator::Emulator::new(ecs_emulator::Config {
+        access_keys: vec![ecs_emulator::AccessKey::new(
+            emulator_key.0.clone(),
+            emulator_key.1.clone(),
+        )],
+        lifecycle: ecs_emulator::Lifecycle {
+            pending_ms: 1000,
+            starting_ms: 1000,
+            stopping_ms: 1000,
+        },
+        ..ecs_emulator::Config::default()
+    });
+    let emulator_listener = service_kit::server::bind(
+        SocketAddr::new(args.bind, ports.ecs_emulator),
+        "--port-base",
+    )
+    .await?;
+    apps.push((
+        "ecs-emulator",
+        Application::new(emulator.router(), emulator_listener),
+    ));
     apps.push((
         orchestrator_registry::NAME,
-        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env_for(ports.registry))?).await?,
+        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env_for(
+            ports.registry,
+        ))?)
+        .await?,
     ));
     apps.push((
         storage_ops::NAME,
@@ -83,10 +165,23 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Vec<(&'static 
     ));
     apps.push((
         machine_driver::NAME,
-        machine_driver::build(machine_driver::Config::from_env(&env_for(ports.machine_driver))?).await?,
+        machine_driver::build(machine_driver::Config::from_env(&env_for(
+            ports.machine_driver,
+        ))?)
+        .await?,
     ));
-    apps.push((gateway::NAME, gateway::build(gateway::Config::from_env(&env_for(ports.gateway))?).await?));
-    Ok(apps)
+    apps.push((
+        gateway::NAME,
+        gateway::build(gateway::Config::from_env(&env_for(ports.gateway))?).await?,
+    ));
+    Ok((
+        apps,
+        Banner {
+            new_admin_token,
+            tokens_file,
+            emulator_key,
+        },
+    ))
 }
 
 /// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
@@ -99,8 +194,8 @@ pub async fn run(args: UpArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let apps = match build_stack(&args, &env).await {
-        Ok(apps) => apps,
+    let (apps, banner) = match build_stack(&args, &env).await {
+        Ok(built) => built,
         Err(e) => {
             eprintln!("berth up: {e}");
             return ExitCode::FAILURE;
@@ -110,6 +205,31 @@ pub async fn run(args: UpArgs) -> ExitCode {
     for (name, app) in &apps {
         println!("  {name:<22} http://{}", app.local_addr());
     }
+    let gateway_url = apps
+        .iter()
+        .find(|(n, _)| *n == gateway::NAME)
+        .map(|(_, a)| format!("http://{}", a.local_addr()))
+        .unwrap_or_default();
+    println!("gateway url: {gateway_url}");
+    match &banner.new_admin_token {
+        Some(token) => {
+            println!("admin token: {token}");
+            println!(
+                "  (shown once; only its hash is kept, in {})",
+                banner.tokens_file.display()
+            );
+        }
+        None => println!(
+            "tokens file: {} (the admin token was printed when it was created; `berth token create` makes more)",
+            banner.tokens_file.display()
+        ),
+    }
+    println!(
+        "Machines go to a SIMULATED Alibaba Cloud: the embedded ECS emulator, not a real cloud."
+    );
+    println!("emulator access key id: {}", banner.emulator_key.0);
+    println!("emulator access key secret: {}", banner.emulator_key.1);
+    println!("  (throwaway local credentials for the emulator; put them in your machine Secret)");
     println!("The gateway is the front door; Ctrl-C stops everything.");
 
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -128,7 +248,8 @@ pub async fn run(args: UpArgs) -> ExitCode {
     service_kit::shutdown_signal().await;
     println!("Stopping: draining in-flight requests…");
     let _ = stop_tx.send(true);
-    let drained = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks)).await;
+    let drained =
+        tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks)).await;
     if drained.is_err() {
         eprintln!("berth up: some requests did not finish within 30s; exiting anyway");
     }

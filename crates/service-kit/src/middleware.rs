@@ -36,7 +36,7 @@ pub fn apply(router: Router, service: &'static str, config: &HttpConfig) -> Rout
         .layer(from_fn_with_state(token, internal_auth_middleware))
         .layer(from_fn(problem_middleware))
         .layer(from_fn_with_state(service, metrics::middleware))
-        .layer(from_fn(telemetry::middleware))
+        .layer(from_fn_with_state(service, telemetry::middleware))
         .layer(from_fn(request_id::middleware))
 }
 

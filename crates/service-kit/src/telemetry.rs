@@ -7,7 +7,7 @@
 
 use std::time::Instant;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
@@ -128,7 +128,11 @@ fn is_probe(path: &str) -> bool {
 
 /// The trace middleware: one span per request, continuing the caller's trace, and one log line when
 /// the answer is ready.
-pub async fn middleware(request: Request, next: Next) -> Response {
+pub async fn middleware(
+    State(service): State<&'static str>,
+    request: Request,
+    next: Next,
+) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -136,6 +140,7 @@ pub async fn middleware(request: Request, next: Next) -> Response {
         .unwrap_or_else(|| "unmatched".to_string());
     let span = tracing::info_span!(
         "request",
+        service,
         method = %request.method(),
         route = %route,
         request_id = %request_id::current().unwrap_or_default(),
