@@ -1,1 +1,388 @@
-fn main() {}
+//! storage-ops benchmark: prints figures, asserts nothing.
+//!
+//! Run: `cargo bench -p storage-ops --bench storage` (optionally `BERTH_BENCH_DIR=/some/disk` to measure
+//! another disk, `BERTH_BENCH_ADDS=2000` for more AddStorage calls).
+//!
+//! 1. Raw SQLite (rusqlite, no sqlx) with storage-ops' exact settings (WAL, `synchronous = FULL`,
+//!    busy timeout, foreign keys) and schema: single-row transactions, then 64-row transactions.
+//! 2. The same single-row inserts through sqlx on one connection (sqlx's own cost).
+//! 3. storage-ops' store (one writer, group commit): 1 caller, then 64 concurrent callers.
+//! 4. AddStorage over HTTP with the local backend (registry lookup, two commits, mkdir and fsyncs per
+//!    volume): 1 client, then 32 concurrent clients.
+//! 5. ListStorage page latency over HTTP at 1 000 and at 100 000 volumes: first page, a page from the
+//!    middle via `continue`, a 1000-item page, and a label-selector page.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use client::storage::ListParams;
+use client::{ClientOptions, ServiceClient};
+use domain::orchestrator::RegisterOrchestrator;
+use domain::{OrchestratorKind, VolumePhase, VolumeProvisionerProfile};
+use service_kit::Env;
+use sqlx::{Connection, Executor};
+use storage_ops::store::{Store, VolumeRow, now};
+
+const SCHEMA: &str = include_str!("../migrations/0001_volumes.sql");
+const RAW_ROWS: usize = 2000;
+
+fn row(namespace: &str, name: &str, gold: bool) -> VolumeRow {
+    VolumeRow {
+        uid: uuid::Uuid::new_v4().to_string(),
+        namespace: namespace.into(),
+        name: name.into(),
+        orchestrator: "disk".into(),
+        kind: OrchestratorKind::Local,
+        backend_config: serde_json::json!({"basePath": "/var/lib/berth/volumes"}),
+        capacity: "1Gi".into(),
+        capacity_bytes: 1 << 30,
+        replicas: 1,
+        labels: if gold {
+            BTreeMap::from([("tier".into(), "gold".into())])
+        } else {
+            BTreeMap::from([("tier".into(), "bronze".into())])
+        },
+        parameters: BTreeMap::new(),
+        spec_hash: "0".repeat(64),
+        phase: VolumePhase::Ready,
+        reason: "Provisioned".into(),
+        message: String::new(),
+        location: format!("/var/lib/berth/volumes/{namespace}/{name}"),
+        created_at: now(),
+        updated_at: now(),
+        resource_version: 0,
+    }
+}
+
+const INSERT: &str = "INSERT INTO volumes (uid, namespace, name, orchestrator, kind, backend_config, capacity, \
+     capacity_bytes, replicas, labels, parameters, spec_hash, phase, reason, message, location, created_at, \
+     updated_at, resource_version) VALUES (?1, ?2, ?3, 'disk', 'local', ?4, '1Gi', 1073741824, 1, ?5, '{}', ?6, \
+     'Ready', 'Provisioned', '', ?7, ?8, ?8, ?9)";
+
+fn raw_sqlite(dir: &Path, per_txn: usize) -> f64 {
+    let path = dir.join(format!("raw-{per_txn}.db"));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;",
+    )
+    .unwrap();
+    conn.execute_batch(SCHEMA).unwrap();
+    let config = r#"{"basePath":"/var/lib/berth/volumes"}"#;
+    let started = Instant::now();
+    let mut i = 0;
+    while i < RAW_ROWS {
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        for _ in 0..per_txn {
+            let r = row("bench", &format!("v{i:06}"), false);
+            conn.execute(
+                INSERT,
+                rusqlite::params![
+                    r.uid,
+                    r.namespace,
+                    r.name,
+                    config,
+                    r#"{"tier":"bronze"}"#,
+                    r.spec_hash,
+                    r.location,
+                    r.created_at,
+                    i as i64
+                ],
+            )
+            .unwrap();
+            i += 1;
+        }
+        conn.execute_batch("COMMIT").unwrap();
+    }
+    RAW_ROWS as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn sqlx_single(dir: &Path) -> f64 {
+    let path = dir.join("sqlx.db");
+    let mut conn =
+        sqlx::SqliteConnection::connect_with(&storage_ops::store::connect_options(&path))
+            .await
+            .unwrap();
+    conn.execute(sqlx::AssertSqlSafe(SCHEMA)).await.unwrap();
+    let config = r#"{"basePath":"/var/lib/berth/volumes"}"#;
+    let started = Instant::now();
+    for i in 0..RAW_ROWS {
+        let r = row("bench", &format!("v{i:06}"), false);
+        let mut tx = conn.begin().await.unwrap();
+        sqlx::query(INSERT)
+            .bind(&r.uid)
+            .bind(&r.namespace)
+            .bind(&r.name)
+            .bind(config)
+            .bind(r#"{"tier":"bronze"}"#)
+            .bind(&r.spec_hash)
+            .bind(&r.location)
+            .bind(&r.created_at)
+            .bind(i as i64)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+    }
+    RAW_ROWS as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn store_inserts(dir: &Path, callers: usize) -> f64 {
+    let store = Store::open(&dir.join(format!("store-{callers}.db")))
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let per = RAW_ROWS / callers;
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for i in 0..per {
+                    store
+                        .insert(row("bench", &format!("c{c:03}-{i:06}"), false), None)
+                        .await
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (per * callers) as f64 / started.elapsed().as_secs_f64()
+}
+
+struct Stack {
+    storage: client::storage::Client,
+    ops: Arc<storage_ops::ops::Ops>,
+    _servers: Vec<service_kit::testing::TestServer>,
+}
+
+async fn start_stack(dir: &Path) -> Stack {
+    let env = Env::default()
+        .with("BERTH_LISTEN", "127.0.0.1:0")
+        .with("BERTH_DATA_DIR", dir.display().to_string())
+        .with(
+            "BERTH_REGISTRY_DB",
+            dir.join("registry.db").display().to_string(),
+        )
+        .with(
+            "BERTH_LOCAL_BASE_PATH",
+            dir.join("default").display().to_string(),
+        );
+    let registry =
+        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env).unwrap())
+            .await
+            .unwrap();
+    let registry_url = format!("http://{}", registry.local_addr());
+    tokio::spawn(registry.run_until(std::future::pending()));
+    client::registry::Client::new(ServiceClient::new(&registry_url, ClientOptions::default()))
+        .register(
+            "disk",
+            &RegisterOrchestrator {
+                config: Some(
+                    serde_json::json!({"basePath": dir.join("vols").display().to_string()}),
+                ),
+                default: Some(true),
+                ..RegisterOrchestrator::new(OrchestratorKind::Local)
+            },
+        )
+        .await
+        .unwrap();
+    let config = storage_ops::Config::from_env(
+        &Env::default()
+            .with("BERTH_LISTEN", "127.0.0.1:0")
+            .with(
+                "BERTH_STORAGE_DB",
+                dir.join("storage.db").display().to_string(),
+            )
+            .with("BERTH_REGISTRY_URL", &registry_url)
+            .with("BERTH_RECONCILE_INTERVAL", "1h"),
+    )
+    .unwrap();
+    let ops = storage_ops::ops(&config).await.unwrap();
+    let server = service_kit::testing::spawn(storage_ops::router(&config, ops.clone())).await;
+    Stack {
+        storage: client::storage::Client::new(ServiceClient::new(
+            &server.url,
+            ClientOptions::default(),
+        )),
+        ops,
+        _servers: vec![server],
+    }
+}
+
+async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> f64 {
+    let started = Instant::now();
+    let per = total / clients;
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let storage = stack.storage.clone();
+            let tag = tag.to_string();
+            tokio::spawn(async move {
+                for i in 0..per {
+                    let (_, created) = storage
+                        .add(&VolumeProvisionerProfile {
+                            name: format!("{tag}-{c:03}-{i:05}"),
+                            namespace: Some("adds".into()),
+                            capacity: "1Gi".into(),
+                            ..Default::default()
+                        })
+                        .await
+                        .unwrap();
+                    assert!(created);
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    (per * clients) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Seeds `ns` up to `target` rows (1 in 10 labelled gold), 256 callers at a time.
+async fn seed(store: &Store, from: usize, target: usize) {
+    let callers = 256;
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut i = from + c;
+                while i < target {
+                    store
+                        .insert(
+                            row("seeded", &format!("v{i:07}"), i.is_multiple_of(10)),
+                            None,
+                        )
+                        .await
+                        .unwrap();
+                    i += callers;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> (f64, f64) {
+    samples.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    (
+        ms(samples[samples.len() / 2]),
+        ms(samples[(samples.len() * 99 / 100).min(samples.len() - 1)]),
+    )
+}
+
+async fn page_latency(stack: &Stack, label: &str, params: ListParams, rounds: usize) {
+    let mut samples = Vec::with_capacity(rounds);
+    let mut items = 0;
+    for _ in 0..rounds {
+        let started = Instant::now();
+        let page = stack.storage.list(&params).await.unwrap();
+        samples.push(started.elapsed());
+        items = page.items.len();
+    }
+    let (p50, p99) = percentiles(samples);
+    println!("    {label:<44} {items:>5} items   p50 {p50:>7.2} ms   p99 {p99:>7.2} ms");
+}
+
+async fn list_figures(stack: &Stack, volumes: usize) {
+    println!("  ListStorage at {volumes} volumes (namespace 'seeded'; HTTP, keep-alive):");
+    let middle = storage_ops::ops::encode_continue("seeded", &format!("v{:07}", volumes / 2));
+    page_latency(stack, "first page, limit 100", ListParams::default(), 200).await;
+    page_latency(
+        stack,
+        "middle page via continue, limit 100",
+        ListParams {
+            continue_token: Some(middle.clone()),
+            ..Default::default()
+        },
+        200,
+    )
+    .await;
+    page_latency(
+        stack,
+        "namespace=seeded, middle, limit 100",
+        ListParams {
+            namespace: Some("seeded".into()),
+            continue_token: Some(middle),
+            ..Default::default()
+        },
+        200,
+    )
+    .await;
+    page_latency(
+        stack,
+        "first page, limit 1000",
+        ListParams {
+            limit: Some(1000),
+            ..Default::default()
+        },
+        50,
+    )
+    .await;
+    page_latency(
+        stack,
+        "labelSelector=tier=gold (1 in 10), limit 100",
+        ListParams {
+            label_selector: Some("tier=gold".into()),
+            ..Default::default()
+        },
+        100,
+    )
+    .await;
+}
+
+#[tokio::main]
+async fn main() {
+    let root = std::env::var_os("BERTH_BENCH_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::tempdir_in(&root).unwrap();
+    let total_adds: usize = std::env::var("BERTH_BENCH_ADDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    println!(
+        "storage-ops benchmark in {} (WAL, synchronous=FULL)",
+        dir.path().display()
+    );
+
+    println!("  SQLite inserts, {RAW_ROWS} rows of the volumes table:");
+    let raw1 = raw_sqlite(dir.path(), 1);
+    println!("    raw SQLite (rusqlite), 1 row per transaction    {raw1:>9.0} rows/s");
+    let raw64 = raw_sqlite(dir.path(), 64);
+    println!("    raw SQLite (rusqlite), 64 rows per transaction  {raw64:>9.0} rows/s");
+    let sqlx1 = sqlx_single(dir.path()).await;
+    println!("    sqlx, one connection, 1 row per transaction     {sqlx1:>9.0} rows/s");
+    let store1 = store_inserts(dir.path(), 1).await;
+    println!("    storage-ops store, 1 caller                     {store1:>9.0} rows/s");
+    let store64 = store_inserts(dir.path(), 64).await;
+    println!("    storage-ops store, 64 callers (group commit)    {store64:>9.0} rows/s");
+
+    let stack = start_stack(dir.path()).await;
+    println!("  AddStorage over HTTP, local backend, {total_adds} volumes each:");
+    let a1 = adds(&stack, 1, total_adds.min(500), "seq").await;
+    println!("    1 client                                        {a1:>9.0} volumes/s");
+    let a32 = adds(&stack, 32, total_adds, "par").await;
+    println!("    32 clients                                      {a32:>9.0} volumes/s");
+
+    // A fresh database, so the table holds exactly the seeded volumes.
+    let list_dir = dir.path().join("list");
+    std::fs::create_dir_all(&list_dir).unwrap();
+    let stack = start_stack(&list_dir).await;
+    let store = stack.ops.store().clone();
+    seed(&store, 0, 1_000).await;
+    list_figures(&stack, 1_000).await;
+    let started = Instant::now();
+    seed(&store, 1_000, 100_000).await;
+    println!(
+        "  (seeded 99 000 more rows through the store in {:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    list_figures(&stack, 100_000).await;
+}

@@ -470,15 +470,15 @@ impl Ops {
         // the delete before anything changes. One deregistered since still lets its volumes go: the
         // object lives where the stored config says.
         self.lookup(&row.orchestrator).await?;
+        let retained_before =
+            row.phase == VolumePhase::Deleting && row.reason == reasons::RETAINING;
+        let retain_by_spec = row
+            .parameters
+            .get(domain::volume::params::RECLAIM_POLICY)
+            .is_some_and(|p| p == "Retain");
         let retain = match policy {
             Some(p) => p == ReclaimPolicy::Retain,
-            None => {
-                row.phase == VolumePhase::Deleting && row.reason == reasons::RETAINING
-                    || row
-                        .parameters
-                        .get(domain::volume::params::RECLAIM_POLICY)
-                        .is_some_and(|p| p == "Retain")
-            }
+            None => retained_before || retain_by_spec,
         };
         let row = self
             .store

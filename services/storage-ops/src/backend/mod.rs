@@ -205,3 +205,45 @@ pub fn capacity_limit(kind: OrchestratorKind, config: &serde_json::Value) -> Opt
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_without_a_backend_are_unimplemented_and_bad_configs_a_precondition() {
+        let backends = Backends::new("test");
+        for kind in [OrchestratorKind::Kubernetes, OrchestratorKind::Nomad] {
+            let e = backends
+                .for_orchestrator("o", kind, &serde_json::json!({}))
+                .err()
+                .unwrap();
+            assert_eq!(e.code, Code::Unimplemented);
+            assert!(e.message.contains("not implemented"), "{}", e.message);
+        }
+        let e = backends
+            .for_orchestrator(
+                "o",
+                OrchestratorKind::Local,
+                &serde_json::json!({"basePath": "rel"}),
+            )
+            .err()
+            .unwrap();
+        assert_eq!(e.code, Code::FailedPrecondition);
+        let local = backends
+            .for_orchestrator(
+                "o",
+                OrchestratorKind::Local,
+                &serde_json::json!({"basePath": "/srv/v"}),
+            )
+            .unwrap();
+        assert_eq!(local.identity(), "local:/srv/v");
+        assert_eq!(
+            capacity_limit(
+                OrchestratorKind::Local,
+                &serde_json::json!({"basePath": "/srv/v", "capacity": "1Ki"})
+            ),
+            Some(1024)
+        );
+    }
+}
