@@ -45,3 +45,20 @@ pub async fn middleware(mut request: Request, next: Next) -> Response {
     response.headers_mut().insert(X_REQUEST_ID.clone(), value);
     response
 }
+
+/// Spawns `fut` as part of the current request: it keeps the request's id (for logs, errors and
+/// outgoing calls) and runs inside the current span (so its outgoing calls continue the same trace).
+/// Use it for work that must finish even if the caller goes away, such as a create that has reached
+/// its backend.
+pub fn spawn_in_request<F>(fut: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    use tracing::Instrument;
+    let span = tracing::Span::current();
+    match current() {
+        Some(id) => tokio::spawn(REQUEST_ID.scope(id, fut).instrument(span)),
+        None => tokio::spawn(fut.instrument(span)),
+    }
+}

@@ -307,7 +307,7 @@ impl Ops {
         }
         let this = self.clone();
         // In its own task: a caller hanging up must not stop the work between two writes.
-        tokio::spawn(async move { this.add_locked(spec).await })
+        service_kit::request_id::spawn_in_request(async move { this.add_locked(spec).await })
             .await
             .map_err(ApiError::internal)?
     }
@@ -451,9 +451,11 @@ impl Ops {
         policy: Option<ReclaimPolicy>,
     ) -> Result<DeleteResult, ApiError> {
         let this = self.clone();
-        tokio::spawn(async move { this.delete_locked(&namespace, &name, policy).await })
-            .await
-            .map_err(ApiError::internal)?
+        service_kit::request_id::spawn_in_request(async move {
+            this.delete_locked(&namespace, &name, policy).await
+        })
+        .await
+        .map_err(ApiError::internal)?
     }
 
     async fn delete_locked(
