@@ -1,6 +1,43 @@
 //! The machine-driver API (service `machine-driver`, DESIGN.md "Machine driver API").
+//!
+//! | method | route |
+//! |---|---|
+//! | [`Client::create`] | `POST /v1/machines:create` |
+//! | [`Client::initialize`] | `POST /v1/machines:initialize` |
+//! | [`Client::delete`] | `POST /v1/machines:delete` |
+//! | [`Client::status`] | `POST /v1/machines:status` |
+//! | [`Client::list`] | `POST /v1/machines:list` |
+//! | [`Client::volume_ids`] | `POST /v1/volume-ids` |
+//! | [`Client::providers`] | `GET /v1/providers` |
+//!
+//! Errors come back as [`ClientError`] whose `status` is the driver's machine code and message, as
+//! MCM's `status.FromError` would read them from `machineCodesError`.
 
-use crate::ServiceClient;
+use domain::machine::{
+    CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse, GetVolumeIdsRequest,
+    GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest, ListMachinesResponse,
+    MachineRequest, PersistentVolumeSpec,
+};
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+
+use crate::{ClientError, ServiceClient};
+
+/// One provider plugin, as `GET /v1/providers` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderInfo {
+    /// The `MachineClass.provider` value that selects it (`Alicloud`).
+    pub name: String,
+    /// What it drives.
+    pub description: String,
+}
+
+/// The answer of `GET /v1/providers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderList {
+    /// The providers, sorted by name.
+    pub providers: Vec<ProviderInfo>,
+}
 
 /// A typed client of this API.
 #[derive(Debug, Clone)]
@@ -17,5 +54,66 @@ impl Client {
     /// The shared client underneath.
     pub fn service(&self) -> &ServiceClient {
         &self.inner
+    }
+
+    /// CreateMachine: creates the VM backing `req.machine`, or adopts the one that already does.
+    /// Safe to call again after any failure, including a lost answer.
+    pub async fn create(&self, req: &MachineRequest) -> Result<CreateMachineResponse, ClientError> {
+        self.post("/v1/machines:create", req).await
+    }
+
+    /// InitializeMachine; [`domain::Code::Uninitialized`] while the VM is not ready yet.
+    pub async fn initialize(
+        &self,
+        req: &MachineRequest,
+    ) -> Result<InitializeMachineResponse, ClientError> {
+        self.post("/v1/machines:initialize", req).await
+    }
+
+    /// DeleteMachine; succeeds when no VM backs the machine.
+    pub async fn delete(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, ClientError> {
+        self.post("/v1/machines:delete", req).await
+    }
+
+    /// GetMachineStatus; [`domain::Code::NotFound`] when no VM backs the machine,
+    /// [`domain::Code::OutOfRange`] when several do.
+    pub async fn status(
+        &self,
+        req: &MachineRequest,
+    ) -> Result<GetMachineStatusResponse, ClientError> {
+        self.post("/v1/machines:status", req).await
+    }
+
+    /// ListMachines: provider id → machine name for every VM of the class.
+    pub async fn list(
+        &self,
+        req: &ListMachinesRequest,
+    ) -> Result<ListMachinesResponse, ClientError> {
+        self.post("/v1/machines:list", req).await
+    }
+
+    /// GetVolumeIDs: the volume ids of the specs a provider can map, in order.
+    pub async fn volume_ids(
+        &self,
+        pv_specs: &[PersistentVolumeSpec],
+    ) -> Result<Vec<String>, ClientError> {
+        let req = GetVolumeIdsRequest {
+            pv_specs: pv_specs.to_vec(),
+        };
+        let answer: GetVolumeIdsResponse = self.post("/v1/volume-ids", &req).await?;
+        Ok(answer.volume_ids)
+    }
+
+    /// The provider plugins the driver has.
+    pub async fn providers(&self) -> Result<ProviderList, ClientError> {
+        self.inner.get("/v1/providers").await
+    }
+
+    async fn post<B: Serialize, T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.inner.json(Method::POST, path, Some(body)).await
     }
 }

@@ -1,19 +1,54 @@
 //! The machine-driver service: Gardener MCM's `driver.Driver` contract over REST, with provider plugins chosen by `MachineClass.provider`.
 //!
+//! The driver is stateless, as MCM's is: every call carries the machine, its class and the secret,
+//! and the service keeps nothing between calls. A plugin ([`provider::Provider`]) does the cloud
+//! work; today there is [`alicloud::Alicloud`] (Alibaba Cloud ECS, or the ECS emulator when
+//! `BERTH_ALICLOUD_ENDPOINT` points at one), and a `Docker` plugin slots in beside it.
+//!
 //! # Layout
 //! - [`Config`]: settings from `BERTH_*` variables.
+//! - [`provider`]: the [`provider::Provider`] trait and the [`provider::Providers`] registry.
+//! - [`alicloud`]: the `Alicloud` plugin and its provider spec.
+//! - [`api`]: the HTTP handlers and their OpenAPI descriptions.
 //! - [`router`]: the HTTP API, a pure function of its state so tests can drive it with `oneshot`.
 //! - [`build`]: binds the listener and assembles the [`Application`] that `main` (or `berth up`) runs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use service_kit::config::{ConfigError, listen_addr, vars};
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
-use utoipa_axum::router::OpenApiRouter;
+
+pub mod alicloud;
+pub mod api;
+pub mod provider;
+
+use provider::Providers;
 
 /// The service's name in logs, metrics and traces.
 pub const NAME: &str = "machine-driver";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8081;
+
+/// `BERTH_ALICLOUD_CSI_DRIVERS`: comma-separated CSI driver names whose `volumeHandle` is an ECS disk
+/// id, besides `diskplugin.csi.alibabacloud.com`.
+pub const ENV_CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
+
+/// The `BERTH_ALICLOUD_*` variables the ECS client reads (its own parser decides what they mean).
+const ECS_VARS: [&str; 5] = [
+    ::alicloud::config::ENV_ENDPOINT,
+    ::alicloud::config::ENV_QPS,
+    ::alicloud::config::ENV_SIGNATURE,
+    ::alicloud::config::ENV_TIMEOUT_MS,
+    ::alicloud::config::ENV_MAX_ATTEMPTS,
+];
+
+/// How much of the request timeout a driver call leaves for answering: a call that runs out of
+/// time says so itself (DeadlineExceeded, with what it was doing) instead of being cut off by the
+/// timeout middleware.
+const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 /// The service's settings.
 #[derive(Debug, Clone)]
@@ -22,21 +57,63 @@ pub struct Config {
     pub listen: std::net::SocketAddr,
     /// Timeouts, body limit, internal credential.
     pub http: HttpConfig,
+    /// The ECS client's settings (`BERTH_ALICLOUD_ENDPOINT`, `_QPS`, `_SIGNATURE`, `_TIMEOUT_MS`,
+    /// `_MAX_ATTEMPTS`).
+    pub ecs: ::alicloud::EcsConfig,
+    /// Extra CSI driver names mapped by GetVolumeIDs (`BERTH_ALICLOUD_CSI_DRIVERS`).
+    pub csi_drivers: Vec<String>,
 }
 
 impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let ecs_vars: HashMap<String, String> = ECS_VARS
+            .iter()
+            .filter_map(|k| env.get(k).map(|v| (k.to_string(), v.to_string())))
+            .collect();
+        let ecs = ::alicloud::EcsConfig::from_vars(&ecs_vars).map_err(|e| ConfigError {
+            var: e.name.to_string(),
+            value: env.get(e.name).unwrap_or_default().to_string(),
+            problem: e.message,
+        })?;
+        let csi_drivers = env
+            .get(ENV_CSI_DRIVERS)
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
         Ok(Config {
             listen: listen_addr(env, DEFAULT_PORT)?,
             http: HttpConfig::from_env(env)?,
+            ecs,
+            csi_drivers,
         })
+    }
+
+    /// How long one driver call may take: the request timeout less a margin to answer in.
+    pub fn operation_timeout(&self) -> Duration {
+        self.http
+            .request_timeout
+            .saturating_sub(ANSWER_MARGIN)
+            .max(Duration::from_millis(500))
     }
 }
 
-/// The service's router.
-pub fn router(config: &Config) -> axum::Router {
-    ServiceApp::new(NAME, OpenApiRouter::new())
+/// The provider plugins the configuration asks for.
+pub fn providers(config: &Config) -> Result<Providers, ::alicloud::Error> {
+    let ecs = ::alicloud::Ecs::new(config.ecs.clone())?;
+    Ok(Providers::new().with(Arc::new(alicloud::Alicloud::new(
+        ecs,
+        &config.csi_drivers,
+        config.operation_timeout(),
+    ))))
+}
+
+/// The service's router over these providers.
+pub fn router(config: &Config, providers: Providers) -> axum::Router {
+    ServiceApp::new(NAME, api::routes(api::AppState { providers }))
         .http_config(config.http.clone())
         .into_router()
 }
@@ -45,6 +122,41 @@ pub fn router(config: &Config) -> axum::Router {
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
+    let providers = providers(&config)?;
+    match &config.ecs.endpoint {
+        Some(endpoint) => {
+            tracing::info!(endpoint = %endpoint, "Alicloud provider calls ECS at BERTH_ALICLOUD_ENDPOINT")
+        }
+        None => tracing::info!("Alicloud provider calls the regional ECS endpoints"),
+    }
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
-    Ok(Application::new(router(&config), listener))
+    Ok(Application::new(router(&config, providers), listener))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_alicloud_variables_through_the_client_parser() {
+        let env = Env::default()
+            .with("BERTH_ALICLOUD_ENDPOINT", "http://127.0.0.1:8090")
+            .with("BERTH_ALICLOUD_QPS", "50")
+            .with(ENV_CSI_DRIVERS, " a.csi , ,b.csi ")
+            .with("BERTH_REQUEST_TIMEOUT", "10s");
+        let c = Config::from_env(&env).unwrap();
+        assert_eq!(c.ecs.endpoint.as_deref(), Some("http://127.0.0.1:8090"));
+        assert_eq!(c.ecs.qps, Some(50.0));
+        assert_eq!(
+            c.csi_drivers,
+            vec!["a.csi".to_string(), "b.csi".to_string()]
+        );
+        assert_eq!(c.operation_timeout(), Duration::from_secs(9));
+        let e = Config::from_env(&Env::default().with("BERTH_ALICLOUD_QPS", "fast")).unwrap_err();
+        assert_eq!(e.var, "BERTH_ALICLOUD_QPS");
+        assert_eq!(e.value, "fast");
+        let d = Config::from_env(&Env::default()).unwrap();
+        assert_eq!(d.ecs, ::alicloud::EcsConfig::default());
+        assert!(d.csi_drivers.is_empty());
+    }
 }

@@ -1,0 +1,821 @@
+//! The Alicloud provider spec (`MachineClass.providerSpec`), its validation, the secret's keys, and
+//! how they become a RunInstances request.
+//!
+//! Field names are those of MCM's `pkg/alicloud/apis/alicloud_provider_spec.go` (reference/mcm.md
+//! §3), `IoOptimized` with its capital I included; unknown fields are ignored, as Go's decoder does.
+//! The rules are the historical in-tree ones (MCM's deleted `alicloudmachineclass.go`), with their
+//! messages, plus what ECS itself would refuse later (enums, ranges, tag limits), so a bad class is
+//! an InvalidArgument naming the field instead of an ECS error minutes later.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use alicloud::{Credentials, DataDisk, RunInstances, SystemDisk, Tag};
+use domain::machine::{Machine, Secret};
+use domain::{Code, Status, names};
+use serde::{Deserialize, Deserializer};
+use sha2::{Digest as _, Sha256};
+
+/// Where the spec sits in a request body; every field error starts with it.
+const SPEC: &str = "machineClass.providerSpec";
+
+/// Tag keys containing this identify the cluster (`kubernetes.io/cluster/<name>`).
+pub const CLUSTER_TAG: &str = "kubernetes.io/cluster/";
+/// Tag keys containing this identify the role (`kubernetes.io/role/<role>/...`).
+pub const ROLE_TAG: &str = "kubernetes.io/role/";
+/// The tag Berth adds to every instance (and, through ECS, its disks and NICs): the machine's name.
+/// Leftover disks and network interfaces are found by it after the instance is gone.
+pub const MACHINE_TAG: &str = "berth.io/machine";
+/// ECS allows 20 tags on a resource; one is [`MACHINE_TAG`].
+const MAX_SPEC_TAGS: usize = 19;
+/// ECS's largest `UserData`, base64-encoded.
+const MAX_USER_DATA_BASE64: usize = 32 * 1024;
+
+/// The Alicloud CSI disk driver whose `volumeHandle` is an ECS disk id.
+pub const CSI_DISK_DRIVER: &str = "diskplugin.csi.alibabacloud.com";
+
+/// `null` decodes as the type's default, as Go's `encoding/json` leaves a field at its zero value.
+fn nullable<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// `systemDisk`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct SystemDiskSpec {
+    /// `category` (`cloud_efficiency`, `cloud_essd`, ...).
+    #[serde(deserialize_with = "nullable")]
+    pub category: String,
+    /// `size` in GiB; 0 means ECS's default.
+    #[serde(deserialize_with = "nullable")]
+    pub size: i64,
+}
+
+/// One of `dataDisks`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct DataDiskSpec {
+    /// `name`, part of the ECS disk name `<machine>-<name>-data-disk`.
+    #[serde(deserialize_with = "nullable")]
+    pub name: String,
+    /// `category`.
+    #[serde(deserialize_with = "nullable")]
+    pub category: String,
+    /// `description`.
+    #[serde(deserialize_with = "nullable")]
+    pub description: String,
+    /// `encrypted`.
+    #[serde(deserialize_with = "nullable")]
+    pub encrypted: bool,
+    /// `deleteWithInstance`; unset means true.
+    #[serde(rename = "deleteWithInstance")]
+    pub delete_with_instance: Option<bool>,
+    /// `size` in GiB.
+    #[serde(deserialize_with = "nullable")]
+    pub size: i64,
+}
+
+/// MCM's Alicloud `ProviderSpec`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ProviderSpec {
+    /// `apiVersion` (informational).
+    #[serde(rename = "apiVersion", deserialize_with = "nullable")]
+    pub api_version: String,
+    /// `imageID`.
+    #[serde(rename = "imageID", deserialize_with = "nullable")]
+    pub image_id: String,
+    /// `instanceType`.
+    #[serde(rename = "instanceType", deserialize_with = "nullable")]
+    pub instance_type: String,
+    /// `region`.
+    #[serde(deserialize_with = "nullable")]
+    pub region: String,
+    /// `zoneID`.
+    #[serde(rename = "zoneID", deserialize_with = "nullable")]
+    pub zone_id: String,
+    /// `securityGroupID`.
+    #[serde(rename = "securityGroupID", deserialize_with = "nullable")]
+    pub security_group_id: String,
+    /// `vSwitchID`.
+    #[serde(rename = "vSwitchID", deserialize_with = "nullable")]
+    pub v_switch_id: String,
+    /// `privateIPAddress`.
+    #[serde(rename = "privateIPAddress", deserialize_with = "nullable")]
+    pub private_ip_address: String,
+    /// `systemDisk`.
+    #[serde(rename = "systemDisk")]
+    pub system_disk: Option<SystemDiskSpec>,
+    /// `dataDisks`.
+    #[serde(rename = "dataDisks", deserialize_with = "nullable")]
+    pub data_disks: Vec<DataDiskSpec>,
+    /// `instanceChargeType` (`PostPaid`/`PrePaid`).
+    #[serde(rename = "instanceChargeType", deserialize_with = "nullable")]
+    pub instance_charge_type: String,
+    /// `internetChargeType` (`PayByTraffic`/`PayByBandwidth`).
+    #[serde(rename = "internetChargeType", deserialize_with = "nullable")]
+    pub internet_charge_type: String,
+    /// `internetMaxBandwidthIn` (Mbit/s).
+    #[serde(rename = "internetMaxBandwidthIn")]
+    pub internet_max_bandwidth_in: Option<i64>,
+    /// `internetMaxBandwidthOut` (Mbit/s).
+    #[serde(rename = "internetMaxBandwidthOut")]
+    pub internet_max_bandwidth_out: Option<i64>,
+    /// `spotStrategy` (`NoSpot`/`SpotWithPriceLimit`/`SpotAsPriceGo`).
+    #[serde(rename = "spotStrategy", deserialize_with = "nullable")]
+    pub spot_strategy: String,
+    /// `IoOptimized` (`none`/`optimized`); the capital I is MCM's.
+    #[serde(
+        rename = "IoOptimized",
+        alias = "ioOptimized",
+        deserialize_with = "nullable"
+    )]
+    pub io_optimized: String,
+    /// `tags`: must hold a `kubernetes.io/cluster/...` and a `kubernetes.io/role/...` key.
+    pub tags: Option<BTreeMap<String, String>>,
+    /// `keyPairName`.
+    #[serde(rename = "keyPairName", deserialize_with = "nullable")]
+    pub key_pair_name: String,
+}
+
+/// Collects rule violations so one answer names every bad field.
+#[derive(Default)]
+struct Violations(Vec<String>);
+
+impl Violations {
+    fn add(&mut self, field: &str, rule: impl std::fmt::Display) {
+        self.0.push(format!("{field}: {rule}"));
+    }
+
+    fn required(&mut self, value: &str, field: &str, message: &str) {
+        if value.trim().is_empty() {
+            self.add(&format!("{SPEC}.{field}"), message);
+        }
+    }
+
+    fn one_of(&mut self, value: &str, field: &str, allowed: &[&str]) {
+        if !value.is_empty() && !allowed.contains(&value) {
+            self.add(
+                &format!("{SPEC}.{field}"),
+                format!("Unsupported value: {value:?}: supported values: {allowed:?}"),
+            );
+        }
+    }
+
+    fn range(&mut self, value: i64, field: &str, low: i64, high: i64) {
+        if !(low..=high).contains(&value) {
+            self.add(
+                &format!("{SPEC}.{field}"),
+                format!("Invalid value: {value}: must be between {low} and {high}, inclusive"),
+            );
+        }
+    }
+
+    fn into_result(self) -> Result<(), Status> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::new(Code::InvalidArgument, self.0.join("; ")))
+        }
+    }
+}
+
+/// Whether a data disk name matches MCM's `^[a-zA-Z][a-zA-Z0-9\.\-_:]+$`.
+fn disk_name_matches(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && name.len() >= 2
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'))
+}
+
+impl ProviderSpec {
+    /// Decodes `providerSpec`; a decode error is an InvalidArgument naming the path that failed
+    /// (MCM answers Internal here, which no retry can fix).
+    pub fn decode(raw: &serde_json::Value) -> Result<Self, Status> {
+        if !raw.is_object() {
+            return Err(Status::invalid(
+                SPEC,
+                "must be a JSON object with the Alicloud provider spec (imageID, instanceType, region, ...)",
+            ));
+        }
+        serde_path_to_error::deserialize(raw).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." {
+                SPEC.to_owned()
+            } else {
+                format!("{SPEC}.{path}")
+            };
+            Status::invalid(&field, e.into_inner())
+        })
+    }
+
+    /// The checks every method needs: a region to talk to and the cluster and role tags that scope
+    /// what this class may see and touch.
+    pub fn validate_scope(&self) -> Result<(), Status> {
+        let mut v = Violations::default();
+        self.check_scope(&mut v);
+        v.into_result()
+    }
+
+    /// Every rule, for CreateMachine.
+    pub fn validate_for_create(&self) -> Result<(), Status> {
+        let mut v = Violations::default();
+        v.required(&self.image_id, "imageID", "ImageID is required");
+        self.check_scope(&mut v);
+        v.required(&self.zone_id, "zoneID", "ZoneID is required");
+        v.required(
+            &self.instance_type,
+            "instanceType",
+            "InstanceType is required",
+        );
+        v.required(&self.v_switch_id, "vSwitchID", "VSwitchID is required");
+        v.required(
+            &self.key_pair_name,
+            "keyPairName",
+            "KeyPairName is required",
+        );
+        v.one_of(
+            &self.instance_charge_type,
+            "instanceChargeType",
+            &["PostPaid", "PrePaid"],
+        );
+        v.one_of(
+            &self.internet_charge_type,
+            "internetChargeType",
+            &["PayByTraffic", "PayByBandwidth"],
+        );
+        v.one_of(
+            &self.spot_strategy,
+            "spotStrategy",
+            &["NoSpot", "SpotWithPriceLimit", "SpotAsPriceGo"],
+        );
+        v.one_of(&self.io_optimized, "IoOptimized", &["none", "optimized"]);
+        if let Some(n) = self.internet_max_bandwidth_in {
+            v.range(n, "internetMaxBandwidthIn", 0, 200);
+        }
+        if let Some(n) = self.internet_max_bandwidth_out {
+            v.range(n, "internetMaxBandwidthOut", 0, 100);
+        }
+        if let Some(d) = &self.system_disk
+            && d.size != 0
+        {
+            v.range(d.size, "systemDisk.size", 20, 2048);
+        }
+        self.check_data_disks(&mut v);
+        self.check_tag_limits(&mut v);
+        v.into_result()
+    }
+
+    fn check_scope(&self, v: &mut Violations) {
+        v.required(&self.region, "region", "Region is required");
+        match &self.tags {
+            None => v.add(
+                &format!("{SPEC}.tags"),
+                "Tags required for Alicloud machines",
+            ),
+            Some(tags) if tags.is_empty() => v.add(
+                &format!("{SPEC}.tags"),
+                "Tags required for Alicloud machines",
+            ),
+            Some(tags) => {
+                if !tags.keys().any(|k| k.contains(CLUSTER_TAG)) {
+                    v.add(
+                        &format!("{SPEC}.tags"),
+                        "Tag required of the form kubernetes.io/cluster/****",
+                    );
+                }
+                if !tags.keys().any(|k| k.contains(ROLE_TAG)) {
+                    v.add(
+                        &format!("{SPEC}.tags"),
+                        "Tag required of the form kubernetes.io/role/****",
+                    );
+                }
+            }
+        }
+    }
+
+    fn check_data_disks(&self, v: &mut Violations) {
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, d) in self.data_disks.iter().enumerate() {
+            let field = format!("{SPEC}.dataDisks[{i}]");
+            if d.name.is_empty() {
+                v.add(&format!("{field}.name"), "Data Disk name is required");
+            } else {
+                if !disk_name_matches(&d.name) {
+                    v.add(
+                        &format!("{field}.name"),
+                        format!(
+                            "Disk name given: {} does not match the expected pattern (regex used for validation is '^[a-zA-Z][a-zA-Z0-9\\.\\-_:]+$')",
+                            d.name
+                        ),
+                    );
+                }
+                if d.name.len() > 64 {
+                    v.add(
+                        &format!("{field}.name"),
+                        "Data Disk Name length must be between 1 and 64",
+                    );
+                }
+                *seen.entry(d.name.as_str()).or_default() += 1;
+            }
+            v.range(d.size, &format!("dataDisks[{i}].size"), 20, 32768);
+            if d.category.is_empty() {
+                v.add(
+                    &format!("{field}.category"),
+                    "Data Disk category is required",
+                );
+            }
+        }
+        for (name, n) in seen {
+            if n > 1 {
+                v.add(
+                    &format!("{SPEC}.dataDisks"),
+                    format!("Data Disk Name '{name}' duplicated {n} times, Name must be unique"),
+                );
+            }
+        }
+        if self.data_disks.len() > 16 {
+            v.add(
+                &format!("{SPEC}.dataDisks"),
+                "ECS allows at most 16 data disks",
+            );
+        }
+    }
+
+    fn check_tag_limits(&self, v: &mut Violations) {
+        let Some(tags) = &self.tags else { return };
+        if tags.len() > MAX_SPEC_TAGS {
+            v.add(
+                &format!("{SPEC}.tags"),
+                format!(
+                    "has {} tags; at most {MAX_SPEC_TAGS} are allowed (ECS takes 20 and Berth adds {MACHINE_TAG})",
+                    tags.len()
+                ),
+            );
+        }
+        for (k, value) in tags {
+            let field = format!("{SPEC}.tags[{k}]");
+            if k.is_empty() || k.len() > 128 {
+                v.add(&field, "a tag key must be 1 to 128 characters");
+            }
+            if k.starts_with("aliyun") || k.starts_with("acs:") {
+                v.add(&field, "tag keys may not start with 'aliyun' or 'acs:'");
+            }
+            if k == MACHINE_TAG {
+                v.add(&field, "is set by the driver to the machine's name");
+            }
+            if value.len() > 128 {
+                v.add(&field, "a tag value must be at most 128 characters");
+            }
+        }
+    }
+
+    /// The tags that scope lookups to this class's cluster (`kubernetes.io/cluster/...`).
+    pub fn cluster_tags(&self) -> Vec<Tag> {
+        self.tags_where(|k| k.contains(CLUSTER_TAG))
+    }
+
+    /// The tags ListMachines filters by: every cluster and role tag, as MCM's does.
+    pub fn list_tags(&self) -> Vec<Tag> {
+        self.tags_where(|k| k.contains(CLUSTER_TAG) || k.contains(ROLE_TAG))
+    }
+
+    fn tags_where(&self, keep: impl Fn(&str) -> bool) -> Vec<Tag> {
+        self.tags
+            .iter()
+            .flatten()
+            .filter(|(k, _)| keep(k))
+            .map(|(k, v)| Tag::new(k, v))
+            .collect()
+    }
+
+    /// RunInstances for `machine_name`, as MCM's request builder makes it, plus the machine tag.
+    /// The client token is left for the caller.
+    pub fn run_instances(&self, machine_name: &str, user_data: Option<Vec<u8>>) -> RunInstances {
+        let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let mut tags: Vec<Tag> = self
+            .tags
+            .iter()
+            .flatten()
+            .map(|(k, v)| Tag::new(k, v))
+            .collect();
+        tags.push(Tag::new(MACHINE_TAG, machine_name));
+        RunInstances {
+            image_id: self.image_id.clone(),
+            instance_type: self.instance_type.clone(),
+            zone_id: some(&self.zone_id),
+            security_group_id: some(&self.security_group_id),
+            v_switch_id: some(&self.v_switch_id),
+            private_ip_address: some(&self.private_ip_address),
+            instance_name: Some(machine_name.to_owned()),
+            instance_charge_type: some(&self.instance_charge_type),
+            internet_charge_type: some(&self.internet_charge_type),
+            internet_max_bandwidth_in: self
+                .internet_max_bandwidth_in
+                .and_then(|n| u32::try_from(n).ok()),
+            internet_max_bandwidth_out: self
+                .internet_max_bandwidth_out
+                .and_then(|n| u32::try_from(n).ok()),
+            spot_strategy: some(&self.spot_strategy),
+            io_optimized: some(&self.io_optimized),
+            key_pair_name: some(&self.key_pair_name),
+            system_disk: self.system_disk.as_ref().map(|d| SystemDisk {
+                category: some(&d.category),
+                size_gib: u32::try_from(d.size).ok().filter(|s| *s > 0),
+                ..SystemDisk::default()
+            }),
+            data_disks: self
+                .data_disks
+                .iter()
+                .map(|d| DataDisk {
+                    category: some(&d.category),
+                    size_gib: u32::try_from(d.size).ok(),
+                    disk_name: Some(format!("{machine_name}-{}-data-disk", d.name)),
+                    description: some(&d.description),
+                    encrypted: Some(d.encrypted),
+                    // ECS refuses DeleteWithInstance on ephemeral disks (MCM sends nil for them).
+                    delete_with_instance: (d.category != "DiskEphemeralSSD")
+                        .then(|| d.delete_with_instance.unwrap_or(true)),
+                    snapshot_id: None,
+                })
+                .collect(),
+            tags,
+            user_data,
+            ..RunInstances::default()
+        }
+    }
+}
+
+/// The machine's name, which is the ECS `InstanceName` and the lookup key: a DNS-1123 subdomain
+/// (so never an ECS wildcard `*`), and for CreateMachine 2 to 128 characters as ECS requires.
+pub fn machine_name(machine: &Machine, for_create: bool) -> Result<String, Status> {
+    let name = machine.metadata.name.as_str();
+    let field = "machine.metadata.name";
+    names::validate_dns1123_subdomain(field, name, names::MAX_SUBDOMAIN_LEN)?;
+    if for_create && !(2..=128).contains(&name.len()) {
+        return Err(Status::invalid(
+            field,
+            format!(
+                "{name:?} is {} characters long; ECS instance names are 2 to 128 characters",
+                name.len()
+            ),
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+/// The first non-empty value of `keys` in the secret, trimmed.
+fn first_key(secret: &Secret, keys: &[&str]) -> Result<Option<String>, Status> {
+    for key in keys {
+        if let Some(v) = secret.get_str(key)?
+            && !v.is_empty()
+        {
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
+}
+
+/// The access key from the secret: `alicloudAccessKeyID` (else `accessKeyID`) and
+/// `alicloudAccessKeySecret` (else `accessKeySecret`), plus an optional STS token
+/// (`alicloudSecurityToken`, else `securityToken`). A missing key is an InvalidArgument naming the
+/// key; no message ever carries a value.
+pub fn credentials(secret: &Secret) -> Result<Credentials, Status> {
+    let missing = |key: &str, fallback: &str| {
+        Status::invalid(
+            &format!("secret.data[{key}]"),
+            format!("is required (or its fallback {fallback})"),
+        )
+    };
+    let id = first_key(secret, &["alicloudAccessKeyID", "accessKeyID"])?
+        .ok_or_else(|| missing("alicloudAccessKeyID", "accessKeyID"))?;
+    let key_secret = first_key(secret, &["alicloudAccessKeySecret", "accessKeySecret"])?
+        .ok_or_else(|| missing("alicloudAccessKeySecret", "accessKeySecret"))?;
+    let credentials = Credentials::new(id, key_secret);
+    Ok(
+        match first_key(secret, &["alicloudSecurityToken", "securityToken"])? {
+            Some(token) => credentials.with_security_token(token),
+            None => credentials,
+        },
+    )
+}
+
+/// `userData`, raw (the ECS client base64-encodes it), if the secret has it. Too large for ECS is an
+/// InvalidArgument that gives sizes only.
+pub fn user_data(secret: &Secret) -> Result<Option<Vec<u8>>, Status> {
+    let Some(data) = secret.get("userData")? else {
+        return Ok(None);
+    };
+    let encoded = data.len().div_ceil(3) * 4;
+    if encoded > MAX_USER_DATA_BASE64 {
+        return Err(Status::invalid(
+            "secret.data[userData]",
+            format!(
+                "is {} bytes, {encoded} base64-encoded; ECS accepts at most {MAX_USER_DATA_BASE64} encoded bytes",
+                data.len()
+            ),
+        ));
+    }
+    Ok((!data.is_empty()).then_some(data))
+}
+
+/// `<region>.<instanceId>`, the Alibaba cloud-controller-manager's provider id.
+pub fn provider_id(region: &str, instance_id: &str) -> String {
+    format!("{region}.{instance_id}")
+}
+
+/// Splits a provider id into (region, instance id); MCM keeps what follows the last `.`.
+pub fn decode_provider_id(provider_id: &str) -> Result<(Option<&str>, &str), Status> {
+    let (region, id) = match provider_id.rsplit_once('.') {
+        Some((region, id)) => (Some(region).filter(|r| !r.is_empty()), id),
+        None => (None, provider_id),
+    };
+    if id.is_empty() || id.contains(|c: char| c.is_whitespace() || c == '*') {
+        return Err(Status::invalid(
+            "machine.spec.providerID",
+            format!("{provider_id:?} is not of the form <region>.<instanceId>"),
+        ));
+    }
+    Ok((region, id))
+}
+
+/// The node name of an instance: its default ECS host name, lower-cased (`i-abc` → `izabcz`).
+pub fn node_name(instance_id: &str) -> String {
+    format!("{}z", instance_id.replacen('-', "z", 1))
+}
+
+/// The RunInstances `ClientToken` of a machine: a SHA-256 (64 hex characters, ECS's limit) of its
+/// UID, or of namespace/name when it has none, so every retry of CreateMachine for this machine
+/// sends the same token and ECS can never make a second VM for it. `after` chains a new token when
+/// ECS answers the old one with an instance that no longer exists (the machine's VM was released and
+/// the machine is being created again).
+pub fn client_token(machine: &Machine, after: Option<&str>) -> String {
+    let m = &machine.metadata;
+    let key = if m.uid.is_empty() {
+        format!("name:{}/{}", m.namespace, m.name)
+    } else {
+        format!("uid:{}", m.uid)
+    };
+    let mut h = Sha256::new();
+    h.update(b"berth/alicloud/RunInstances/v1\n");
+    h.update(key.as_bytes());
+    if let Some(previous) = after {
+        h.update(b"\nafter:");
+        h.update(previous.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// The CSI drivers whose `volumeHandle` is an ECS disk id: the Alicloud disk plugin plus `extra`.
+pub fn csi_drivers(extra: &[String]) -> BTreeSet<String> {
+    std::iter::once(CSI_DISK_DRIVER.to_owned())
+        .chain(extra.iter().cloned())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn valid() -> serde_json::Value {
+        json!({
+            "apiVersion": "mcm.gardener.cloud/v1alpha1",
+            "imageID": "m-image",
+            "instanceType": "ecs.g6.large",
+            "region": "cn-shanghai",
+            "zoneID": "cn-shanghai-b",
+            "securityGroupID": "sg-1",
+            "vSwitchID": "vsw-1",
+            "systemDisk": {"category": "cloud_efficiency", "size": 50},
+            "dataDisks": [
+                {"name": "d1", "category": "cloud_efficiency", "size": 100, "description": "ns-datavol-d1"},
+                {"name": "d2", "category": "cloud_essd", "size": 40, "deleteWithInstance": false, "encrypted": true},
+                {"name": "eph", "category": "DiskEphemeralSSD", "size": 20}
+            ],
+            "instanceChargeType": "PostPaid",
+            "internetChargeType": "PayByTraffic",
+            "internetMaxBandwidthIn": 5,
+            "internetMaxBandwidthOut": 5,
+            "spotStrategy": "NoSpot",
+            "IoOptimized": "optimized",
+            "keyPairName": "kp",
+            "tags": {"kubernetes.io/cluster/shoot--mcm": "1", "kubernetes.io/role/worker/shoot--mcm": "1", "pool": "a"},
+            "unknownField": {"ignored": true}
+        })
+    }
+
+    #[test]
+    fn decodes_mcm_field_names_and_validates() {
+        let s = ProviderSpec::decode(&valid()).unwrap();
+        assert_eq!(s.image_id, "m-image");
+        assert_eq!(s.io_optimized, "optimized");
+        assert_eq!(s.data_disks[1].delete_with_instance, Some(false));
+        s.validate_for_create().unwrap();
+        assert_eq!(s.cluster_tags().len(), 1);
+        assert_eq!(s.list_tags().len(), 2);
+        let mut v = valid();
+        v.as_object_mut().unwrap().remove("IoOptimized");
+        v["ioOptimized"] = json!("none");
+        assert_eq!(ProviderSpec::decode(&v).unwrap().io_optimized, "none");
+    }
+
+    #[test]
+    fn decode_errors_name_the_path() {
+        let mut v = valid();
+        v["dataDisks"][0]["size"] = json!("big");
+        let e = ProviderSpec::decode(&v).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
+        assert!(
+            e.message
+                .starts_with("machineClass.providerSpec.dataDisks[0].size:"),
+            "{}",
+            e.message
+        );
+        let e = ProviderSpec::decode(&json!("nope")).unwrap_err();
+        assert!(e.message.starts_with("machineClass.providerSpec:"));
+    }
+
+    #[test]
+    fn historical_rules_with_their_messages() {
+        let s = ProviderSpec::decode(&json!({"tags": {}})).unwrap();
+        let msg = s.validate_for_create().unwrap_err().message;
+        for want in [
+            "machineClass.providerSpec.imageID: ImageID is required",
+            "machineClass.providerSpec.region: Region is required",
+            "machineClass.providerSpec.zoneID: ZoneID is required",
+            "machineClass.providerSpec.instanceType: InstanceType is required",
+            "machineClass.providerSpec.vSwitchID: VSwitchID is required",
+            "machineClass.providerSpec.keyPairName: KeyPairName is required",
+            "machineClass.providerSpec.tags: Tags required for Alicloud machines",
+        ] {
+            assert!(msg.contains(want), "{want} not in {msg}");
+        }
+        let mut v = valid();
+        v["tags"] = json!({"kubernetes.io/cluster/x": "1"});
+        let msg = ProviderSpec::decode(&v)
+            .unwrap()
+            .validate_scope()
+            .unwrap_err()
+            .message;
+        assert_eq!(
+            msg,
+            "machineClass.providerSpec.tags: Tag required of the form kubernetes.io/role/****"
+        );
+        v["tags"] = json!({"kubernetes.io/role/x": "1"});
+        let msg = ProviderSpec::decode(&v)
+            .unwrap()
+            .validate_scope()
+            .unwrap_err()
+            .message;
+        assert!(msg.contains("kubernetes.io/cluster/****"), "{msg}");
+    }
+
+    #[test]
+    fn data_disk_rules() {
+        let mut v = valid();
+        v["dataDisks"] = json!([
+            {"name": "", "category": "c", "size": 20},
+            {"name": "1bad", "category": "c", "size": 20},
+            {"name": format!("a{}", "b".repeat(64)), "category": "c", "size": 20},
+            {"name": "dup", "category": "c", "size": 19},
+            {"name": "dup", "category": "", "size": 32769}
+        ]);
+        let msg = ProviderSpec::decode(&v)
+            .unwrap()
+            .validate_for_create()
+            .unwrap_err()
+            .message;
+        for want in [
+            "dataDisks[0].name: Data Disk name is required",
+            "dataDisks[1].name: Disk name given: 1bad does not match the expected pattern",
+            "dataDisks[2].name: Data Disk Name length must be between 1 and 64",
+            "dataDisks[3].size: Invalid value: 19: must be between 20 and 32768, inclusive",
+            "dataDisks[4].size: Invalid value: 32769",
+            "dataDisks[4].category: Data Disk category is required",
+            "Data Disk Name 'dup' duplicated 2 times, Name must be unique",
+        ] {
+            assert!(msg.contains(want), "{want} not in {msg}");
+        }
+        assert!(disk_name_matches("a1.b-c_d:e"));
+        assert!(!disk_name_matches("a"));
+        assert!(!disk_name_matches("a b"));
+    }
+
+    #[test]
+    fn enums_and_tag_limits() {
+        let mut v = valid();
+        v["spotStrategy"] = json!("Cheap");
+        v["IoOptimized"] = json!("yes");
+        v["tags"][MACHINE_TAG] = json!("x");
+        v["tags"]["aliyun:x"] = json!("y");
+        let msg = ProviderSpec::decode(&v)
+            .unwrap()
+            .validate_for_create()
+            .unwrap_err()
+            .message;
+        assert!(
+            msg.contains("spotStrategy: Unsupported value: \"Cheap\""),
+            "{msg}"
+        );
+        assert!(msg.contains("IoOptimized: Unsupported value"), "{msg}");
+        assert!(msg.contains("is set by the driver"), "{msg}");
+        assert!(msg.contains("may not start with 'aliyun'"), "{msg}");
+    }
+
+    #[test]
+    fn run_instances_is_built_as_mcm_builds_it() {
+        let s = ProviderSpec::decode(&valid()).unwrap();
+        let r = s.run_instances("m-1", Some(b"#!/bin/sh".to_vec()));
+        let p = r.to_params("cn-shanghai", "tok");
+        let get = |k: &str| p.get(k).map(str::to_owned);
+        assert_eq!(get("InstanceName").as_deref(), Some("m-1"));
+        assert_eq!(
+            get("SystemDisk.Category").as_deref(),
+            Some("cloud_efficiency")
+        );
+        assert_eq!(get("SystemDisk.Size").as_deref(), Some("50"));
+        assert_eq!(
+            get("DataDisk.1.DiskName").as_deref(),
+            Some("m-1-d1-data-disk")
+        );
+        assert_eq!(
+            get("DataDisk.1.DeleteWithInstance").as_deref(),
+            Some("true")
+        );
+        assert_eq!(
+            get("DataDisk.2.DeleteWithInstance").as_deref(),
+            Some("false")
+        );
+        assert_eq!(get("DataDisk.2.Encrypted").as_deref(), Some("true"));
+        assert_eq!(get("DataDisk.3.DeleteWithInstance"), None);
+        assert_eq!(get("IoOptimized").as_deref(), Some("optimized"));
+        assert_eq!(get("UserData").as_deref(), Some("IyEvYmluL3No"));
+        let tags: Vec<(String, String)> = (1..=4)
+            .map(|n| {
+                (
+                    get(&format!("Tag.{n}.Key")).unwrap(),
+                    get(&format!("Tag.{n}.Value")).unwrap(),
+                )
+            })
+            .collect();
+        assert!(tags.contains(&(MACHINE_TAG.into(), "m-1".into())));
+        assert!(tags.contains(&("kubernetes.io/cluster/shoot--mcm".into(), "1".into())));
+    }
+
+    #[test]
+    fn secret_keys_with_fallbacks_never_echo_values() {
+        let s = Secret::from_string_data([("accessKeyID", "AKID"), ("accessKeySecret", "s3cr3t")]);
+        let c = credentials(&s).unwrap();
+        assert_eq!(c.access_key_id(), "AKID");
+        let s = Secret::from_string_data([("alicloudAccessKeyID", "AKID")]);
+        let e = credentials(&s).unwrap_err();
+        assert_eq!(
+            e.message,
+            "secret.data[alicloudAccessKeySecret]: is required (or its fallback accessKeySecret)"
+        );
+        let s = Secret::from_string_data([("alicloudAccessKeySecret", "s3cr3t")]);
+        let e = credentials(&s).unwrap_err();
+        assert!(e.message.contains("alicloudAccessKeyID"));
+        assert!(!e.message.contains("s3cr3t"));
+        let big = "x".repeat(30_000);
+        let s = Secret::from_string_data([("userData", big.as_str())]);
+        let e = user_data(&s).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("secret.data[userData]: is 30000 bytes")
+        );
+        assert!(!e.message.contains("xxx"));
+    }
+
+    #[test]
+    fn identity_helpers() {
+        assert_eq!(
+            node_name("i-uf69zddmom11ci7est12"),
+            "izuf69zddmom11ci7est12z"
+        );
+        assert_eq!(node_name("i-mockinstanceid"), "izmockinstanceidz");
+        assert_eq!(
+            provider_id("cn-shanghai", "i-mockinstanceid"),
+            "cn-shanghai.i-mockinstanceid"
+        );
+        assert_eq!(
+            decode_provider_id("cn-shanghai.i-1").unwrap(),
+            (Some("cn-shanghai"), "i-1")
+        );
+        assert_eq!(decode_provider_id("i-1").unwrap(), (None, "i-1"));
+        assert!(decode_provider_id("cn-shanghai.").is_err());
+        let mut m = Machine::default();
+        m.metadata.name = "m".into();
+        m.metadata.namespace = "ns".into();
+        let by_name = client_token(&m, None);
+        assert_eq!(by_name.len(), 64);
+        assert_eq!(by_name, client_token(&m, None));
+        assert_ne!(by_name, client_token(&m, Some("i-1")));
+        m.metadata.uid = "u-1".into();
+        assert_ne!(by_name, client_token(&m, None));
+    }
+}

@@ -1,0 +1,235 @@
+//! The HTTP API (DESIGN.md, "Machine driver API"): one handler per driver method, each documented in
+//! the OpenAPI document by its `#[utoipa::path]`.
+//!
+//! Every error answer is problem+json carrying `machineCodesError`, the exact
+//! `machine codes error: code = [..] message = [..]` string MCM parses, including the answers to
+//! bodies that do not decode.
+
+use axum::extract::State;
+use domain::Status;
+use domain::machine::{
+    CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse, GetVolumeIdsRequest,
+    GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest, ListMachinesResponse,
+    MachineRequest,
+};
+use service_kit::ApiError;
+use service_kit::error::Problem;
+use service_kit::extract::Json;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::provider::{ProviderList, Providers};
+
+/// What the handlers share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The provider plugins, by name.
+    pub providers: Providers,
+}
+
+/// The API routes, with their OpenAPI descriptions.
+pub fn routes(state: AppState) -> OpenApiRouter {
+    OpenApiRouter::new()
+        .routes(routes!(create_machine))
+        .routes(routes!(initialize_machine))
+        .routes(routes!(delete_machine))
+        .routes(routes!(get_machine_status))
+        .routes(routes!(list_machines))
+        .routes(routes!(get_volume_ids))
+        .routes(routes!(list_providers))
+        .with_state(state)
+}
+
+/// A driver failure as the answer MCM understands.
+fn driver_error(status: Status) -> ApiError {
+    ApiError::new(status).with_machine_codes_error()
+}
+
+/// The body, or a 400 that also carries `machineCodesError`.
+fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
+    parsed
+        .map(|Json(v)| v)
+        .map_err(|e| e.with_machine_codes_error())
+}
+
+/// CreateMachine: makes the VM backing `machine` from `machineClass`, or adopts the one that already
+/// does, so a retry never makes a second VM.
+#[utoipa::path(
+    post,
+    path = "/v1/machines:create",
+    tag = "machines",
+    request_body = MachineRequest,
+    responses(
+        (status = 200, description = "The VM exists (created now or adopted)", body = CreateMachineResponse),
+        (status = 400, description = "Unknown provider, bad spec field or missing secret key (code 3), naming it", body = Problem),
+        (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
+        (status = 409, description = "Several VMs back the machine (code 11)", body = Problem),
+        (status = 429, description = "No capacity or quota in the zone (code 8)", body = Problem),
+        (status = 503, description = "The cloud is throttling or unavailable; retry (code 14)", body = Problem),
+    )
+)]
+async fn create_machine(
+    State(state): State<AppState>,
+    parsed: Result<Json<MachineRequest>, ApiError>,
+) -> Result<Json<CreateMachineResponse>, ApiError> {
+    let req = body(parsed)?;
+    let provider = state
+        .providers
+        .for_class(&req.machine_class)
+        .map_err(driver_error)?;
+    provider
+        .create_machine(&req)
+        .await
+        .map(Json)
+        .map_err(driver_error)
+}
+
+/// InitializeMachine: the step after creation; Uninitialized (code 17) until it can complete.
+#[utoipa::path(
+    post,
+    path = "/v1/machines:initialize",
+    tag = "machines",
+    request_body = MachineRequest,
+    responses(
+        (status = 200, description = "Initialized", body = InitializeMachineResponse),
+        (status = 400, description = "Bad request (code 3)", body = Problem),
+        (status = 404, description = "No VM backs the machine (code 5)", body = Problem),
+        (status = 409, description = "Not initialized yet (code 17) or several VMs (code 11)", body = Problem),
+        (status = 503, description = "Retry (code 14)", body = Problem),
+    )
+)]
+async fn initialize_machine(
+    State(state): State<AppState>,
+    parsed: Result<Json<MachineRequest>, ApiError>,
+) -> Result<Json<InitializeMachineResponse>, ApiError> {
+    let req = body(parsed)?;
+    let provider = state
+        .providers
+        .for_class(&req.machine_class)
+        .map_err(driver_error)?;
+    provider
+        .initialize_machine(&req)
+        .await
+        .map(Json)
+        .map_err(driver_error)
+}
+
+/// DeleteMachine: releases the VM and what it left behind; a VM that does not exist is OK.
+#[utoipa::path(
+    post,
+    path = "/v1/machines:delete",
+    tag = "machines",
+    request_body = MachineRequest,
+    responses(
+        (status = 200, description = "Nothing backs the machine any more", body = DeleteMachineResponse),
+        (status = 400, description = "Bad request (code 3)", body = Problem),
+        (status = 503, description = "The VM is between states, or the cloud is unavailable; retry (code 14)", body = Problem),
+    )
+)]
+async fn delete_machine(
+    State(state): State<AppState>,
+    parsed: Result<Json<MachineRequest>, ApiError>,
+) -> Result<Json<DeleteMachineResponse>, ApiError> {
+    let req = body(parsed)?;
+    let provider = state
+        .providers
+        .for_class(&req.machine_class)
+        .map_err(driver_error)?;
+    provider
+        .delete_machine(&req)
+        .await
+        .map(Json)
+        .map_err(driver_error)
+}
+
+/// GetMachineStatus: the VM backing the machine, its addresses and its cloud status.
+#[utoipa::path(
+    post,
+    path = "/v1/machines:status",
+    tag = "machines",
+    request_body = MachineRequest,
+    responses(
+        (status = 200, description = "The VM", body = GetMachineStatusResponse),
+        (status = 400, description = "Bad request (code 3)", body = Problem),
+        (status = 404, description = "No VM backs the machine (code 5)", body = Problem),
+        (status = 409, description = "Several VMs back the machine (code 11)", body = Problem),
+    )
+)]
+async fn get_machine_status(
+    State(state): State<AppState>,
+    parsed: Result<Json<MachineRequest>, ApiError>,
+) -> Result<Json<GetMachineStatusResponse>, ApiError> {
+    let req = body(parsed)?;
+    let provider = state
+        .providers
+        .for_class(&req.machine_class)
+        .map_err(driver_error)?;
+    provider
+        .get_machine_status(&req)
+        .await
+        .map(Json)
+        .map_err(driver_error)
+}
+
+/// ListMachines: every VM the class's cluster and role tags identify, provider id → machine name.
+#[utoipa::path(
+    post,
+    path = "/v1/machines:list",
+    tag = "machines",
+    request_body = ListMachinesRequest,
+    responses(
+        (status = 200, description = "The VMs", body = ListMachinesResponse),
+        (status = 400, description = "Bad request (code 3)", body = Problem),
+    )
+)]
+async fn list_machines(
+    State(state): State<AppState>,
+    parsed: Result<Json<ListMachinesRequest>, ApiError>,
+) -> Result<Json<ListMachinesResponse>, ApiError> {
+    let req = body(parsed)?;
+    let provider = state
+        .providers
+        .for_class(&req.machine_class)
+        .map_err(driver_error)?;
+    provider
+        .list_machines(&req)
+        .await
+        .map(Json)
+        .map_err(driver_error)
+}
+
+/// GetVolumeIDs: the provider volume ids of the persistent volume specs some provider can map, in
+/// the order of the specs; the others are skipped.
+#[utoipa::path(
+    post,
+    path = "/v1/volume-ids",
+    tag = "machines",
+    request_body = GetVolumeIdsRequest,
+    responses(
+        (status = 200, description = "The ids", body = GetVolumeIdsResponse),
+        (status = 400, description = "Bad request (code 3)", body = Problem),
+    )
+)]
+async fn get_volume_ids(
+    State(state): State<AppState>,
+    parsed: Result<Json<GetVolumeIdsRequest>, ApiError>,
+) -> Result<Json<GetVolumeIdsResponse>, ApiError> {
+    let req = body(parsed)?;
+    state
+        .providers
+        .get_volume_ids(&req)
+        .await
+        .map(Json)
+        .map_err(driver_error)
+}
+
+/// The provider plugins this driver has (what `machineClass.provider` may name).
+#[utoipa::path(
+    get,
+    path = "/v1/providers",
+    tag = "providers",
+    responses((status = 200, description = "The providers, sorted by name", body = ProviderList))
+)]
+async fn list_providers(State(state): State<AppState>) -> Json<ProviderList> {
+    Json(state.providers.list())
+}

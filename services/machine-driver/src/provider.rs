@@ -1,0 +1,171 @@
+//! The provider SPI: what a cloud plugin implements ([`Provider`]) and how the service picks one for
+//! a request ([`Providers`], keyed by `MachineClass.provider`).
+//!
+//! A provider is MCM's `driver.Driver` in async Rust: the same six methods over the same request and
+//! response types (`domain::machine`), failing with a [`Status`] whose code MCM understands. The
+//! registry is built once at start; adding a provider (`Docker`, later) is one more
+//! [`Providers::with`] call in `lib.rs`, nothing else changes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use domain::machine::{
+    CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse, GetVolumeIdsRequest,
+    GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest, ListMachinesResponse,
+    MachineClass, MachineRequest,
+};
+use domain::{Code, Status};
+use serde::{Deserialize, Serialize};
+
+/// A machine provider plugin (MCM's `driver.Driver`).
+///
+/// Every method is called with the class the registry chose the plugin for (except
+/// [`Provider::get_volume_ids`], which has no class) and must:
+/// - never log, trace or echo a secret value (the `secret` of a request, user data included);
+/// - be safe to call again with the same request (MCM retries everything);
+/// - answer MCM's codes: NotFound (5) for a missing VM on status, OK for a missing VM on delete, ...
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// The name `MachineClass.provider` selects this plugin by (`Alicloud`).
+    fn name(&self) -> &'static str;
+
+    /// One sentence for `GET /v1/providers`.
+    fn description(&self) -> String;
+
+    /// CreateMachine: makes (or adopts) the VM backing `machine`.
+    async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status>;
+
+    /// InitializeMachine: the post-creation step; Uninitialized (17) while it cannot finish yet.
+    async fn initialize_machine(
+        &self,
+        req: &MachineRequest,
+    ) -> Result<InitializeMachineResponse, Status>;
+
+    /// DeleteMachine: releases the VM and whatever it left behind; a missing VM is OK.
+    async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status>;
+
+    /// GetMachineStatus: NotFound (5) when no VM backs the machine, OutOfRange (11) when several do.
+    async fn get_machine_status(
+        &self,
+        req: &MachineRequest,
+    ) -> Result<GetMachineStatusResponse, Status>;
+
+    /// ListMachines: every VM the class identifies, provider id → machine name.
+    async fn list_machines(
+        &self,
+        req: &ListMachinesRequest,
+    ) -> Result<ListMachinesResponse, Status>;
+
+    /// GetVolumeIDs: the ids of the specs this provider can map, in order; others are skipped.
+    async fn get_volume_ids(
+        &self,
+        req: &GetVolumeIdsRequest,
+    ) -> Result<GetVolumeIdsResponse, Status>;
+}
+
+/// One provider as `GET /v1/providers` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProviderInfo {
+    /// The `MachineClass.provider` value that selects it.
+    pub name: String,
+    /// What it drives.
+    pub description: String,
+}
+
+/// The answer of `GET /v1/providers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ProviderList {
+    /// The providers, sorted by name.
+    pub providers: Vec<ProviderInfo>,
+}
+
+/// The provider plugins this driver has, by name.
+#[derive(Clone, Default)]
+pub struct Providers {
+    by_name: BTreeMap<&'static str, Arc<dyn Provider>>,
+}
+
+impl std::fmt::Debug for Providers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.by_name.keys()).finish()
+    }
+}
+
+impl Providers {
+    /// No providers.
+    pub fn new() -> Self {
+        Providers::default()
+    }
+
+    /// Adds (or replaces) a provider under its [`Provider::name`].
+    pub fn with(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.by_name.insert(provider.name(), provider);
+        self
+    }
+
+    /// The names, sorted.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.by_name.keys().copied().collect()
+    }
+
+    /// What `GET /v1/providers` answers.
+    pub fn list(&self) -> ProviderList {
+        ProviderList {
+            providers: self
+                .by_name
+                .values()
+                .map(|p| ProviderInfo {
+                    name: p.name().to_owned(),
+                    description: p.description(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The provider `class.provider` names. The match is exact, as MCM's is; an unknown name is an
+    /// InvalidArgument in MCM's words, naming the providers this driver has.
+    pub fn for_class(&self, class: &MachineClass) -> Result<Arc<dyn Provider>, Status> {
+        self.by_name
+            .get(class.provider.as_str())
+            .cloned()
+            .ok_or_else(|| {
+                let have = self
+                    .names()
+                    .iter()
+                    .map(|n| format!("'{n}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                Status::new(
+                    Code::InvalidArgument,
+                    format!(
+                        "machineClass.provider: requested for Provider '{}', we only support {have}",
+                        class.provider
+                    ),
+                )
+            })
+    }
+
+    /// GetVolumeIDs has no class to choose a provider by, so each spec goes to every provider in
+    /// name order and the first that maps it wins; specs no provider maps are skipped (MCM: "MAY
+    /// skip PVs it cannot map"). The answer keeps the order of the specs.
+    pub async fn get_volume_ids(
+        &self,
+        req: &GetVolumeIdsRequest,
+    ) -> Result<GetVolumeIdsResponse, Status> {
+        let mut volume_ids = Vec::new();
+        for spec in &req.pv_specs {
+            let one = GetVolumeIdsRequest {
+                pv_specs: vec![spec.clone()],
+            };
+            for provider in self.by_name.values() {
+                let mapped = provider.get_volume_ids(&one).await?;
+                if let Some(id) = mapped.volume_ids.into_iter().next() {
+                    volume_ids.push(id);
+                    break;
+                }
+            }
+        }
+        Ok(GetVolumeIdsResponse { volume_ids })
+    }
+}
