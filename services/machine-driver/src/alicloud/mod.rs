@@ -362,14 +362,13 @@ impl Provider for Alicloud {
     }
 
     fn description(&self) -> String {
-        let endpoint = self
-            .ecs
-            .config()
-            .endpoint
-            .as_deref()
-            .unwrap_or("regional endpoints ecs.<region>.aliyuncs.com");
-        // Only the endpoint's scheme and host: it never carries credentials, but keep it short.
-        format!("Alibaba Cloud ECS virtual machines (API 2014-05-26, calling {endpoint})")
+        // Says where calls go without the address itself: this answer reaches gateway clients.
+        let target = if self.ecs.config().endpoint.is_some() {
+            "the endpoint set by BERTH_ALICLOUD_ENDPOINT (an emulator or a private endpoint)"
+        } else {
+            "the regional endpoints ecs.<region>.aliyuncs.com"
+        };
+        format!("Alibaba Cloud ECS virtual machines (API 2014-05-26), through {target}")
     }
 
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
