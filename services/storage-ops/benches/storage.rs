@@ -22,6 +22,7 @@ use client::{ClientOptions, ServiceClient};
 use domain::orchestrator::RegisterOrchestrator;
 use domain::{OrchestratorKind, VolumePhase, VolumeProvisionerProfile};
 use service_kit::Env;
+use sqlx::sqlite::SqliteSynchronous;
 use sqlx::{Connection, Executor};
 use storage_ops::store::{Store, VolumeRow, now};
 
@@ -61,12 +62,15 @@ const INSERT: &str = "INSERT INTO volumes (uid, namespace, name, orchestrator, k
      updated_at, resource_version) VALUES (?1, ?2, ?3, 'disk', 'local', ?4, '1Gi', 1073741824, 1, ?5, '{}', ?6, \
      'Ready', 'Provisioned', '', ?7, ?8, ?8, ?9)";
 
-fn raw_sqlite(dir: &Path, per_txn: usize) -> f64 {
-    let path = dir.join(format!("raw-{per_txn}.db"));
+fn raw_sqlite(dir: &Path, per_txn: usize, synchronous: &str) -> f64 {
+    let path = dir.join(format!(
+        "raw-{per_txn}-{synchronous}-{}.db",
+        uuid::Uuid::new_v4()
+    ));
     let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;",
-    )
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
+    ))
     .unwrap();
     conn.execute_batch(SCHEMA).unwrap();
     let config = r#"{"basePath":"/var/lib/berth/volumes"}"#;
@@ -98,12 +102,12 @@ fn raw_sqlite(dir: &Path, per_txn: usize) -> f64 {
     RAW_ROWS as f64 / started.elapsed().as_secs_f64()
 }
 
-async fn sqlx_single(dir: &Path) -> f64 {
-    let path = dir.join("sqlx.db");
-    let mut conn =
-        sqlx::SqliteConnection::connect_with(&storage_ops::store::connect_options(&path))
-            .await
-            .unwrap();
+async fn sqlx_single(dir: &Path, synchronous: SqliteSynchronous) -> f64 {
+    let path = dir.join(format!("sqlx-{}.db", uuid::Uuid::new_v4()));
+    let options = storage_ops::store::connect_options(&path).synchronous(synchronous);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
     conn.execute(sqlx::AssertSqlSafe(SCHEMA)).await.unwrap();
     let config = r#"{"basePath":"/var/lib/berth/volumes"}"#;
     let started = Instant::now();
@@ -129,7 +133,7 @@ async fn sqlx_single(dir: &Path) -> f64 {
 }
 
 async fn store_inserts(dir: &Path, callers: usize) -> f64 {
-    let store = Store::open(&dir.join(format!("store-{callers}.db")))
+    let store = Store::open(&dir.join(format!("store-{callers}-{}.db", uuid::Uuid::new_v4())))
         .await
         .unwrap();
     let started = Instant::now();
@@ -352,17 +356,38 @@ async fn main() {
         dir.path().display()
     );
 
-    println!("  SQLite inserts, {RAW_ROWS} rows of the volumes table:");
-    let raw1 = raw_sqlite(dir.path(), 1);
-    println!("    raw SQLite (rusqlite), 1 row per transaction    {raw1:>9.0} rows/s");
-    let raw64 = raw_sqlite(dir.path(), 64);
-    println!("    raw SQLite (rusqlite), 64 rows per transaction  {raw64:>9.0} rows/s");
-    let sqlx1 = sqlx_single(dir.path()).await;
-    println!("    sqlx, one connection, 1 row per transaction     {sqlx1:>9.0} rows/s");
-    let store1 = store_inserts(dir.path(), 1).await;
-    println!("    storage-ops store, 1 caller                     {store1:>9.0} rows/s");
-    let store64 = store_inserts(dir.path(), 64).await;
-    println!("    storage-ops store, 64 callers (group commit)    {store64:>9.0} rows/s");
+    // Each figure is the best of three rounds, the rounds interleaved, so a burst of someone else's
+    // disk traffic does not land on one figure only.
+    let mut best = [0f64; 7];
+    for _ in 0..3 {
+        let round = [
+            raw_sqlite(dir.path(), 1, "FULL"),
+            raw_sqlite(dir.path(), 64, "FULL"),
+            sqlx_single(dir.path(), SqliteSynchronous::Full).await,
+            store_inserts(dir.path(), 1).await,
+            store_inserts(dir.path(), 64).await,
+            raw_sqlite(dir.path(), 1, "NORMAL"),
+            sqlx_single(dir.path(), SqliteSynchronous::Normal).await,
+        ];
+        for (b, r) in best.iter_mut().zip(round) {
+            *b = b.max(r);
+        }
+    }
+    println!("  SQLite inserts, {RAW_ROWS} rows of the volumes table (best of 3):");
+    for (label, rate) in [
+        "raw SQLite (rusqlite), FULL, 1 row per transaction",
+        "raw SQLite (rusqlite), FULL, 64 rows per transaction",
+        "sqlx, one connection, FULL, 1 row per transaction",
+        "storage-ops store, FULL, 1 caller",
+        "storage-ops store, FULL, 64 callers (group commit)",
+        "raw SQLite (rusqlite), NORMAL, 1 row per transaction",
+        "sqlx, one connection, NORMAL, 1 row per transaction",
+    ]
+    .into_iter()
+    .zip(best)
+    {
+        println!("    {label:<56} {rate:>9.0} rows/s");
+    }
 
     let stack = start_stack(dir.path()).await;
     println!("  AddStorage over HTTP, local backend, {total_adds} volumes each:");

@@ -340,6 +340,14 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<VolumeRow>, StoreError> {
         let limit = i64::from(limit);
+        // Within one namespace the position reduces to a name, which keeps the scan a range of the
+        // index (a row-value comparison there makes SQLite walk the namespace from its start). A
+        // position before the namespace starts at its beginning; one after it has nothing left.
+        let after = match (namespace, after) {
+            (Some(ns), Some((after_ns, _))) if after_ns < ns => None,
+            (Some(ns), Some((after_ns, _))) if after_ns > ns => return Ok(Vec::new()),
+            (_, after) => after,
+        };
         let rows = match (namespace, after) {
             (None, None) => {
                 sqlx::query(concat!(
@@ -372,20 +380,16 @@ impl Store {
                 .fetch_all(&self.inner.read)
                 .await?
             }
-            (Some(ns), Some((after_ns, after_name))) => {
-                sqlx::query(concat!(
-                    "SELECT ",
-                    columns!(),
-                    " FROM volumes WHERE namespace = ?1 AND (namespace, name) > (?2, ?3) \
-                     ORDER BY namespace, name LIMIT ?4"
-                ))
-                .bind(ns)
-                .bind(after_ns)
-                .bind(after_name)
-                .bind(limit)
-                .fetch_all(&self.inner.read)
-                .await?
-            }
+            (Some(ns), Some((_, after_name))) => sqlx::query(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM volumes WHERE namespace = ?1 AND name > ?2 ORDER BY namespace, name LIMIT ?3"
+            ))
+            .bind(ns)
+            .bind(after_name)
+            .bind(limit)
+            .fetch_all(&self.inner.read)
+            .await?,
         };
         Ok(rows.iter().map(row_from).collect::<Result<_, _>>()?)
     }
@@ -796,11 +800,27 @@ mod tests {
         assert_eq!(keys, [("b", "x"), ("c", "a")]);
         let page = store.page(Some("a"), Some(("a", "y")), 10).await.unwrap();
         assert_eq!(page.len(), 1);
+        // A token from another namespace: before it starts at its beginning, after it is empty.
+        assert_eq!(
+            store
+                .page(Some("b"), Some(("a", "z")), 10)
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(
+            store
+                .page(Some("a"), Some(("b", "a")), 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
 
         let mut conn = store.inner.read.acquire().await.unwrap();
         for sql in [
             "EXPLAIN QUERY PLAN SELECT uid FROM volumes WHERE (namespace, name) > ('a', 'b') ORDER BY namespace, name LIMIT 10",
-            "EXPLAIN QUERY PLAN SELECT uid FROM volumes WHERE namespace = 'a' AND (namespace, name) > ('a', 'b') ORDER BY namespace, name LIMIT 10",
+            "EXPLAIN QUERY PLAN SELECT uid FROM volumes WHERE namespace = 'a' AND name > 'b' ORDER BY namespace, name LIMIT 10",
         ] {
             let rows = sqlx::query(sql).fetch_all(&mut *conn).await.unwrap();
             let detail: Vec<String> = rows.iter().map(|r| r.get::<String, _>("detail")).collect();
