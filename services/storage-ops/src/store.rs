@@ -248,8 +248,8 @@ impl Store {
     }
 
     /// Inserts a new volume; [`StoreError::Exists`] when the key is taken, and
-    /// [`StoreError::CapacityExhausted`] when `capacity_limit` is set and the orchestrator's live
-    /// volumes plus this one would exceed it (checked in the same transaction, so two concurrent
+    /// [`StoreError::CapacityExhausted`] when `capacity_limit` is set and the orchestrator's volumes
+    /// (in any phase) plus this one would exceed it (checked in the same transaction, so two concurrent
     /// inserts cannot both squeeze in).
     pub async fn insert(
         &self,
@@ -584,9 +584,10 @@ async fn apply(
             ..
         } => {
             if let Some(limit) = *capacity_limit {
+                // Every recorded volume counts, Failed ones too: a Failed volume is retried by the
+                // same AddStorage without a second check, so it keeps its share until deleted.
                 let used: i64 = sqlx::query_scalar(
-                    "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes \
-                     WHERE orchestrator = ?1 AND phase != 'Failed'",
+                    "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE orchestrator = ?1",
                 )
                 .bind(&row.orchestrator)
                 .fetch_one(&mut *conn)

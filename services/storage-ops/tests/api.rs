@@ -1190,3 +1190,49 @@ async fn a_sigkill_mid_flight_loses_no_acknowledged_change_and_leaves_no_orphan(
         assert!(sweep.volumes().is_empty());
     }
 }
+
+#[tokio::test]
+async fn the_internal_credential_is_required_and_presented_to_the_registry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let env = Env::default()
+        .with("BERTH_LISTEN", "127.0.0.1:0")
+        .with("BERTH_DATA_DIR", tmp.path().display().to_string())
+        .with("BERTH_INTERNAL_TOKEN", "s3cret");
+    let registry =
+        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env).unwrap())
+            .await
+            .unwrap();
+    let registry_url = format!("http://{}", registry.local_addr());
+    tokio::spawn(registry.run_until(std::future::pending()));
+    let with_token = |url: &str| {
+        ServiceClient::new(
+            url,
+            ClientOptions {
+                bearer: Some(service_kit::SecretString::new("s3cret")),
+                ..ClientOptions::default()
+            },
+        )
+    };
+    register_local(
+        &client::registry::Client::new(with_token(&registry_url)),
+        "disk",
+        &tmp.path().join("vols"),
+        None,
+        true,
+    )
+    .await;
+    let url = spawn_storage(
+        &tmp.path().join("storage.db"),
+        &registry_url,
+        &[("BERTH_INTERNAL_TOKEN", "s3cret")],
+    )
+    .await;
+    let e = storage_client(&url)
+        .add(&profile("data", "1Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::Unauthenticated);
+    let storage = client::storage::Client::new(with_token(&url));
+    let (v, created) = storage.add(&profile("data", "1Gi")).await.unwrap();
+    assert!(created && v.status.phase == VolumePhase::Ready);
+}
