@@ -5,13 +5,16 @@
 //! `machine codes error: code = [..] message = [..]` string MCM parses, including the answers to
 //! bodies that do not decode.
 
+use std::future::Future;
+use std::time::Instant;
+
 use axum::extract::State;
-use domain::Status;
 use domain::machine::{
     CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse, GetVolumeIdsRequest,
     GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest, ListMachinesResponse,
     MachineRequest,
 };
+use domain::{Code, Status};
 use service_kit::ApiError;
 use service_kit::error::Problem;
 use service_kit::extract::Json;
@@ -38,6 +41,32 @@ pub fn routes(state: AppState) -> OpenApiRouter {
         .routes(routes!(get_volume_ids))
         .routes(routes!(list_providers))
         .with_state(state)
+}
+
+/// Histogram of driver calls' duration, by `method` and `provider` (MCM's `driver_request_duration`).
+pub const METRIC_DURATION: &str = "berth_driver_request_duration_seconds";
+/// Counter of driver calls, by `method`, `provider` and `code` (the machine code's name, `OK` on
+/// success), so failures are counted by kind (MCM's `requests_total` / `failed_total`).
+pub const METRIC_REQUESTS: &str = "berth_driver_requests_total";
+
+/// Runs one driver call and records its duration and outcome.
+async fn observed<T>(
+    method: &'static str,
+    provider: &str,
+    call: impl Future<Output = Result<T, Status>>,
+) -> Result<Json<T>, ApiError> {
+    let started = Instant::now();
+    let result = call.await;
+    let code = match &result {
+        Ok(_) => Code::Ok,
+        Err(s) => s.code,
+    };
+    let provider = provider.to_owned();
+    metrics::histogram!(METRIC_DURATION, "method" => method, "provider" => provider.clone())
+        .record(started.elapsed().as_secs_f64());
+    metrics::counter!(METRIC_REQUESTS, "method" => method, "provider" => provider, "code" => code.name())
+        .increment(1);
+    result.map(Json).map_err(driver_error)
 }
 
 /// A driver failure as the answer MCM understands.
@@ -77,11 +106,12 @@ async fn create_machine(
         .providers
         .for_class(&req.machine_class)
         .map_err(driver_error)?;
-    provider
-        .create_machine(&req)
-        .await
-        .map(Json)
-        .map_err(driver_error)
+    observed(
+        "CreateMachine",
+        provider.name(),
+        provider.create_machine(&req),
+    )
+    .await
 }
 
 /// InitializeMachine: the step after creation; Uninitialized (code 17) until it can complete.
@@ -107,11 +137,12 @@ async fn initialize_machine(
         .providers
         .for_class(&req.machine_class)
         .map_err(driver_error)?;
-    provider
-        .initialize_machine(&req)
-        .await
-        .map(Json)
-        .map_err(driver_error)
+    observed(
+        "InitializeMachine",
+        provider.name(),
+        provider.initialize_machine(&req),
+    )
+    .await
 }
 
 /// DeleteMachine: releases the VM and what it left behind; a VM that does not exist is OK.
@@ -135,11 +166,12 @@ async fn delete_machine(
         .providers
         .for_class(&req.machine_class)
         .map_err(driver_error)?;
-    provider
-        .delete_machine(&req)
-        .await
-        .map(Json)
-        .map_err(driver_error)
+    observed(
+        "DeleteMachine",
+        provider.name(),
+        provider.delete_machine(&req),
+    )
+    .await
 }
 
 /// GetMachineStatus: the VM backing the machine, its addresses and its cloud status.
@@ -164,11 +196,12 @@ async fn get_machine_status(
         .providers
         .for_class(&req.machine_class)
         .map_err(driver_error)?;
-    provider
-        .get_machine_status(&req)
-        .await
-        .map(Json)
-        .map_err(driver_error)
+    observed(
+        "GetMachineStatus",
+        provider.name(),
+        provider.get_machine_status(&req),
+    )
+    .await
 }
 
 /// ListMachines: every VM the class's cluster and role tags identify, provider id → machine name.
@@ -191,11 +224,12 @@ async fn list_machines(
         .providers
         .for_class(&req.machine_class)
         .map_err(driver_error)?;
-    provider
-        .list_machines(&req)
-        .await
-        .map(Json)
-        .map_err(driver_error)
+    observed(
+        "ListMachines",
+        provider.name(),
+        provider.list_machines(&req),
+    )
+    .await
 }
 
 /// GetVolumeIDs: the provider volume ids of the persistent volume specs some provider can map, in
@@ -215,12 +249,7 @@ async fn get_volume_ids(
     parsed: Result<Json<GetVolumeIdsRequest>, ApiError>,
 ) -> Result<Json<GetVolumeIdsResponse>, ApiError> {
     let req = body(parsed)?;
-    state
-        .providers
-        .get_volume_ids(&req)
-        .await
-        .map(Json)
-        .map_err(driver_error)
+    observed("GetVolumeIDs", "*", state.providers.get_volume_ids(&req)).await
 }
 
 /// The provider plugins this driver has (what `machineClass.provider` may name).

@@ -317,6 +317,22 @@ async fn providers_are_listed() {
     assert_eq!(list.providers.len(), 1);
     assert_eq!(list.providers[0].name, "Alicloud");
     assert!(list.providers[0].description.contains("ECS"));
+    // Driver calls are measured by method, provider and machine code.
+    app.machines.volume_ids(&[]).await.unwrap();
+    app.status(&req("m-metrics")).await.unwrap_err();
+    let metrics = reqwest::get(format!("{}/metrics", app.driver.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for want in [
+        "berth_driver_requests_total{method=\"GetVolumeIDs\",provider=\"*\",code=\"OK\"}",
+        "berth_driver_requests_total{method=\"GetMachineStatus\",provider=\"Alicloud\",code=\"NotFound\"}",
+        "berth_driver_request_duration_seconds",
+    ] {
+        assert!(metrics.contains(want), "{want} not in /metrics");
+    }
 }
 
 #[tokio::test]
