@@ -5,14 +5,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use client::{ClientError, ClientOptions, ServiceClient};
-use domain::machine::{
-    CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
-    InitializeMachineResponse, ListMachinesRequest, ListMachinesResponse, Machine, MachineClass,
-    MachineRequest, Secret,
-};
+use domain::machine::{ListMachinesRequest, Machine, MachineClass, MachineRequest, Secret};
 use domain::orchestrator::{OrchestratorKind, RegisterOrchestrator};
 use domain::{Code, Status, Volume, VolumePhase, VolumeProvisionerProfile};
-use reqwest::Method;
 use service_kit::SecretString;
 
 use crate::args::{
@@ -156,7 +151,7 @@ fn addresses(list: &[domain::machine::NodeAddress]) -> String {
 
 /// `berth machine …`.
 pub async fn machine(cli: &Cli, command: &MachineCommand) -> Result<(), CliError> {
-    let svc = service(cli);
+    let machines = client::machines::Client::new(service(cli));
     let files = match command {
         MachineCommand::Create(f)
         | MachineCommand::Status(f)
@@ -170,9 +165,7 @@ pub async fn machine(cli: &Cli, command: &MachineCommand) -> Result<(), CliError
             machine_class,
             secret,
         };
-        let r: ListMachinesResponse = svc
-            .json(Method::POST, "/v1/machines:list", Some(&body))
-            .await?;
+        let r = machines.list(&body).await?;
         let rows = r
             .machine_list
             .iter()
@@ -193,9 +186,7 @@ pub async fn machine(cli: &Cli, command: &MachineCommand) -> Result<(), CliError
     };
     let printable = match command {
         MachineCommand::Create(_) => {
-            let r: CreateMachineResponse = svc
-                .json(Method::POST, "/v1/machines:create", Some(&body))
-                .await?;
+            let r = machines.create(&body).await?;
             let row = vec![
                 r.provider_id.clone(),
                 r.node_name.clone(),
@@ -209,9 +200,7 @@ pub async fn machine(cli: &Cli, command: &MachineCommand) -> Result<(), CliError
             )
         }
         MachineCommand::Init(_) => {
-            let r: InitializeMachineResponse = svc
-                .json(Method::POST, "/v1/machines:initialize", Some(&body))
-                .await?;
+            let r = machines.initialize(&body).await?;
             let row = vec![
                 r.provider_id.clone(),
                 r.node_name.clone(),
@@ -220,9 +209,7 @@ pub async fn machine(cli: &Cli, command: &MachineCommand) -> Result<(), CliError
             Printable::new(&r, vec!["PROVIDER-ID", "NODE", "ADDRESSES"], vec![row])
         }
         MachineCommand::Status(_) => {
-            let r: GetMachineStatusResponse = svc
-                .json(Method::POST, "/v1/machines:status", Some(&body))
-                .await?;
+            let r = machines.status(&body).await?;
             let status = r
                 .conditions
                 .iter()
@@ -252,9 +239,7 @@ pub async fn machine(cli: &Cli, command: &MachineCommand) -> Result<(), CliError
             )
         }
         MachineCommand::Delete(_) => {
-            let r: DeleteMachineResponse = svc
-                .json(Method::POST, "/v1/machines:delete", Some(&body))
-                .await?;
+            let r = machines.delete(&body).await?;
             Printable::new(
                 &r,
                 vec!["MACHINE", "STATE"],

@@ -183,3 +183,85 @@ fn tokens_and_completions_work_offline() {
         assert!(stdout(&out).contains("berth"), "{shell}");
     }
 }
+
+#[test]
+fn machines_through_the_cli_against_the_embedded_emulator() {
+    let stack = Stack::start();
+    let example = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/machine.yaml"
+    ))
+    .unwrap();
+    let manifest = example
+        .replace("EMULATOR_ACCESS_KEY_ID", &stack.emulator_key.0)
+        .replace("EMULATOR_ACCESS_KEY_SECRET", &stack.emulator_key.1);
+    let file = stack.data.path().join("machine.yaml");
+    std::fs::write(&file, manifest).unwrap();
+    let f = file.to_str().unwrap();
+
+    let out = stack.berth(&["machine", "create", "-f", f]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    assert!(
+        table.lines().next().unwrap().starts_with("PROVIDER-ID"),
+        "{table}"
+    );
+    let provider_id = table
+        .lines()
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(provider_id.starts_with("cn-shanghai.i-"), "{table}");
+
+    // Creating again adopts the same VM.
+    let out = stack.berth(&["machine", "create", "-f", f, "-o", "json"]);
+    let again: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(again["providerID"], provider_id.as_str());
+
+    let out = stack.berth(&["machine", "status", "-f", f, "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(status["providerID"], provider_id.as_str());
+
+    let out = stack.berth(&["machine", "list", "-f", f, "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(list["machineList"][&provider_id], "worker-1", "{list}");
+
+    // The instance is Pending for about a second: deleting it then is "retry soon" (exit 3), after
+    // which the delete goes through.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = stack.berth(&["machine", "delete", "-f", f]);
+        if out.status.success() {
+            break;
+        }
+        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+        assert!(
+            stderr(&out).starts_with("error: Unavailable: "),
+            "{}",
+            stderr(&out)
+        );
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the VM never became deletable"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let out = stack.berth(&["machine", "status", "-f", f]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("error: NotFound: "),
+        "{}",
+        stderr(&out)
+    );
+
+    // A file without a Secret is refused before any call.
+    let bare = stack.data.path().join("bare.yaml");
+    std::fs::write(&bare, "kind: MachineClass\nprovider: Alicloud\n").unwrap();
+    let out = stack.berth(&["machine", "list", "-f", bare.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("no Secret"), "{}", stderr(&out));
+}

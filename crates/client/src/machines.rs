@@ -19,25 +19,11 @@ use domain::machine::{
     MachineRequest, PersistentVolumeSpec,
 };
 use reqwest::Method;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::{ClientError, ServiceClient};
 
-/// One provider plugin, as `GET /v1/providers` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProviderInfo {
-    /// The `MachineClass.provider` value that selects it (`Alicloud`).
-    pub name: String,
-    /// What it drives.
-    pub description: String,
-}
-
-/// The answer of `GET /v1/providers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ProviderList {
-    /// The providers, sorted by name.
-    pub providers: Vec<ProviderInfo>,
-}
+pub use domain::machine::{ProviderInfo, ProviderList};
 
 /// A typed client of this API.
 #[derive(Debug, Clone)]

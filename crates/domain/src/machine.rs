@@ -443,6 +443,24 @@ pub struct GetVolumeIdsResponse {
     pub volume_ids: Vec<String>,
 }
 
+/// One provider plugin, as `GET /v1/providers` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProviderInfo {
+    /// The `MachineClass.provider` value that selects it (`Alicloud`).
+    pub name: String,
+    /// What it drives.
+    pub description: String,
+}
+
+/// The answer of `GET /v1/providers`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProviderList {
+    /// The providers, sorted by name.
+    pub providers: Vec<ProviderInfo>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,7 +16,6 @@ use domain::machine::{
     MachineClass, MachineRequest,
 };
 use domain::{Code, Status};
-use serde::{Deserialize, Serialize};
 
 /// A machine provider plugin (MCM's `driver.Driver`).
 ///
@@ -64,21 +63,7 @@ pub trait Provider: Send + Sync + 'static {
     ) -> Result<GetVolumeIdsResponse, Status>;
 }
 
-/// One provider as `GET /v1/providers` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ProviderInfo {
-    /// The `MachineClass.provider` value that selects it.
-    pub name: String,
-    /// What it drives.
-    pub description: String,
-}
-
-/// The answer of `GET /v1/providers`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ProviderList {
-    /// The providers, sorted by name.
-    pub providers: Vec<ProviderInfo>,
-}
+pub use domain::machine::{ProviderInfo, ProviderList};
 
 /// The provider plugins this driver has, by name.
 #[derive(Clone, Default)]

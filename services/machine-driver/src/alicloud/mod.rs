@@ -181,12 +181,15 @@ impl Alicloud {
         instance_id: &str,
         deadline: alicloud::Instant,
     ) -> Result<Option<Instance>, Status> {
-        let mut pause = Duration::from_millis(100);
-        for attempt in 1..=3 {
+        // About 3 s in all: long enough for ECS's listing delay after RunInstances, so an instance
+        // that is merely new is not taken for a released one.
+        const ATTEMPTS: u32 = 5;
+        let mut pause = Duration::from_millis(200);
+        for attempt in 1..=ATTEMPTS {
             if let Some(i) = self.by_id(client, instance_id, &[], deadline).await? {
                 return Ok(Some(i));
             }
-            if attempt < 3 {
+            if attempt < ATTEMPTS {
                 tokio::time::sleep(pause).await;
                 pause *= 2;
             }
@@ -420,6 +423,23 @@ impl Provider for Alicloud {
                             addresses: addresses(&instance),
                         });
                     }
+                    // A machine with a UID gets a token no earlier machine had, so the instance is new
+                    // and only not listed yet (ECS lists new instances with a delay): trust RunInstances.
+                    // Chaining to a fresh token here could make a second VM.
+                    None if !req.machine.metadata.uid.is_empty() => {
+                        tracing::warn!(instance_id = %id, "created instance not listed yet; trusting RunInstances");
+                        return Ok(CreateMachineResponse {
+                            provider_id: spec::provider_id(client.region(), &id),
+                            node_name: spec::node_name(&id),
+                            last_known_state: format!(
+                                "ECS instance {id} created for machine {name}; not listed yet"
+                            ),
+                            addresses: Vec::new(),
+                        });
+                    }
+                    // Without a UID the token comes from namespace/name, which a machine created again
+                    // after its VM was released shares with the old one: ECS then answers with the
+                    // released instance, and only a fresh token makes a new one.
                     None => {
                         tracing::warn!(
                             instance_id = %id,
