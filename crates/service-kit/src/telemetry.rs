@@ -55,7 +55,8 @@ pub fn tracer_provider(
     Ok(builder.build())
 }
 
-/// Installs the global subscriber and propagator for a binary. Call once, at start; a second call (as
+/// Installs the global subscriber and propagator for a binary. Logs go to stderr, so what a command
+/// prints for people and scripts (the `berth up` banner) stays alone on stdout. Call once, at start; a second call (as
 /// when `berth up` runs several services in one process) keeps the first setup.
 pub fn init(
     service: &str,
@@ -72,13 +73,16 @@ pub fn init(
         registry
             .with(
                 tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
                     .json()
                     .flatten_event(true)
                     .with_current_span(true),
             )
             .try_init()
     } else {
-        registry.with(tracing_subscriber::fmt::layer()).try_init()
+        registry
+            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .try_init()
     };
     if result.is_err() {
         tracing::debug!("a global subscriber was already installed; keeping it");
