@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# How long `berth up` (release build) takes from exec until all four services answer /readyz 200, and
+# from Ctrl-C (SIGINT) until it has exited. Runs RUNS times on a fresh data directory each.
+#   bench/startup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5}
+BASE=${BASE:-18480}
+cargo build --release -q -p berth
+ms() { date +%s%3N; }
+printf '%-5s %18s %16s %6s\n' run "ready after (ms)" "stopped in (ms)" exit
+for run in $(seq "$RUNS"); do
+  data=$(mktemp -d)
+  start=$(ms)
+  ./target/release/berth up --port-base "$BASE" --data-dir "$data" >/dev/null 2>&1 &
+  pid=$!
+  for port in $BASE $((BASE + 1)) $((BASE + 2)) $((BASE + 3)); do
+    until curl -fsS -o /dev/null "http://127.0.0.1:$port/readyz" 2>/dev/null; do sleep 0.005; done
+  done
+  ready=$(( $(ms) - start ))
+  stop_at=$(ms)
+  kill -INT "$pid"
+  code=0; wait "$pid" || code=$?
+  printf '%-5s %18s %16s %6s\n' "$run" "$ready" "$(( $(ms) - stop_at ))" "$code"
+  rm -rf "$data"
+done
