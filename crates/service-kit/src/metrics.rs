@@ -39,6 +39,11 @@ pub fn render() -> String {
     handle().render()
 }
 
+/// The route template a handler reports for its answer when axum's matched path cannot say it (the
+/// gateway's one fallback serves every proxied route). Put it in the response's extensions.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteLabel(pub &'static str);
+
 /// Records `http_requests_total` and `http_request_duration_seconds` by service, method, route template
 /// and status. The raw path is never a label: it would make one series per volume name.
 pub async fn middleware(
@@ -55,6 +60,10 @@ pub async fn middleware(
     let method = request.method().to_string();
     let started = Instant::now();
     let response = next.run(request).await;
+    let route = match response.extensions().get::<RouteLabel>() {
+        Some(RouteLabel(template)) => (*template).to_string(),
+        None => route,
+    };
     let labels = [
         ("service", service.to_string()),
         ("method", method),

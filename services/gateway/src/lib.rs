@@ -22,7 +22,7 @@ pub mod routes;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header;
@@ -224,7 +224,6 @@ pub fn router(config: &Config) -> Result<axum::Router, String> {
 
 /// Authenticates, authorises, rate-limits and forwards one call.
 async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
-    let started = Instant::now();
     let Some(route) = classify(request.method(), request.uri().path()) else {
         return ApiError::from_code(
             Code::NotFound,
@@ -232,7 +231,7 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
         )
         .into_response();
     };
-    let response = match admit(&gateway, &request, route) {
+    let mut response = match admit(&gateway, &request, route) {
         Err(refusal) => refusal.into_response(),
         Ok(()) => {
             let client = request
@@ -249,13 +248,10 @@ async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Respons
             }
         }
     };
-    let labels = [
-        ("route", route.template.to_string()),
-        ("status", response.status().as_u16().to_string()),
-    ];
-    metrics::counter!("berth_gateway_requests_total", &labels).increment(1);
-    metrics::histogram!("berth_gateway_request_duration_seconds", &labels)
-        .record(started.elapsed().as_secs_f64());
+    // The shared HTTP metrics then count this call under its route template, not "unmatched".
+    response
+        .extensions_mut()
+        .insert(service_kit::metrics::RouteLabel(route.template));
     response
 }
 

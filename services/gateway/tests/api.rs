@@ -457,3 +457,68 @@ async fn readiness_and_openapi_aggregate_the_upstreams() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn metrics_count_proxied_calls_by_route_template_and_upstream() {
+    let h = spawn_gateway(&[]).await;
+    assert_eq!(
+        call(
+            &h.url,
+            "GET",
+            "/v1/volumes/default/some-volume",
+            Some("tok-reader")
+        )
+        .await
+        .status(),
+        200
+    );
+    assert_eq!(
+        call(&h.url, "GET", "/v1/volumes/default/some-volume", None)
+            .await
+            .status(),
+        401
+    );
+    let text = call(&h.url, "GET", "/metrics", None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let line = |needles: &[&str]| text.lines().any(|l| needles.iter().all(|n| l.contains(n)));
+    assert!(
+        line(&[
+            "http_requests_total{",
+            "service=\"gateway\"",
+            "route=\"/v1/volumes/{namespace}/{name}\"",
+            "status=\"200\""
+        ]),
+        "{text}"
+    );
+    assert!(
+        line(&[
+            "http_requests_total{",
+            "service=\"gateway\"",
+            "route=\"/v1/volumes/{namespace}/{name}\"",
+            "status=\"401\""
+        ]),
+        "{text}"
+    );
+    assert!(
+        line(&[
+            "berth_gateway_upstream_responses_total{",
+            "upstream=\"storage-ops\"",
+            "status=\"200\""
+        ]),
+        "{text}"
+    );
+    assert!(
+        line(&[
+            "berth_gateway_upstream_duration_seconds_bucket{",
+            "upstream=\"storage-ops\""
+        ]),
+        "{text}"
+    );
+    assert!(
+        !text.contains("some-volume"),
+        "raw paths never become labels"
+    );
+}
