@@ -4,10 +4,8 @@
 //! process they share it; the `service` label keeps their series apart.
 
 use std::sync::OnceLock;
-use std::time::Instant;
+use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::Next;
 use axum::response::Response;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -46,32 +44,24 @@ pub struct RouteLabel(pub &'static str);
 
 /// Records `http_requests_total` and `http_request_duration_seconds` by service, method, route template
 /// and status. The raw path is never a label: it would make one series per volume name.
-pub async fn middleware(
-    State(service): State<&'static str>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub(crate) fn record(
+    service: &'static str,
+    method: &str,
+    route: &str,
+    response: &Response,
+    elapsed: Duration,
+) {
     let _ = handle();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
-    let method = request.method().to_string();
-    let started = Instant::now();
-    let response = next.run(request).await;
     let route = match response.extensions().get::<RouteLabel>() {
-        Some(RouteLabel(template)) => (*template).to_string(),
+        Some(RouteLabel(template)) => template,
         None => route,
     };
     let labels = [
         ("service", service.to_string()),
-        ("method", method),
-        ("route", route),
+        ("method", method.to_string()),
+        ("route", route.to_string()),
         ("status", response.status().as_u16().to_string()),
     ];
     metrics::counter!("http_requests_total", &labels).increment(1);
-    metrics::histogram!("http_request_duration_seconds", &labels)
-        .record(started.elapsed().as_secs_f64());
-    response
+    metrics::histogram!("http_request_duration_seconds", &labels).record(elapsed.as_secs_f64());
 }

@@ -3,8 +3,6 @@
 
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::Next;
-use axum::response::Response;
 
 /// The header.
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -30,8 +28,9 @@ fn acceptable(value: &HeaderValue) -> Option<String> {
         .then(|| s.to_string())
 }
 
-/// The outermost middleware: fixes the request's id before anything else runs.
-pub async fn middleware(mut request: Request, next: Next) -> Response {
+/// Fixes the request's id before anything else runs: the caller's, when acceptable, else a new one.
+/// The request's header is set to it; the value is returned for the answer's header.
+pub(crate) fn take_or_make(request: &mut Request) -> (String, HeaderValue) {
     let id = request
         .headers()
         .get(&X_REQUEST_ID)
@@ -41,9 +40,7 @@ pub async fn middleware(mut request: Request, next: Next) -> Response {
     request
         .headers_mut()
         .insert(X_REQUEST_ID.clone(), value.clone());
-    let mut response = REQUEST_ID.scope(id, next.run(request)).await;
-    response.headers_mut().insert(X_REQUEST_ID.clone(), value);
-    response
+    (id, value)
 }
 
 /// Spawns `fut` as part of the current request: it keeps the request's id (for logs, errors and

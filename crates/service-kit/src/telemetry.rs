@@ -5,24 +5,20 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported there over OTLP/HTTP. Logs are human
 //! by default and JSON with `BERTH_LOG_FORMAT=json`; the filter comes from `BERTH_LOG` (default `info`).
 
-use std::time::Instant;
+use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::Request;
 use axum::http::HeaderMap;
-use axum::middleware::Next;
-use axum::response::Response;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::config::{Env, vars};
-use crate::request_id;
 
 /// Keeps the tracer provider alive; dropping it flushes spans not yet exported.
 pub struct TelemetryGuard {
@@ -125,46 +121,33 @@ pub fn extract_context(headers: &HeaderMap) -> opentelemetry::Context {
     TraceContextPropagator::new().extract(&HeaderExtractor(headers))
 }
 
-/// Routes whose every call would drown the log: probes and scrapes log at debug.
-fn is_probe(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/metrics")
-}
-
-/// The trace middleware: one span per request, continuing the caller's trace, and one log line when
-/// the answer is ready.
-pub async fn middleware(
-    State(service): State<&'static str>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
+/// The span of one request, continuing the caller's trace (`traceparent`).
+pub(crate) fn request_span(
+    service: &'static str,
+    request: &Request,
+    route: &str,
+    request_id: &str,
+) -> tracing::Span {
     let span = tracing::info_span!(
         "request",
         service,
         method = %request.method(),
         route = %route,
-        request_id = %request_id::current().unwrap_or_default(),
+        request_id = %request_id,
         status = tracing::field::Empty,
     );
     let _ = span.set_parent(extract_context(request.headers()));
-    let probe = is_probe(request.uri().path());
-    let started = Instant::now();
-    async move {
-        let response = next.run(request).await;
-        let status = response.status().as_u16();
-        tracing::Span::current().record("status", status);
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-        if probe {
-            tracing::debug!(status, elapsed_ms, "answered");
-        } else {
-            tracing::info!(status, elapsed_ms, "answered");
-        }
-        response
+    span
+}
+
+/// The one log line per request, once the answer is ready; probes and scrapes log at debug so they
+/// do not drown the log.
+pub(crate) fn log_answer(probe: bool, status: u16, elapsed: Duration) {
+    tracing::Span::current().record("status", status);
+    let elapsed_ms = elapsed.as_secs_f64() * 1000.0;
+    if probe {
+        tracing::debug!(status, elapsed_ms, "answered");
+    } else {
+        tracing::info!(status, elapsed_ms, "answered");
     }
-    .instrument(span)
-    .await
 }
