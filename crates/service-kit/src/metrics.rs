@@ -3,9 +3,11 @@
 //! The recorder is global (the `metrics` crate's design), so when `berth up` runs every service in one
 //! process they share it; the `service` label keeps their series apart.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{OnceLock, RwLock};
 use std::time::Duration;
 
+use axum::http::Method;
 use axum::response::Response;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
@@ -42,11 +44,51 @@ pub fn render() -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct RouteLabel(pub &'static str);
 
+/// The handles of one label set of the HTTP metrics.
+type HttpHandles = (metrics::Counter, metrics::Histogram);
+
+/// Handles by route, then by (service, method, status). Registering a label set costs a lookup with
+/// four freshly allocated labels; a request only needs this map (the outer lookup borrows the route).
+/// Routes are templates, so both maps stay small.
+type HandleCache = RwLock<HashMap<String, HashMap<(&'static str, Method, u16), HttpHandles>>>;
+
+static HTTP_HANDLES: OnceLock<HandleCache> = OnceLock::new();
+
+fn http_handles(service: &'static str, method: &Method, route: &str, status: u16) -> HttpHandles {
+    let cache = HTTP_HANDLES.get_or_init(Default::default);
+    let key = (service, method.clone(), status);
+    if let Some(handles) = cache
+        .read()
+        .expect("metrics cache lock")
+        .get(route)
+        .and_then(|by_key| by_key.get(&key))
+    {
+        return handles.clone();
+    }
+    let labels = [
+        ("service", service.to_string()),
+        ("method", method.to_string()),
+        ("route", route.to_string()),
+        ("status", status.to_string()),
+    ];
+    let handles = (
+        metrics::counter!("http_requests_total", &labels),
+        metrics::histogram!("http_request_duration_seconds", &labels),
+    );
+    cache
+        .write()
+        .expect("metrics cache lock")
+        .entry(route.to_string())
+        .or_default()
+        .insert(key, handles.clone());
+    handles
+}
+
 /// Records `http_requests_total` and `http_request_duration_seconds` by service, method, route template
 /// and status. The raw path is never a label: it would make one series per volume name.
 pub(crate) fn record(
     service: &'static str,
-    method: &str,
+    method: &Method,
     route: &str,
     response: &Response,
     elapsed: Duration,
@@ -56,12 +98,7 @@ pub(crate) fn record(
         Some(RouteLabel(template)) => template,
         None => route,
     };
-    let labels = [
-        ("service", service.to_string()),
-        ("method", method.to_string()),
-        ("route", route.to_string()),
-        ("status", response.status().as_u16().to_string()),
-    ];
-    metrics::counter!("http_requests_total", &labels).increment(1);
-    metrics::histogram!("http_request_duration_seconds", &labels).record(elapsed.as_secs_f64());
+    let (requests, latency) = http_handles(service, method, route, response.status().as_u16());
+    requests.increment(1);
+    latency.record(elapsed.as_secs_f64());
 }

@@ -85,7 +85,7 @@ async fn stack(
         let elapsed = started.elapsed();
         metrics::record(
             settings.service,
-            method.as_str(),
+            &method,
             &route,
             &response,
             elapsed,

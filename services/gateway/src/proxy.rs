@@ -67,14 +67,10 @@ impl Upstream {
         })
     }
 
-    fn uri_for(&self, path_and_query: &str) -> Uri {
-        format!(
-            "{}{}",
-            self.base.to_string().trim_end_matches('/'),
-            path_and_query
-        )
-        .parse()
-        .expect("a valid base joined with a valid path is a valid URI")
+    fn uri_for(&self, path_and_query: &axum::http::uri::PathAndQuery) -> Uri {
+        let mut parts = self.base.clone().into_parts();
+        parts.path_and_query = Some(path_and_query.clone());
+        Uri::from_parts(parts).expect("a valid base with a valid path is a valid URI")
     }
 }
 
@@ -82,7 +78,8 @@ impl Upstream {
 #[derive(Clone)]
 pub struct Forwarder {
     client: Client<HttpConnector, Body>,
-    internal_token: Option<SecretString>,
+    /// `Bearer <internal credential>`, made once (marked sensitive so it is never logged).
+    internal_authorization: Option<HeaderValue>,
 }
 
 impl Forwarder {
@@ -97,7 +94,11 @@ impl Forwarder {
             .build(connector);
         Forwarder {
             client,
-            internal_token,
+            internal_authorization: internal_token.and_then(|t| {
+                let mut v = HeaderValue::from_str(&format!("Bearer {}", t.expose())).ok()?;
+                v.set_sensitive(true);
+                Some(v)
+            }),
         }
     }
 
@@ -123,9 +124,8 @@ impl Forwarder {
         let path_and_query = parts
             .uri
             .path_and_query()
-            .map(|p| p.as_str())
-            .unwrap_or("/")
-            .to_string();
+            .cloned()
+            .unwrap_or_else(|| axum::http::uri::PathAndQuery::from_static("/"));
         let headers = self.upstream_headers(&parts.headers, client_addr);
         let retryable = matches!(parts.method, Method::GET | Method::HEAD);
         let mut body = Some(body);
@@ -199,11 +199,8 @@ impl Forwarder {
         headers.remove("traceparent");
         headers.remove("tracestate");
         service_kit::telemetry::inject_context(&mut headers);
-        if let Some(token) = &self.internal_token
-            && let Ok(mut v) = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-        {
-            v.set_sensitive(true);
-            headers.insert(header::AUTHORIZATION, v);
+        if let Some(authorization) = &self.internal_authorization {
+            headers.insert(header::AUTHORIZATION, authorization.clone());
         }
         if let Some(addr) = client_addr {
             let forwarded_for = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
