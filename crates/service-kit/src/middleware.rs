@@ -83,13 +83,7 @@ async fn stack(
         };
         let response = into_problem(response).await;
         let elapsed = started.elapsed();
-        metrics::record(
-            settings.service,
-            &method,
-            &route,
-            &response,
-            elapsed,
-        );
+        metrics::record(settings.service, &method, &route, &response, elapsed);
         telemetry::log_answer(probe, response.status().as_u16(), elapsed);
         response
     };
