@@ -69,7 +69,7 @@ pub enum Command {
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
     /// Where all state goes: SQLite files, local volumes, the tokens file.
-    #[arg(long, env = "BERTH_DATA_DIR", default_value = "./berth-data")]
+    #[arg(long, env = "BERTH_DATA_DIR", default_value = service_kit::config::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
     /// The gateway's port; the services take the next ones (+1 machine-driver, +2 registry,
     /// +3 storage-ops, +10 ECS emulator).

@@ -223,6 +223,14 @@ impl HttpConfig {
     }
 }
 
+/// Where state lives when `BERTH_DATA_DIR` is unset.
+pub const DEFAULT_DATA_DIR: &str = "./berth-data";
+
+/// The data directory: `BERTH_DATA_DIR`, or `./berth-data`.
+pub fn data_dir(env: &Env) -> std::path::PathBuf {
+    std::path::PathBuf::from(env.get(vars::DATA_DIR).unwrap_or(DEFAULT_DATA_DIR))
+}
+
 /// The listen address from `BERTH_LISTEN`, or `127.0.0.1:<default_port>`.
 pub fn listen_addr(env: &Env, default_port: u16) -> Result<std::net::SocketAddr, ConfigError> {
     env.parse_or(

@@ -42,6 +42,15 @@ fn test_app(http: HttpConfig, ready: bool) -> axum::Router {
         .into_router()
 }
 
+/// GETs `path` from `server`.
+async fn get_from(server: &service_kit::testing::TestServer, path: &str) -> reqwest::Response {
+    reqwest::Client::new()
+        .get(format!("{}{path}", server.url))
+        .send()
+        .await
+        .unwrap()
+}
+
 fn http() -> HttpConfig {
     HttpConfig {
         request_timeout: Duration::from_millis(300),
@@ -162,11 +171,7 @@ async fn bad_json_names_the_problem() {
 #[tokio::test]
 async fn panic_is_500_problem_json_without_the_payload() {
     let server = spawn(test_app(http(), true)).await;
-    let resp = reqwest::Client::new()
-        .get(format!("{}/v1/panic", server.url))
-        .send()
-        .await
-        .unwrap();
+    let resp = get_from(&server, "/v1/panic").await;
     let (status, _, body) = problem(resp).await;
     assert_eq!(status, 500);
     assert_eq!(body["code"], 13);
@@ -176,11 +181,7 @@ async fn panic_is_500_problem_json_without_the_payload() {
 #[tokio::test]
 async fn slow_handler_is_504_problem_json() {
     let server = spawn(test_app(http(), true)).await;
-    let resp = reqwest::Client::new()
-        .get(format!("{}/v1/slow", server.url))
-        .send()
-        .await
-        .unwrap();
+    let resp = get_from(&server, "/v1/slow").await;
     let (status, _, body) = problem(resp).await;
     assert_eq!(status, 504);
     assert_eq!(body["code"], 4);
@@ -189,11 +190,7 @@ async fn slow_handler_is_504_problem_json() {
 #[tokio::test]
 async fn unavailable_carries_retry_after() {
     let server = spawn(test_app(http(), true)).await;
-    let resp = reqwest::Client::new()
-        .get(format!("{}/v1/busy", server.url))
-        .send()
-        .await
-        .unwrap();
+    let resp = get_from(&server, "/v1/busy").await;
     let (status, headers, _) = problem(resp).await;
     assert_eq!(status, 503);
     assert_eq!(headers["retry-after"], "7");

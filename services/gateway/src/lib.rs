@@ -100,7 +100,7 @@ impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         use env_vars::*;
-        let data_dir = PathBuf::from(env.get(vars::DATA_DIR).unwrap_or("./berth-data"));
+        let data_dir = service_kit::config::data_dir(env);
         let url = |var: &str, port: u16| {
             env.get(var)
                 .map(str::to_string)

@@ -74,6 +74,14 @@ fn driver_error(status: Status) -> ApiError {
     ApiError::new(status).with_machine_codes_error()
 }
 
+/// The plugin the class names, or the driver's InvalidArgument listing the ones it has.
+fn provider_for(
+    state: &AppState,
+    class: &domain::machine::MachineClass,
+) -> Result<std::sync::Arc<dyn crate::provider::Provider>, ApiError> {
+    state.providers.for_class(class).map_err(driver_error)
+}
+
 /// The body, or a 400 that also carries `machineCodesError`.
 fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
     parsed
@@ -102,10 +110,7 @@ async fn create_machine(
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<CreateMachineResponse>, ApiError> {
     let req = body(parsed)?;
-    let provider = state
-        .providers
-        .for_class(&req.machine_class)
-        .map_err(driver_error)?;
+    let provider = provider_for(&state, &req.machine_class)?;
     observed(
         "CreateMachine",
         provider.name(),
@@ -133,10 +138,7 @@ async fn initialize_machine(
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<InitializeMachineResponse>, ApiError> {
     let req = body(parsed)?;
-    let provider = state
-        .providers
-        .for_class(&req.machine_class)
-        .map_err(driver_error)?;
+    let provider = provider_for(&state, &req.machine_class)?;
     observed(
         "InitializeMachine",
         provider.name(),
@@ -162,10 +164,7 @@ async fn delete_machine(
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<DeleteMachineResponse>, ApiError> {
     let req = body(parsed)?;
-    let provider = state
-        .providers
-        .for_class(&req.machine_class)
-        .map_err(driver_error)?;
+    let provider = provider_for(&state, &req.machine_class)?;
     observed(
         "DeleteMachine",
         provider.name(),
@@ -192,10 +191,7 @@ async fn get_machine_status(
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<GetMachineStatusResponse>, ApiError> {
     let req = body(parsed)?;
-    let provider = state
-        .providers
-        .for_class(&req.machine_class)
-        .map_err(driver_error)?;
+    let provider = provider_for(&state, &req.machine_class)?;
     observed(
         "GetMachineStatus",
         provider.name(),
@@ -220,10 +216,7 @@ async fn list_machines(
     parsed: Result<Json<ListMachinesRequest>, ApiError>,
 ) -> Result<Json<ListMachinesResponse>, ApiError> {
     let req = body(parsed)?;
-    let provider = state
-        .providers
-        .for_class(&req.machine_class)
-        .map_err(driver_error)?;
+    let provider = provider_for(&state, &req.machine_class)?;
     observed(
         "ListMachines",
         provider.name(),

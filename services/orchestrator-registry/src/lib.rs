@@ -48,8 +48,6 @@ pub mod env_vars {
     pub const DOCKER_PING_TIMEOUT: &str = "BERTH_DOCKER_PING_TIMEOUT";
 }
 
-/// The data directory when `BERTH_DATA_DIR` is unset.
-pub const DEFAULT_DATA_DIR: &str = "./berth-data";
 /// How long detection waits for a Docker Engine by default.
 pub const DEFAULT_DOCKER_PING_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -76,7 +74,7 @@ pub struct Config {
 impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let data_dir = PathBuf::from(env.get(vars::DATA_DIR).unwrap_or(DEFAULT_DATA_DIR));
+        let data_dir = service_kit::config::data_dir(env);
         let db_path = env
             .get(env_vars::REGISTRY_DB)
             .map(PathBuf::from)

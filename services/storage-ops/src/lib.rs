@@ -55,8 +55,6 @@ pub mod env_vars {
     pub const ORPHAN_POLICY: &str = "BERTH_ORPHAN_POLICY";
 }
 
-/// The data directory when `BERTH_DATA_DIR` is unset.
-pub const DEFAULT_DATA_DIR: &str = "./berth-data";
 /// The registry when `BERTH_REGISTRY_URL` is unset.
 pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:8082";
 /// How often the reconciler runs by default.
@@ -92,7 +90,7 @@ impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let http = HttpConfig::from_env(env)?;
-        let data_dir = PathBuf::from(env.get(vars::DATA_DIR).unwrap_or(DEFAULT_DATA_DIR));
+        let data_dir = service_kit::config::data_dir(env);
         let db_path = env
             .get(env_vars::STORAGE_DB)
             .map(PathBuf::from)
