@@ -3,8 +3,9 @@
 //! The recorder is global (the `metrics` crate's design), so when `berth up` runs every service in one
 //! process they share it; the `service` label keeps their series apart.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::{OnceLock, RwLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use axum::http::Method;
@@ -49,21 +50,23 @@ type HttpHandles = (metrics::Counter, metrics::Histogram);
 
 /// Handles by route, then by (service, method, status). Registering a label set costs a lookup with
 /// four freshly allocated labels; a request only needs this map (the outer lookup borrows the route).
-/// Routes are templates, so both maps stay small.
-type HandleCache = RwLock<HashMap<String, HashMap<(&'static str, Method, u16), HttpHandles>>>;
+/// Routes are templates, so both maps stay small. Each thread keeps its own: a shared map's lock
+/// would be written by every thread on every request, bouncing its cache line between cores.
+type HandleCache = HashMap<String, HashMap<(&'static str, Method, u16), HttpHandles>>;
 
-static HTTP_HANDLES: OnceLock<HandleCache> = OnceLock::new();
+thread_local! {
+    static HTTP_HANDLES: RefCell<HandleCache> = RefCell::default();
+}
 
 fn http_handles(service: &'static str, method: &Method, route: &str, status: u16) -> HttpHandles {
-    let cache = HTTP_HANDLES.get_or_init(Default::default);
     let key = (service, method.clone(), status);
-    if let Some(handles) = cache
-        .read()
-        .expect("metrics cache lock")
-        .get(route)
-        .and_then(|by_key| by_key.get(&key))
-    {
-        return handles.clone();
+    if let Some(handles) = HTTP_HANDLES.with_borrow(|cache| {
+        cache
+            .get(route)
+            .and_then(|by_key| by_key.get(&key))
+            .cloned()
+    }) {
+        return handles;
     }
     let labels = [
         ("service", service.to_string()),
@@ -75,12 +78,12 @@ fn http_handles(service: &'static str, method: &Method, route: &str, status: u16
         metrics::counter!("http_requests_total", &labels),
         metrics::histogram!("http_request_duration_seconds", &labels),
     );
-    cache
-        .write()
-        .expect("metrics cache lock")
-        .entry(route.to_string())
-        .or_default()
-        .insert(key, handles.clone());
+    HTTP_HANDLES.with_borrow_mut(|cache| {
+        cache
+            .entry(route.to_string())
+            .or_default()
+            .insert(key, handles.clone())
+    });
     handles
 }
 

@@ -1,10 +1,12 @@
 //! The one middleware stack, applied by [`crate::app::ServiceApp`] (and by the gateway to its own
 //! routes), so every service answers, logs, measures and refuses the same way.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::{Body, HttpBody as _};
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
@@ -24,74 +26,134 @@ pub fn is_public_path(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
 }
 
-/// What the stack needs to know about its service.
-struct Settings {
+/// The stack's steps for one service: what it is called, how long a request may take, and the
+/// internal credential it requires. [`apply`] runs them as an axum middleware; a server that does not
+/// go through axum (the gateway's proxy engine) runs them with [`Stack::handle`], so both ways answer,
+/// log, measure and refuse alike.
+pub struct Stack {
     service: &'static str,
     timeout: Duration,
+    body_limit: usize,
     internal_token: Option<SecretString>,
+}
+
+impl Stack {
+    /// The stack of `service` with `config`'s timeout, body limit and internal credential.
+    pub fn new(service: &'static str, config: &HttpConfig) -> Arc<Self> {
+        Arc::new(Stack {
+            service,
+            timeout: config.request_timeout,
+            body_limit: config.body_limit,
+            internal_token: config.internal_token.clone(),
+        })
+    }
+
+    /// Every step for a request served outside axum: the six of [`Stack::run`], plus the two axum
+    /// gets from layers, panic catching and the body limit (a declared length over it is refused at
+    /// once; a streamed body is cut off where it crosses it). `route` is the template the request is
+    /// logged and counted under.
+    pub async fn handle<F, Fut>(&self, request: Request, route: &str, inner: F) -> Response
+    where
+        F: FnOnce(Request) -> Fut,
+        Fut: Future<Output = Response>,
+    {
+        use futures::FutureExt;
+        let declared = request
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let limit = self.body_limit;
+        self.run(request, route, move |request| async move {
+            if declared.is_some_and(|n| n > limit as u64) {
+                return ApiError::from_code(
+                    Code::InvalidArgument,
+                    "body: larger than the service's limit",
+                )
+                .with_http_status(StatusCode::PAYLOAD_TOO_LARGE)
+                .into_response();
+            }
+            // A body already known to be empty (a GET's) needs no counting.
+            let request = if request.body().is_end_stream() {
+                request
+            } else {
+                request.map(|body| Body::new(http_body_util::Limited::new(body, limit)))
+            };
+            match std::panic::AssertUnwindSafe(inner(request))
+                .catch_unwind()
+                .await
+            {
+                Ok(response) => response,
+                Err(payload) => panic_response(payload),
+            }
+        })
+        .await
+    }
+
+    /// Request id, trace span, metrics, problem+json, internal credential and timeout, in that order,
+    /// around `inner`.
+    pub async fn run<F, Fut>(&self, mut request: Request, route: &str, inner: F) -> Response
+    where
+        F: FnOnce(Request) -> Fut,
+        Fut: Future<Output = Response>,
+    {
+        let (id, id_header) = request_id::take_or_make(&mut request);
+        let method = request.method().clone();
+        let probe = is_public_path(request.uri().path());
+        let span = telemetry::request_span(self.service, &request, route, &id);
+        let started = Instant::now();
+        let answer = async move {
+            let response = match refuse_without_internal_token(&self.internal_token, &request) {
+                Some(refusal) => refusal,
+                None => match tokio::time::timeout(self.timeout, inner(request)).await {
+                    Ok(response) => response,
+                    Err(_) => ApiError::from_code(
+                        Code::DeadlineExceeded,
+                        format!(
+                            "the request took longer than the service's limit of {:?}",
+                            self.timeout
+                        ),
+                    )
+                    .into_response(),
+                },
+            };
+            let response = into_problem(response).await;
+            let elapsed = started.elapsed();
+            metrics::record(self.service, &method, route, &response, elapsed);
+            telemetry::log_answer(probe, response.status().as_u16(), elapsed);
+            response
+        };
+        let mut response = request_id::scope(id, answer.instrument(span)).await;
+        response
+            .headers_mut()
+            .insert(request_id::X_REQUEST_ID.clone(), id_header);
+        response
+    }
 }
 
 /// Wraps `router` in the stack, outermost first: request id → trace → metrics → problem+json for bare
 /// errors → internal credential → timeout → panic → body limit.
 ///
-/// The first six steps are one middleware function ([`stack`]) rather than six layers: each axum
-/// layer boxes and polls its own future on every request, which showed up in the gateway's profile.
+/// The first six steps are one middleware function ([`Stack::run`]) rather than six layers: each
+/// axum layer boxes and polls its own future on every request, which showed up in the gateway's
+/// profile.
 pub fn apply(router: Router, service: &'static str, config: &HttpConfig) -> Router {
-    let settings = Arc::new(Settings {
-        service,
-        timeout: config.request_timeout,
-        internal_token: config.internal_token.clone(),
-    });
+    let stack = Stack::new(service, config);
     // Layers added later wrap the ones added earlier, so this reads innermost first.
     router
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(RequestBodyLimitLayer::new(config.body_limit))
         .layer(CatchPanicLayer::custom(panic_response))
-        .layer(from_fn_with_state(settings, stack))
+        .layer(from_fn_with_state(stack, run_in_axum))
 }
 
-/// Request id, trace span, metrics, problem+json, internal credential and timeout, in that order.
-async fn stack(
-    State(settings): State<Arc<Settings>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let (id, id_header) = request_id::take_or_make(&mut request);
+async fn run_in_axum(State(stack): State<Arc<Stack>>, request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
-    let method = request.method().clone();
-    let probe = is_public_path(request.uri().path());
-    let span = telemetry::request_span(settings.service, &request, &route, &id);
-    let started = Instant::now();
-    let answer = async move {
-        let response = match refuse_without_internal_token(&settings.internal_token, &request) {
-            Some(refusal) => refusal,
-            None => match tokio::time::timeout(settings.timeout, next.run(request)).await {
-                Ok(response) => response,
-                Err(_) => ApiError::from_code(
-                    Code::DeadlineExceeded,
-                    format!(
-                        "the request took longer than the service's limit of {:?}",
-                        settings.timeout
-                    ),
-                )
-                .into_response(),
-            },
-        };
-        let response = into_problem(response).await;
-        let elapsed = started.elapsed();
-        metrics::record(settings.service, &method, &route, &response, elapsed);
-        telemetry::log_answer(probe, response.status().as_u16(), elapsed);
-        response
-    };
-    let mut response = request_id::scope(id, answer.instrument(span)).await;
-    response
-        .headers_mut()
-        .insert(request_id::X_REQUEST_ID.clone(), id_header);
-    response
+        .map(|p| p.as_str().to_string());
+    let route = route.as_deref().unwrap_or("unmatched");
+    stack.run(request, route, |request| next.run(request)).await
 }
 
 fn panic_response(_payload: Box<dyn std::any::Any + Send + 'static>) -> Response {

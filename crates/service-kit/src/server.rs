@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
+use futures::future::BoxFuture;
 use tokio::net::TcpListener;
 
 /// Serves `router` on `listener` until `shutdown` completes, then lets in-flight requests finish.
@@ -71,6 +72,17 @@ pub async fn healthcheck(addr: SocketAddr) -> bool {
     }
 }
 
+/// A server other than [`serve`]: given the router, the listener and the shutdown signal, it serves
+/// until the signal, drains, and returns. The gateway's proxy engine is one.
+pub type Engine = Box<
+    dyn FnOnce(
+            Router,
+            TcpListener,
+            BoxFuture<'static, ()>,
+        ) -> BoxFuture<'static, std::io::Result<()>>
+        + Send,
+>;
+
 /// A service ready to run: its router and the listener it is bound to, plus background tasks that
 /// stop with it. Building binds the listener, so a test can build on port 0 and read the port.
 pub struct Application {
@@ -80,6 +92,8 @@ pub struct Application {
     pub listener: TcpListener,
     /// Work that runs beside the server (reconcilers, refreshers); aborted when serving ends.
     pub background: Vec<tokio::task::JoinHandle<()>>,
+    /// Serves in place of [`serve`] when set.
+    pub engine: Option<Engine>,
 }
 
 impl Application {
@@ -89,7 +103,14 @@ impl Application {
             router,
             listener,
             background: Vec::new(),
+            engine: None,
         }
+    }
+
+    /// The same application, served by `engine` instead of axum's server.
+    pub fn with_engine(mut self, engine: Engine) -> Self {
+        self.engine = Some(engine);
+        self
     }
 
     /// The address it listens on.
@@ -104,7 +125,10 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let result = serve(self.router, self.listener, shutdown).await;
+        let result = match self.engine {
+            Some(engine) => engine(self.router, self.listener, Box::pin(shutdown)).await,
+            None => serve(self.router, self.listener, shutdown).await,
+        };
         for task in self.background {
             task.abort();
         }

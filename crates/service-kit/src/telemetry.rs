@@ -110,9 +110,17 @@ impl Injector for HeaderInjector<'_> {
     }
 }
 
-/// Writes the current span's trace context (`traceparent`, `tracestate`) into `headers`.
+/// Writes the current span's trace context (`traceparent`, `tracestate`) into `headers`, in place of
+/// any already there. Without a span (its level filtered out) the headers are left as they are, so a
+/// proxy passes its caller's context through unchanged rather than cutting the trace.
 pub fn inject_context(headers: &mut HeaderMap) {
-    let context = tracing::Span::current().context();
+    let span = tracing::Span::current();
+    if span.is_disabled() {
+        return;
+    }
+    headers.remove("traceparent");
+    headers.remove("tracestate");
+    let context = span.context();
     TraceContextPropagator::new().inject_context(&context, &mut HeaderInjector(headers));
 }
 
@@ -136,7 +144,9 @@ pub(crate) fn request_span(
         request_id = %request_id,
         status = tracing::field::Empty,
     );
-    let _ = span.set_parent(extract_context(request.headers()));
+    if !span.is_disabled() {
+        let _ = span.set_parent(extract_context(request.headers()));
+    }
     span
 }
 

@@ -13,7 +13,10 @@
 //! a second), so adding a token needs no restart.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
@@ -91,14 +94,19 @@ pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, String> {
 /// The tokens, re-read from their file when it changes.
 pub struct TokenStore {
     path: PathBuf,
-    state: Mutex<StoreState>,
+    /// The current tokens. Every call reads them and a reload swaps them whole; `ArcSwap` lets the
+    /// worker threads read without writing to a shared cache line (a lock's or a reference count's),
+    /// which they would otherwise bounce between cores on every call.
+    entries: ArcSwap<Vec<TokenEntry>>,
+    /// The file's modification time at the last load; held by the one call that checks the file.
+    modified: Mutex<Option<SystemTime>>,
+    /// When the file is next due for a check, in milliseconds since `started`.
+    next_check_ms: AtomicU64,
+    started: Instant,
 }
 
-struct StoreState {
-    entries: Vec<TokenEntry>,
-    modified: Option<SystemTime>,
-    checked: Instant,
-}
+/// How often the file is checked for changes.
+const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
 impl TokenStore {
     /// Loads `path`. A missing file means no tokens (every call is refused); a malformed one is an error
@@ -107,55 +115,70 @@ impl TokenStore {
         let (entries, modified) = read(path)?;
         Ok(TokenStore {
             path: path.to_path_buf(),
-            state: Mutex::new(StoreState {
-                entries,
-                modified,
-                checked: Instant::now(),
-            }),
+            entries: ArcSwap::new(entries),
+            modified: Mutex::new(modified),
+            next_check_ms: AtomicU64::new(RELOAD_CHECK.as_millis() as u64),
+            started: Instant::now(),
         })
     }
 
-    /// The entry whose hash matches `token`, checking every entry in constant time.
-    pub fn authenticate(&self, token: &str) -> Option<TokenEntry> {
-        let mut state = self.state.lock().expect("token store lock");
-        if state.checked.elapsed() >= Duration::from_secs(1) {
-            state.checked = Instant::now();
-            let modified = std::fs::metadata(&self.path)
-                .and_then(|m| m.modified())
-                .ok();
-            if modified != state.modified {
-                match read(&self.path) {
-                    Ok((entries, modified)) => {
-                        tracing::info!(count = entries.len(), "tokens file reloaded");
-                        state.entries = entries;
-                        state.modified = modified;
-                    }
-                    // A half-written file keeps the old tokens rather than locking everyone out.
-                    Err(e) => {
-                        tracing::warn!(error = %e, "tokens file unreadable; keeping the previous tokens")
-                    }
-                }
-            }
-        }
+    /// Calls `with` on the entry whose hash matches `token`, checking every entry in constant time;
+    /// `None` when no entry matches.
+    pub fn authenticate<R>(&self, token: &str, with: impl FnOnce(&TokenEntry) -> R) -> Option<R> {
+        self.reload_if_changed();
+        let entries = self.entries.load();
         let presented = hash_token(token);
         let mut found = None;
-        for entry in &state.entries {
+        for entry in entries.iter() {
             if bool::from(entry.hash.ct_eq(&presented)) {
-                found = Some(entry.clone());
+                found = Some(entry);
             }
         }
-        found
+        found.map(with)
+    }
+
+    /// Re-reads the file when it is due for a check and has changed. One call checks; the others go
+    /// on with the tokens they have.
+    fn reload_if_changed(&self) {
+        let now_ms = self.started.elapsed().as_millis() as u64;
+        if now_ms < self.next_check_ms.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(mut known) = self.modified.try_lock() else {
+            return;
+        };
+        self.next_check_ms
+            .store(now_ms + RELOAD_CHECK.as_millis() as u64, Ordering::Relaxed);
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok();
+        if modified == *known {
+            return;
+        }
+        match read(&self.path) {
+            Ok((entries, modified)) => {
+                tracing::info!(count = entries.len(), "tokens file reloaded");
+                self.entries.store(entries);
+                *known = modified;
+            }
+            // A half-written file keeps the old tokens rather than locking everyone out.
+            Err(e) => {
+                tracing::warn!(error = %e, "tokens file unreadable; keeping the previous tokens")
+            }
+        }
     }
 }
 
-fn read(path: &Path) -> Result<(Vec<TokenEntry>, Option<SystemTime>), String> {
+type Loaded = (Arc<Vec<TokenEntry>>, Option<SystemTime>);
+
+fn read(path: &Path) -> Result<Loaded, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let entries = parse_tokens(&text).map_err(|e| format!("{}: {e}", path.display()))?;
             let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-            Ok((entries, modified))
+            Ok((Arc::new(entries), modified))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Vec::new(), None)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Arc::default(), None)),
         Err(e) => Err(format!("{}: {e}", path.display())),
     }
 }
@@ -197,12 +220,15 @@ mod tests {
         let path = dir.path().join("tokens");
         std::fs::write(&path, tokens_file_line("a", "alpha", &[Scope::Admin])).unwrap();
         let store = TokenStore::load(&path).unwrap();
-        assert_eq!(store.authenticate("alpha").unwrap().name, "a");
-        assert!(store.authenticate("beta").is_none());
+        assert_eq!(
+            store.authenticate("alpha", |e| e.name.clone()).unwrap(),
+            "a"
+        );
+        assert!(store.authenticate("beta", |_| ()).is_none());
         assert!(
             TokenStore::load(&dir.path().join("missing"))
                 .unwrap()
-                .authenticate("alpha")
+                .authenticate("alpha", |_| ())
                 .is_none()
         );
     }

@@ -9,11 +9,13 @@
 //! - [`routes`]: which upstream and which scope a request needs.
 //! - [`auth`]: the tokens file (SHA-256 hashes and scopes) and constant-time authentication.
 //! - [`limits`]: the per-token rate limiter and the per-upstream circuit breaker.
-//! - [`proxy`]: forwarding to the upstreams.
+//! - [`engine`]: the thread-per-core server that carries proxied calls.
+//! - [`proxy`]: forwarding to the upstreams over pooled connections.
 //! - [`openapi`]: the merged, scope-annotated OpenAPI document.
 //! - this file: [`Config`], [`router`] and [`build`].
 
 pub mod auth;
+pub mod engine;
 pub mod limits;
 pub mod openapi;
 pub mod proxy;
@@ -24,9 +26,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{ConnectInfo, Request, State};
+use axum::extract::Request;
 use axum::http::header;
-use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use domain::Code;
 use service_kit::config::{ConfigError, listen_addr, vars};
@@ -41,7 +42,7 @@ use crate::auth::TokenStore;
 use crate::limits::{BreakerConfig, RateLimit, RateLimiter};
 use crate::openapi::OpenApiCache;
 use crate::proxy::{Forwarder, Upstream};
-use crate::routes::{UpstreamId, classify};
+use crate::routes::UpstreamId;
 
 /// The service's name in logs, metrics and traces.
 pub const NAME: &str = "gateway";
@@ -70,6 +71,8 @@ pub mod env_vars {
     pub const BREAKER_FAILURES: &str = "BERTH_BREAKER_FAILURES";
     /// How long an open breaker refuses calls.
     pub const BREAKER_OPEN: &str = "BERTH_BREAKER_OPEN";
+    /// Worker threads serving calls (default: one per core).
+    pub const WORKERS: &str = "BERTH_GATEWAY_WORKERS";
 }
 
 /// The gateway's settings.
@@ -94,6 +97,8 @@ pub struct Config {
     pub rate_limit: Option<RateLimit>,
     /// Circuit-breaker settings.
     pub breaker: BreakerConfig,
+    /// Worker threads of the proxy engine.
+    pub workers: usize,
 }
 
 impl Config {
@@ -142,6 +147,10 @@ impl Config {
                 failures: env.parse_or(BREAKER_FAILURES, 5)?,
                 open_for: env.duration_or(BREAKER_OPEN, Duration::from_secs(5))?,
             },
+            workers: env.parse_or(
+                WORKERS,
+                std::thread::available_parallelism().map_or(2, |n| n.get()),
+            )?,
         })
     }
 }
@@ -164,8 +173,9 @@ impl Gateway {
     }
 }
 
-/// The gateway's router. Fails when an upstream URL or the tokens file is malformed.
-pub fn router(config: &Config) -> Result<axum::Router, String> {
+/// The gateway's state and the router of its own routes (probes, metrics, OpenAPI). Fails when an
+/// upstream URL or the tokens file is malformed.
+fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
     let mut upstreams = Vec::new();
     for (id, url) in UpstreamId::ALL.into_iter().zip(&config.upstream_urls) {
         let timeout = if id == UpstreamId::MachineDriver {
@@ -192,10 +202,7 @@ pub fn router(config: &Config) -> Result<axum::Router, String> {
         limiter: config.rate_limit.map(RateLimiter::new),
         openapi: OpenApiCache::new(http.clone(), sources.clone()),
     });
-    let api = OpenApiRouter::new()
-        .fallback(proxy)
-        .with_state(gateway.clone());
-    let mut app = ServiceApp::new(NAME, api)
+    let mut app = ServiceApp::new(NAME, OpenApiRouter::new())
         .http_config(config.http.clone())
         .openapi_route(get({
             let gateway = gateway.clone();
@@ -219,44 +226,15 @@ pub fn router(config: &Config) -> Result<axum::Router, String> {
             }
         }));
     }
-    Ok(app.into_router())
-}
-
-/// Authenticates, authorises, rate-limits and forwards one call.
-async fn proxy(State(gateway): State<Arc<Gateway>>, request: Request) -> Response {
-    let Some(route) = classify(request.method(), request.uri().path()) else {
-        return ApiError::from_code(
-            Code::NotFound,
-            format!("no route matches {}", request.uri().path()),
-        )
-        .into_response();
-    };
-    let mut response = match admit(&gateway, &request, route) {
-        Err(refusal) => refusal.into_response(),
-        Ok(()) => {
-            let client = request
-                .extensions()
-                .get::<ConnectInfo<SocketAddr>>()
-                .map(|c| c.0);
-            match gateway
-                .forwarder
-                .forward(gateway.upstream(route.upstream), request, client)
-                .await
-            {
-                Ok(response) => response,
-                Err(e) => e.into_response(),
-            }
-        }
-    };
-    // The shared HTTP metrics then count this call under its route template, not "unmatched".
-    response
-        .extensions_mut()
-        .insert(service_kit::metrics::RouteLabel(route.template));
-    response
+    Ok((gateway, app.into_router()))
 }
 
 /// The token checks, in order: present, known, scoped, within its rate.
-fn admit(gateway: &Gateway, request: &Request, route: routes::RouteInfo) -> Result<(), ApiError> {
+pub(crate) fn admit(
+    gateway: &Gateway,
+    request: &Request,
+    route: routes::RouteInfo,
+) -> Result<(), ApiError> {
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -270,9 +248,24 @@ fn admit(gateway: &Gateway, request: &Request, route: routes::RouteInfo) -> Resu
                 "a bearer token is required (Authorization: Bearer <token>)",
             )
         })?;
-    let entry = gateway.tokens.authenticate(presented).ok_or_else(|| {
-        ApiError::from_code(Code::Unauthenticated, "the bearer token is not known")
-    })?;
+    gateway
+        .tokens
+        .authenticate(presented, |entry| authorize(gateway, entry, request, route))
+        .unwrap_or_else(|| {
+            Err(ApiError::from_code(
+                Code::Unauthenticated,
+                "the bearer token is not known",
+            ))
+        })
+}
+
+/// The checks on a known token: scoped, within its rate.
+fn authorize(
+    gateway: &Gateway,
+    entry: &auth::TokenEntry,
+    request: &Request,
+    route: routes::RouteInfo,
+) -> Result<(), ApiError> {
     if !entry.allows(route.scope) {
         return Err(ApiError::from_code(
             Code::PermissionDenied,
@@ -301,7 +294,14 @@ fn admit(gateway: &Gateway, request: &Request, route: routes::RouteInfo) -> Resu
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
-    let router = router(&config)?;
+    let (gateway, router) = assemble(&config)?;
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
-    Ok(Application::new(router, listener))
+    let stack = service_kit::middleware::Stack::new(NAME, &config.http);
+    Ok(
+        Application::new(router, listener).with_engine(engine::engine(
+            gateway,
+            stack,
+            config.workers,
+        )),
+    )
 }

@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Token-bucket settings: `rps` sustained, `burst` at once.
@@ -32,9 +33,10 @@ impl RateLimiter {
     pub fn check(&self, key: &str) -> Result<(), Duration> {
         let now = Instant::now();
         let mut buckets = self.buckets.lock().expect("rate limiter lock");
-        let (tokens, last) = buckets
-            .entry(key.to_string())
-            .or_insert((self.limit.burst, now));
+        if !buckets.contains_key(key) {
+            buckets.insert(key.to_string(), (self.limit.burst, now));
+        }
+        let (tokens, last) = buckets.get_mut(key).expect("inserted above");
         *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.limit.rps)
             .min(self.limit.burst);
         *last = now;
@@ -70,6 +72,9 @@ enum State {
 pub struct Breaker {
     config: BreakerConfig,
     state: Mutex<State>,
+    /// Whether the state is `Closed` with no failures counted: the state of nearly every call, so
+    /// both checks read this one flag instead of taking a lock every worker thread shares.
+    healthy: AtomicBool,
 }
 
 /// Whether the breaker lets a call through.
@@ -87,11 +92,15 @@ impl Breaker {
         Breaker {
             config,
             state: Mutex::new(State::Closed { failures: 0 }),
+            healthy: AtomicBool::new(true),
         }
     }
 
     /// Asks to make a call.
     pub fn admit(&self) -> Admission {
+        if self.healthy.load(Ordering::Relaxed) {
+            return Admission::Allowed;
+        }
         let mut state = self.state.lock().expect("breaker lock");
         match *state {
             State::Closed { .. } => Admission::Allowed,
@@ -113,6 +122,9 @@ impl Breaker {
 
     /// Records how an admitted call went: `false` for a connection failure or timeout.
     pub fn record(&self, healthy: bool) {
+        if healthy && self.healthy.load(Ordering::Relaxed) {
+            return;
+        }
         let mut state = self.state.lock().expect("breaker lock");
         *state = match (*state, healthy) {
             (_, true) => State::Closed { failures: 0 },
@@ -129,6 +141,8 @@ impl Breaker {
             }
             (open @ State::Open { .. }, false) => open,
         };
+        self.healthy
+            .store(*state == State::Closed { failures: 0 }, Ordering::Relaxed);
     }
 
     /// Whether the breaker is open now (for readiness and metrics).

@@ -39,6 +39,9 @@ async fn upstream(name: &'static str) -> (TestServer, Seen) {
             if path.contains("slow") {
                 tokio::time::sleep(Duration::from_secs(10)).await;
             }
+            if path.contains("pause") {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
             axum::Json(serde_json::json!({"upstream": name, "received": size}))
         }
     }));
@@ -49,6 +52,10 @@ struct Harness {
     url: String,
     seen: [Seen; 3],
     upstreams: Vec<TestServer>,
+    /// Starts the gateway's shutdown.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The gateway's serving, which ends once it has drained.
+    served: tokio::task::JoinHandle<std::io::Result<()>>,
     _dir: tempfile::TempDir,
 }
 
@@ -100,11 +107,16 @@ async fn spawn_gateway(extra: &[(&str, &str)]) -> Harness {
         .await
         .unwrap();
     let url = format!("http://{}", app.local_addr());
-    tokio::spawn(app.run_until(std::future::pending()));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(app.run_until(async move {
+        let _ = stopped.await;
+    }));
     Harness {
         url,
         seen: [md_seen, reg_seen, so_seen],
         upstreams: vec![md, reg, so],
+        stop: Some(stop),
+        served,
         _dir: dir,
     }
 }
@@ -521,4 +533,64 @@ async fn metrics_count_proxied_calls_by_route_template_and_upstream() {
         !text.contains("some-volume"),
         "raw paths never become labels"
     );
+}
+
+#[tokio::test]
+async fn a_restarted_upstream_takes_the_next_call_even_a_post() {
+    let mut h = spawn_gateway(&[]).await;
+    for _ in 0..3 {
+        let resp = call(&h.url, "POST", "/v1/volumes", Some("tok-writer")).await;
+        assert_eq!(resp.status(), 200);
+    }
+    // The gateway now holds idle keep-alive connections to storage-ops. It restarts on the same
+    // address, closing them; the next call must find a live connection, not fail on a dead one.
+    let storage = h.upstreams.remove(2);
+    let addr = storage.addr;
+    storage.shutdown().await;
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let router = axum::Router::new().fallback(any(|| async {
+        axum::Json(serde_json::json!({"upstream": "restarted"}))
+    }));
+    tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
+    for _ in 0..3 {
+        let resp = call(&h.url, "POST", "/v1/volumes", Some("tok-writer")).await;
+        assert_eq!(resp.status(), 200);
+        let body: serde_json::Value = resp.json().await.unwrap();
+        assert_eq!(body["upstream"], "restarted");
+    }
+}
+
+#[tokio::test]
+async fn shutdown_lets_calls_in_flight_finish_then_stops_serving() {
+    let mut h = spawn_gateway(&[]).await;
+    let url = h.url.clone();
+    let in_flight = tokio::spawn(async move {
+        call(&url, "GET", "/v1/volumes/default/pause", Some("tok-reader")).await
+    });
+    // Wait until the call has reached the upstream, then shut the gateway down under it.
+    let seen = h.seen[2].clone();
+    eventually(
+        "the call reaches storage-ops",
+        Duration::from_secs(5),
+        || {
+            let seen = seen.clone();
+            async move { (!seen.lock().unwrap().is_empty()).then_some(()) }
+        },
+    )
+    .await;
+    let _ = h.stop.take().unwrap().send(());
+    let resp = in_flight.await.unwrap();
+    assert_eq!(resp.status(), 200, "the call in flight is answered");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["upstream"], "storage-ops");
+    tokio::time::timeout(Duration::from_secs(5), &mut h.served)
+        .await
+        .expect("the gateway stops once drained")
+        .unwrap()
+        .unwrap();
+    let after = reqwest::Client::new()
+        .get(format!("{}/healthz", h.url))
+        .send()
+        .await;
+    assert!(after.is_err(), "nothing listens after shutdown");
 }
