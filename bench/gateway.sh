@@ -6,12 +6,17 @@
 # Load comes from wrk (Debian's package) in its own process. Everything listens on 127.0.0.1 and every
 # run is bounded (DURATION seconds each); nothing is left running afterwards.
 #
-#   bench/gateway.sh                  # defaults: 64 connections, 10 s per target
-#   CONNECTIONS=16 DURATION=5 bench/gateway.sh
+# The targets take turns, ROUNDS times, so drift on a shared machine hits all three alike; the last
+# table gives each target's median round. "proxy CPU/req" is the CPU time the proxy process itself
+# spent per request (from /proc, user + system), the cost a proxy adds whatever the machine.
+#
+#   bench/gateway.sh                  # defaults: 64 connections, 3 rounds of 10 s per target
+#   CONNECTIONS=16 DURATION=5 ROUNDS=5 bench/gateway.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONNECTIONS=${CONNECTIONS:-64}
 DURATION=${DURATION:-10}
+ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 BASE=${BASE:-18180}
 
@@ -45,6 +50,7 @@ BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$REG BERTH_DATA_DIR=$work/registry DOCKER_
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$GW BERTH_DATA_DIR=$work BERTH_TOKENS_FILE=$work/tokens \
   BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=0 \
   ./target/release/gateway & pids+=($!)
+gateway_pid=$!
 
 cat >"$work/nginx.conf" <<NGINX
 worker_processes auto;
@@ -73,24 +79,44 @@ for port in $REG $GW $NGX; do
 done
 curl -fsS -H "Authorization: Bearer $token" "http://127.0.0.1:$GW/v1/kinds" >/dev/null
 
-run() { # name url [header]
-  local out
-  if [ -n "${3:-}" ]; then
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -H "$3" "$2" >"$work/wrk.txt"
+# CPU ticks (user + system) of some processes, from /proc.
+ticks() { local t=0 p; for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done; echo $t; }
+hz=$(getconf CLK_TCK)
+
+run() { # name url proxy-pids [header]
+  local name=$1 url=$2 pids_of_proxy=$3 header=${4:-} before after
+  before=$( [ -n "$pids_of_proxy" ] && ticks $pids_of_proxy || echo 0)
+  if [ -n "$header" ]; then
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency -H "$header" "$url" >"$work/wrk.txt"
   else
-    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$2" >"$work/wrk.txt"
+    wrk -t"$THREADS" -c"$CONNECTIONS" -d"${DURATION}s" --latency "$url" >"$work/wrk.txt"
   fi
-  out=$work/wrk.txt
-  local rps p50 p99 errors
-  rps=$(awk '/Requests\/sec/ {print $2}' "$out")
-  p50=$(awk '$1=="50%" {print $2}' "$out")
-  p99=$(awk '$1=="99%" {print $2}' "$out")
-  errors=$(awk '/Non-2xx/ {print $5} /Socket errors/ {print $0}' "$out" | tr '\n' ' ')
-  printf '%-28s %12s %10s %10s   %s\n' "$1" "$rps" "$p50" "$p99" "${errors:-}"
+  after=$( [ -n "$pids_of_proxy" ] && ticks $pids_of_proxy || echo 0)
+  local rps p50 p99 errors cpu
+  rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.txt")
+  p50=$(awk '$1=="50%" {print $2}' "$work/wrk.txt")
+  p99=$(awk '$1=="99%" {print $2}' "$work/wrk.txt")
+  errors=$(awk '/Non-2xx/ {print $5} /Socket errors/ {print $0}' "$work/wrk.txt" | tr '\n' ' ')
+  cpu=-
+  if [ -n "$pids_of_proxy" ]; then
+    cpu=$(awk -v t=$((after - before)) -v hz="$hz" -v r="$rps" -v d="$DURATION" 'BEGIN {printf "%.1f us", t / hz * 1e6 / (r * d)}')
+  fi
+  printf '%-28s %12s %10s %10s %14s   %s\n' "$name" "$rps" "$p50" "$p99" "$cpu" "${errors:-}"
+  echo "$name|$rps|$p50|$p99|$cpu" >>"$work/results"
 }
 
-echo "== GET /v1/kinds, $CONNECTIONS connections, $THREADS wrk threads, ${DURATION}s each, on $(nproc) cores"
-printf '%-28s %12s %10s %10s\n' "path" "requests/s" "p50" "p99"
-run "direct (registry)" "http://127.0.0.1:$REG/v1/kinds"
-run "berth gateway (auth on)" "http://127.0.0.1:$GW/v1/kinds" "Authorization: Bearer $token"
-run "nginx (keepalive)" "http://127.0.0.1:$NGX/v1/kinds"
+nginx_pids=$(pgrep -d' ' -f "nginx: worker" || true)
+echo "== GET /v1/kinds, $CONNECTIONS connections, $THREADS wrk threads, ${DURATION}s each, $ROUNDS rounds, on $(nproc) cores"
+printf '%-28s %12s %10s %10s %14s\n' "path" "requests/s" "p50" "p99" "proxy CPU/req"
+for round in $(seq "$ROUNDS"); do
+  run "direct (registry)" "http://127.0.0.1:$REG/v1/kinds" ""
+  run "berth gateway (auth on)" "http://127.0.0.1:$GW/v1/kinds" "$gateway_pid" "Authorization: Bearer $token"
+  run "nginx (keepalive)" "http://127.0.0.1:$NGX/v1/kinds" "$nginx_pids"
+done
+
+echo
+echo "== median round of each path (by requests/s)"
+printf '%-28s %12s %10s %10s %14s\n' "path" "requests/s" "p50" "p99" "proxy CPU/req"
+for name in "direct (registry)" "berth gateway (auth on)" "nginx (keepalive)"; do
+  grep -F "$name|" "$work/results" | sort -t'|' -k2 -n | awk -F'|' -v n="$ROUNDS" 'NR == int((n + 1) / 2) {printf "%-28s %12s %10s %10s %14s\n", $1, $2, $3, $4, $5}'
+done
