@@ -11,6 +11,8 @@
 //! - [`extract`]: `Json`, `Path` and `Query` extractors whose rejections are [`ApiError`]s.
 //! - [`middleware`]: the stack, outermost first: request id → trace (with `traceparent`) → metrics →
 //!   problem+json for bare error answers → internal credential → timeout → panic catching → body limit.
+//!   It wraps every router, and [`middleware::Stack::handle`] runs the same steps for a server that
+//!   does not go through axum (the gateway's proxy engine).
 //! - [`request_id`]: `x-request-id` handling and the task-local that carries it to logs, errors and
 //!   outgoing calls.
 //! - [`telemetry`]: logging (human or JSON), OpenTelemetry export over OTLP, W3C trace context.
@@ -18,7 +20,8 @@
 //! - [`health`]: liveness and readiness.
 //! - [`outbound`]: the reqwest client wrapper that injects `traceparent`, `x-request-id` and the internal
 //!   credential into every service-to-service call.
-//! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown.
+//! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, by
+//!   axum's server or by an engine of the service's own ([`server::Engine`]).
 //! - [`testing`]: spawning any router on `127.0.0.1:0` and quiet-by-default test logs.
 
 /// Every Berth binary links service-kit, so this one line gives them all mimalloc. Under load the
