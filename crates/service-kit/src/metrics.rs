@@ -40,11 +40,6 @@ pub fn render() -> String {
     handle().render()
 }
 
-/// The route template a handler reports for its answer when axum's matched path cannot say it (the
-/// gateway's one fallback serves every proxied route). Put it in the response's extensions.
-#[derive(Debug, Clone, Copy)]
-pub struct RouteLabel(pub &'static str);
-
 /// The handles of one label set of the HTTP metrics.
 type HttpHandles = (metrics::Counter, metrics::Histogram);
 
@@ -97,10 +92,6 @@ pub(crate) fn record(
     elapsed: Duration,
 ) {
     let _ = handle();
-    let route = match response.extensions().get::<RouteLabel>() {
-        Some(RouteLabel(template)) => template,
-        None => route,
-    };
     let (requests, latency) = http_handles(service, method, route, response.status().as_u16());
     requests.increment(1);
     latency.record(elapsed.as_secs_f64());

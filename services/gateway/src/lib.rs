@@ -12,7 +12,8 @@
 //! - [`engine`]: the thread-per-core server that carries proxied calls.
 //! - [`proxy`]: forwarding to the upstreams over pooled connections.
 //! - [`openapi`]: the merged, scope-annotated OpenAPI document.
-//! - this file: [`Config`], [`router`] and [`build`].
+//! - this file: [`Config`], the gateway's state and own routes (probes, metrics, OpenAPI), and
+//!   [`build`].
 
 pub mod auth;
 pub mod engine;
