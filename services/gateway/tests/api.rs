@@ -181,6 +181,16 @@ fn holder_of(scope: Scope) -> &'static str {
     }
 }
 
+/// Keeps a stopped upstream's address bound but not listening: connections to it are refused, as to
+/// a dead service, and no server another test binds on port 0 can be handed the freed port while
+/// the socket is held.
+fn hold_dead(addr: SocketAddr) -> tokio::net::TcpSocket {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_reuseaddr(true).unwrap();
+    socket.bind(addr).unwrap();
+    socket
+}
+
 async fn call(url: &str, method: &str, path: &str, token: Option<&str>) -> reqwest::Response {
     let mut r = reqwest::Client::new().request(method.parse().unwrap(), format!("{url}{path}"));
     if let Some(t) = token {
@@ -367,6 +377,7 @@ async fn a_dead_upstream_is_503_then_the_breaker_opens_and_closes_when_it_return
     let registry = h.upstreams.remove(1);
     let addr: SocketAddr = registry.addr;
     registry.shutdown().await;
+    let dead = hold_dead(addr);
     for _ in 0..3 {
         let resp = call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await;
         assert_eq!(resp.status(), 503);
@@ -396,6 +407,7 @@ async fn a_dead_upstream_is_503_then_the_breaker_opens_and_closes_when_it_return
     );
 
     // The registry comes back on the same address; after the open period a probe closes the breaker.
+    drop(dead);
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let router = axum::Router::new().fallback(any(|| async {
         axum::Json(serde_json::json!({"upstream": "back"}))
@@ -457,7 +469,10 @@ async fn readiness_and_openapi_aggregate_the_upstreams() {
         "{doc}"
     );
     let mut h = h;
-    h.upstreams.remove(2).shutdown().await;
+    let storage = h.upstreams.remove(2);
+    let addr = storage.addr;
+    storage.shutdown().await;
+    let _dead = hold_dead(addr);
     let resp = call(&h.url, "GET", "/readyz", None).await;
     assert_eq!(resp.status(), 503);
     let body: serde_json::Value = resp.json().await.unwrap();
