@@ -21,6 +21,9 @@ use crate::config::{HttpConfig, SecretString};
 use crate::error::{ApiError, PROBLEM_JSON};
 use crate::{metrics, request_id, telemetry};
 
+/// The detail of every 413, whichever step noticed the body was too large.
+const BODY_TOO_LARGE: &str = "body: larger than the service's limit";
+
 /// Paths that answer without the internal credential: probes and scrapes.
 pub fn is_public_path(path: &str) -> bool {
     matches!(path, "/healthz" | "/readyz" | "/metrics")
@@ -66,12 +69,9 @@ impl Stack {
         let limit = self.body_limit;
         self.run(request, route, move |request| async move {
             if declared.is_some_and(|n| n > limit as u64) {
-                return ApiError::from_code(
-                    Code::InvalidArgument,
-                    "body: larger than the service's limit",
-                )
-                .with_http_status(StatusCode::PAYLOAD_TOO_LARGE)
-                .into_response();
+                return ApiError::from_code(Code::InvalidArgument, BODY_TOO_LARGE)
+                    .with_http_status(StatusCode::PAYLOAD_TOO_LARGE)
+                    .into_response();
             }
             // A body already known to be empty (a GET's) needs no counting.
             let request = if request.body().is_end_stream() {
@@ -158,11 +158,9 @@ pub fn apply(router: Router, service: &'static str, config: &HttpConfig) -> Rout
 }
 
 async fn run_in_axum(State(stack): State<Arc<Stack>>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string());
-    let route = route.as_deref().unwrap_or("unmatched");
+    // A clone of the matched path shares its text: no copy of the route per request.
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map_or("unmatched", MatchedPath::as_str);
     stack.run(request, route, |request| next.run(request)).await
 }
 
@@ -236,9 +234,7 @@ async fn into_problem(response: Response) -> Response {
             (StatusCode::METHOD_NOT_ALLOWED, true) => {
                 "this route does not accept this method".to_string()
             }
-            (StatusCode::PAYLOAD_TOO_LARGE, _) => {
-                "body: larger than the service's limit".to_string()
-            }
+            (StatusCode::PAYLOAD_TOO_LARGE, _) => BODY_TOO_LARGE.to_string(),
             (_, true) => status.canonical_reason().unwrap_or("error").to_string(),
             (_, false) => text,
         }

@@ -140,7 +140,7 @@ async fn serve(
 /// One worker thread's state: the shared parts, and its own upstream connections.
 struct Worker {
     shared: Arc<Shared>,
-    /// One pool per upstream, in [`UpstreamId::ALL`] order.
+    /// One pool per upstream, indexed by [`UpstreamId::index`].
     pools: [Arc<ConnectionPool>; 3],
 }
 
@@ -213,15 +213,11 @@ impl Worker {
                 if let Err(refusal) = crate::admit(gateway, &request, route) {
                     return refusal.into_response();
                 }
-                let index = UpstreamId::ALL
-                    .iter()
-                    .position(|id| *id == route.upstream)
-                    .expect("every upstream has a pool");
                 match gateway
                     .forwarder
                     .forward(
                         gateway.upstream(route.upstream),
-                        &self.pools[index],
+                        &self.pools[route.upstream.index()],
                         request,
                         peer_ip,
                     )

@@ -158,6 +158,7 @@ impl Config {
 
 /// What the gateway's handlers share.
 pub struct Gateway {
+    /// In [`UpstreamId::ALL`] order.
     upstreams: Vec<Upstream>,
     forwarder: Forwarder,
     tokens: TokenStore,
@@ -167,10 +168,7 @@ pub struct Gateway {
 
 impl Gateway {
     fn upstream(&self, id: UpstreamId) -> &Upstream {
-        self.upstreams
-            .iter()
-            .find(|u| u.id == id)
-            .expect("every upstream is configured")
+        &self.upstreams[id.index()]
     }
 }
 

@@ -38,8 +38,6 @@ const HOP_BY_HOP: [HeaderName; 8] = [
 pub struct Upstream {
     /// Which service.
     pub id: UpstreamId,
-    /// `scheme://authority` of the service.
-    pub base: Uri,
     /// Host and port to connect to (a name is resolved on each new connection, so a moved service
     /// is found again).
     host: String,
@@ -87,7 +85,6 @@ impl Upstream {
             port: authority.port_u16().unwrap_or(80),
             host_header: HeaderValue::from_str(authority.as_str())
                 .map_err(|e| format!("{}: {base}: {e}", id.name()))?,
-            base: parsed,
             timeout,
             breaker: Breaker::new(breaker),
             latency: metrics::histogram!("berth_gateway_upstream_duration_seconds", "upstream" => label),

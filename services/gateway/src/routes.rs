@@ -28,6 +28,15 @@ impl UpstreamId {
         UpstreamId::StorageOps,
     ];
 
+    /// Its position in [`UpstreamId::ALL`], which is how per-upstream state is laid out.
+    pub fn index(self) -> usize {
+        match self {
+            UpstreamId::MachineDriver => 0,
+            UpstreamId::Registry => 1,
+            UpstreamId::StorageOps => 2,
+        }
+    }
+
     /// The service's name.
     pub fn name(self) -> &'static str {
         match self {
@@ -317,5 +326,8 @@ mod tests {
         assert!(classify(&Method::GET, "/v1/secrets").is_none());
         assert!(classify(&Method::GET, "/v2/volumes").is_none());
         assert!(classify(&Method::GET, "/v1/volumesx").is_none());
+        for (position, id) in UpstreamId::ALL.into_iter().enumerate() {
+            assert_eq!(id.index(), position, "{id:?}");
+        }
     }
 }
