@@ -22,7 +22,7 @@ use crate::error::{ApiError, PROBLEM_JSON};
 use crate::{metrics, request_id, telemetry};
 
 /// The detail of every 413, whichever step noticed the body was too large.
-const BODY_TOO_LARGE: &str = "body: larger than the service's limit";
+pub const BODY_TOO_LARGE: &str = "body: larger than the service's limit";
 
 /// Paths that answer without the internal credential: probes and scrapes.
 pub fn is_public_path(path: &str) -> bool {
@@ -51,10 +51,14 @@ impl Stack {
         })
     }
 
-    /// Every step for a request served outside axum: the six of [`Stack::run`], plus the two axum
-    /// gets from layers, panic catching and the body limit (a declared length over it is refused at
-    /// once; a streamed body is cut off where it crosses it). `route` is the template the request is
-    /// logged and counted under.
+    /// Every step for a request served outside axum: those of [`Stack::run`] but the timeout, plus the
+    /// two axum gets from layers, panic catching and the body limit (a declared length over it is
+    /// refused at once; a streamed body is cut off where it crosses it). `route` is the template the
+    /// request is logged and counted under.
+    ///
+    /// `inner` must bound its own time. The one server outside axum is the gateway's engine, whose
+    /// forwarder gives each upstream its own, shorter limit; a second timer on every call would only
+    /// cost (each is registered in and removed from the runtime's timer wheel).
     pub async fn handle<F, Fut>(&self, request: Request, route: &str, inner: F) -> Response
     where
         F: FnOnce(Request) -> Fut,
@@ -67,7 +71,7 @@ impl Stack {
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
         let limit = self.body_limit;
-        self.run(request, route, move |request| async move {
+        self.steps(request, route, None, move |request| async move {
             if declared.is_some_and(|n| n > limit as u64) {
                 return ApiError::from_code(Code::InvalidArgument, BODY_TOO_LARGE)
                     .with_http_status(StatusCode::PAYLOAD_TOO_LARGE)
@@ -92,12 +96,27 @@ impl Stack {
 
     /// Request id, trace span, metrics, problem+json, internal credential and timeout, in that order,
     /// around `inner`.
-    pub async fn run<F, Fut>(&self, mut request: Request, route: &str, inner: F) -> Response
+    pub async fn run<F, Fut>(&self, request: Request, route: &str, inner: F) -> Response
     where
         F: FnOnce(Request) -> Fut,
         Fut: Future<Output = Response>,
     {
-        let (id, id_header) = request_id::take_or_make(&mut request);
+        self.steps(request, route, Some(self.timeout), inner).await
+    }
+
+    /// The steps of [`Stack::run`], with the timeout only when `timeout` is given.
+    async fn steps<F, Fut>(
+        &self,
+        mut request: Request,
+        route: &str,
+        timeout: Option<Duration>,
+        inner: F,
+    ) -> Response
+    where
+        F: FnOnce(Request) -> Fut,
+        Fut: Future<Output = Response>,
+    {
+        let id = request_id::take_or_make(&mut request);
         let method = request.method().clone();
         let probe = is_public_path(request.uri().path());
         let span = telemetry::request_span(self.service, &request, route, &id);
@@ -108,16 +127,20 @@ impl Stack {
                 // Boxed: a future is moved whole at every level that awaits it, so the handler's
                 // (kilobytes, with a proxy call in it) would otherwise be copied several times per
                 // request. One allocation costs less, as bench/gateway.sh showed.
-                None => match tokio::time::timeout(self.timeout, Box::pin(inner(request))).await {
-                    Ok(response) => response,
-                    Err(_) => ApiError::from_code(
-                        Code::DeadlineExceeded,
-                        format!(
-                            "the request took longer than the service's limit of {:?}",
-                            self.timeout
-                        ),
-                    )
-                    .into_response(),
+                None => match timeout {
+                    None => Box::pin(inner(request)).await,
+                    Some(limit) => {
+                        match tokio::time::timeout(limit, Box::pin(inner(request))).await {
+                            Ok(response) => response,
+                            Err(_) => ApiError::from_code(
+                                Code::DeadlineExceeded,
+                                format!(
+                                    "the request took longer than the service's limit of {limit:?}"
+                                ),
+                            )
+                            .into_response(),
+                        }
+                    }
                 },
             };
             let response = if needs_problem(&response) {
@@ -133,10 +156,10 @@ impl Stack {
         };
         // Boxed for the same reason as the handler: the whole stack's state stays in one place
         // instead of being copied into every future that awaits this one.
-        let mut response = request_id::scope(id, Box::pin(answer).instrument(span)).await;
+        let mut response = request_id::scope(id.clone(), Box::pin(answer).instrument(span)).await;
         response
             .headers_mut()
-            .insert(request_id::X_REQUEST_ID.clone(), id_header);
+            .insert(request_id::X_REQUEST_ID.clone(), id);
         response
     }
 }

@@ -44,7 +44,7 @@ impl HttpClient {
     pub fn propagation_headers(&self) -> HeaderMap {
         let mut headers = HeaderMap::new();
         telemetry::inject_context(&mut headers);
-        if let Some(id) = request_id::current().and_then(|id| HeaderValue::from_str(&id).ok()) {
+        if let Some(id) = request_id::current_header() {
             headers.insert(request_id::X_REQUEST_ID.clone(), id);
         }
         if let Some(token) = &self.bearer

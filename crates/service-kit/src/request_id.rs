@@ -8,39 +8,53 @@ use axum::http::{HeaderName, HeaderValue};
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 tokio::task_local! {
-    static REQUEST_ID: String;
+    // Kept as the header value it travels as: every request needs the header, while the text is
+    // only wanted for the rare error body or log line, and a clone shares the bytes.
+    static REQUEST_ID: HeaderValue;
 }
 
 /// The id of the request this task is serving, if any.
 pub fn current() -> Option<String> {
+    current_header().and_then(|v| v.to_str().ok().map(str::to_string))
+}
+
+/// The id of the request this task is serving, as a header value for an outgoing call.
+pub fn current_header() -> Option<HeaderValue> {
     REQUEST_ID.try_with(Clone::clone).ok()
 }
 
-/// Runs `fut` as part of the request `id` (for work spawned off a request).
-pub async fn scope<F: std::future::Future>(id: String, fut: F) -> F::Output {
+/// Runs `fut` as part of the request whose `x-request-id` is `id`.
+pub(crate) async fn scope<F: std::future::Future>(id: HeaderValue, fut: F) -> F::Output {
     REQUEST_ID.scope(id, fut).await
 }
 
 /// A caller's id is kept only if it is short, printable ASCII: it ends up in logs and headers.
-fn acceptable(value: &HeaderValue) -> Option<String> {
-    let s = value.to_str().ok()?;
-    (!s.is_empty() && s.len() <= 128 && s.bytes().all(|b| b.is_ascii_graphic()))
-        .then(|| s.to_string())
+fn acceptable(value: &HeaderValue) -> bool {
+    let bytes = value.as_bytes();
+    !bytes.is_empty() && bytes.len() <= 128 && bytes.iter().all(u8::is_ascii_graphic)
+}
+
+/// A new id: a random UUID in its 32-digit form, written without the formatting machinery.
+fn make() -> HeaderValue {
+    let mut text = [0u8; uuid::fmt::Simple::LENGTH];
+    let id = uuid::Uuid::new_v4().simple().encode_lower(&mut text);
+    HeaderValue::from_str(id).expect("hex digits are a valid header value")
 }
 
 /// Fixes the request's id before anything else runs: the caller's, when acceptable, else a new one.
-/// The request's header is set to it; the value is returned for the answer's header.
-pub(crate) fn take_or_make(request: &mut Request) -> (String, HeaderValue) {
-    let id = request
-        .headers()
-        .get(&X_REQUEST_ID)
-        .and_then(acceptable)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().simple().to_string());
-    let value = HeaderValue::from_str(&id).expect("request ids are printable ASCII");
+/// The request's header is set to it; the value is returned for the answer's header and the
+/// task-local.
+pub(crate) fn take_or_make(request: &mut Request) -> HeaderValue {
+    if let Some(value) = request.headers().get(&X_REQUEST_ID)
+        && acceptable(value)
+    {
+        return value.clone();
+    }
+    let value = make();
     request
         .headers_mut()
         .insert(X_REQUEST_ID.clone(), value.clone());
-    (id, value)
+    value
 }
 
 /// Spawns `fut` as part of the current request: it keeps the request's id (for logs, errors and
@@ -54,7 +68,7 @@ where
 {
     use tracing::Instrument;
     let span = tracing::Span::current();
-    match current() {
+    match current_header() {
         Some(id) => tokio::spawn(REQUEST_ID.scope(id, fut).instrument(span)),
         None => tokio::spawn(fut.instrument(span)),
     }

@@ -134,14 +134,15 @@ pub(crate) fn request_span(
     service: &'static str,
     request: &Request,
     route: &str,
-    request_id: &str,
+    request_id: &axum::http::HeaderValue,
 ) -> tracing::Span {
     let span = tracing::info_span!(
         "request",
         service,
         method = %request.method(),
         route = %route,
-        request_id = %request_id,
+        // Request ids are checked to be printable ASCII before they get here.
+        request_id = request_id.to_str().unwrap_or_default(),
         status = tracing::field::Empty,
     );
     if !span.is_disabled() {

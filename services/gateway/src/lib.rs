@@ -1,7 +1,7 @@
 //! The API gateway: Berth's only public entry.
 //!
 //! It authenticates bearer tokens against hashed scopes, routes by path prefix to the three services,
-//! forwards with a pooled hyper client and streamed bodies, limits each token's rate, bounds each
+//! forwards over pooled keep-alive connections with streamed bodies, limits each token's rate, bounds each
 //! upstream's time, opens a circuit breaker on an upstream that keeps failing, and aggregates readiness
 //! and OpenAPI.
 //!
@@ -10,12 +10,15 @@
 //! - [`auth`]: the tokens file (SHA-256 hashes and scopes) and constant-time authentication.
 //! - [`limits`]: the per-token rate limiter and the per-upstream circuit breaker.
 //! - [`engine`]: the thread-per-core server that carries proxied calls.
-//! - [`proxy`]: forwarding to the upstreams over pooled connections.
+//! - [`proxy`]: forwarding to the upstreams over pooled connections: the request head, the
+//!   breaker, the timeout and retries.
+//! - [`client`]: the HTTP/1.1 connection those calls go over, driven in the calling task.
 //! - [`openapi`]: the merged, scope-annotated OpenAPI document.
 //! - this file: [`Config`], the gateway's state and own routes (probes, metrics, OpenAPI), and
 //!   [`build`].
 
 pub mod auth;
+pub mod client;
 pub mod engine;
 pub mod limits;
 pub mod openapi;

@@ -2,37 +2,22 @@
 //! hop-by-hop headers stripped, `x-forwarded-*` set, trace context and request id passed on, and the
 //! internal credential added in place of the caller's token.
 
-use std::pin::Pin;
+use std::io;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Uri, Version, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
-use bytes::Bytes;
 use domain::Code;
-use hyper::body::{Body as _, Frame, Incoming, SizeHint};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use hyper::body::Body as _;
 use service_kit::{ApiError, SecretString};
-use tokio::net::TcpStream;
+
+use crate::client::{self, CallError, Connection};
 
 use crate::limits::{Admission, Breaker, BreakerConfig};
 use crate::routes::UpstreamId;
-
-/// Headers that describe one connection, not the message, and so never cross a proxy (RFC 9110 §7.6.1).
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    HeaderName::from_static("keep-alive"),
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-];
 
 /// One upstream service: where it is, how long it may take, its breaker and its metric handles.
 pub struct Upstream {
@@ -111,7 +96,7 @@ impl Upstream {
 /// out never contends with another thread. A connection is put back only once its answer's body has
 /// been read to the end; one dropped halfway is closed, since it still holds unread bytes.
 pub struct ConnectionPool {
-    idle: Mutex<Vec<SendRequest<Body>>>,
+    idle: Mutex<Vec<Connection>>,
 }
 
 /// Idle connections kept per upstream per worker: beyond it, a connection is closed when its answer
@@ -126,36 +111,40 @@ impl ConnectionPool {
         })
     }
 
-    /// An idle connection that is still open (the most recently used, which is the likeliest to be),
-    /// else a new one. The flag says whether it was reused.
-    async fn checkout(
-        &self,
-        upstream: &Upstream,
-    ) -> Result<(SendRequest<Body>, bool), Box<dyn std::error::Error + Send + Sync>> {
+    /// An idle connection that is still usable (the most recently used, which is the likeliest to
+    /// be), else a new one. The flag says whether it was reused.
+    async fn checkout(&self, upstream: &Upstream) -> io::Result<(Connection, bool)> {
         loop {
             let idle = self.idle.lock().expect("pool lock").pop();
-            let Some(mut sender) = idle else { break };
-            if sender.ready().await.is_ok() {
-                return Ok((sender, true));
+            let Some(mut connection) = idle else { break };
+            if connection.is_usable().await {
+                return Ok((connection, true));
             }
         }
         // Boxed: connecting (with its name lookup) is a large future that every call would otherwise
         // carry and copy, though only a few calls ever connect.
-        let sender = Box::pin(connect(upstream)).await?;
-        Ok((sender, false))
+        let connection = Box::pin(tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            Connection::open(&upstream.host, upstream.port),
+        ))
+        .await
+        .map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("connecting took longer than {CONNECT_TIMEOUT:?}"),
+            )
+        })??;
+        Ok((connection, false))
     }
 
-    fn checkin(&self, sender: SendRequest<Body>) {
-        if sender.is_closed() {
-            return;
-        }
+    fn checkin(&self, connection: Connection) {
         let mut idle = self.idle.lock().expect("pool lock");
         if idle.len() < MAX_IDLE {
-            idle.push(sender);
+            idle.push(connection);
         }
     }
 
-    /// Closes every idle connection: after one turned out stale, the upstream has likely restarted.
+    /// Closes every idle connection: after one turned out closed, the upstream has likely restarted.
     fn clear(&self) {
         self.idle.lock().expect("pool lock").clear();
     }
@@ -163,84 +152,15 @@ impl ConnectionPool {
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A new HTTP/1.1 connection to `upstream`, driven on the calling worker's runtime.
-async fn connect(
-    upstream: &Upstream,
-) -> Result<SendRequest<Body>, Box<dyn std::error::Error + Send + Sync>> {
-    let stream = tokio::time::timeout(
-        CONNECT_TIMEOUT,
-        TcpStream::connect((upstream.host.as_str(), upstream.port)),
-    )
-    .await
-    .map_err(|_| format!("connecting took longer than {CONNECT_TIMEOUT:?}"))??;
-    stream.set_nodelay(true)?;
-    // One buffer per request, as on the engine's side.
-    let (sender, connection) = hyper::client::conn::http1::Builder::new()
-        .writev(false)
-        .handshake(TokioIo::new(stream))
-        .await?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
-}
-
-/// An upstream answer's body, streamed to the caller; when it ends, its connection goes back to the
-/// pool.
-struct PooledBody {
-    inner: Incoming,
-    connection: Option<(SendRequest<Body>, Arc<ConnectionPool>)>,
-}
-
-impl PooledBody {
-    fn release(&mut self) {
-        if let Some((sender, pool)) = self.connection.take() {
-            pool.checkin(sender);
-        }
-    }
-}
-
-impl hyper::body::Body for PooledBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let this = self.get_mut();
-        let frame = std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx));
-        if frame.is_none() || this.inner.is_end_stream() {
-            this.release();
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
-impl Drop for PooledBody {
-    fn drop(&mut self) {
-        // A body known to be complete may be dropped without its end ever being polled.
-        if self.inner.is_end_stream() {
-            self.release();
-        }
-    }
-}
-
 /// Why a forwarded call got no answer.
 enum Failure {
     Timeout,
     Unreachable(String),
+    /// The caller's body could not be read.
+    Body(axum::Error),
 }
 
-/// The forwarding logic, shared by every engine worker: header rewriting, the breaker, the timeout
+/// The forwarding logic, shared by every engine worker: the request head, the breaker, the timeout
 /// and retries. Connections come from the calling worker's [`ConnectionPool`].
 pub struct Forwarder {
     /// `Bearer <internal credential>`, made once (marked sensitive so it is never logged).
@@ -278,37 +198,36 @@ impl Forwarder {
             )
             .with_retry_after(wait));
         }
-        let (mut parts, body) = request.into_parts();
-        self.rewrite_headers(&mut parts.headers, upstream, client_ip);
-        // HTTP/1.1 to an origin server takes the path alone; the authority went into `Host`.
-        parts.uri = match parts.uri.path_and_query() {
-            Some(path_and_query) => Uri::from(path_and_query.clone()),
-            None => Uri::from_static("/"),
+        let (parts, body) = request.into_parts();
+        let (head, chunked) = self.request_head(&parts, &body, upstream, client_ip.as_ref());
+        let call = Call {
+            head_request: parts.method == Method::HEAD,
+            // Only a call without a body can be sent again once it may have been written.
+            idempotent: matches!(parts.method, Method::GET | Method::HEAD) && body.is_end_stream(),
+            head: &head,
+            chunked,
         };
-        parts.version = Version::HTTP_11;
         let started = Instant::now();
-        let outcome = match tokio::time::timeout(
-            upstream.timeout,
-            send(upstream, pool, Request::from_parts(parts, body)),
-        )
-        .await
-        {
-            Ok(outcome) => outcome,
-            Err(_) => Err(Failure::Timeout),
-        };
+        let outcome =
+            match tokio::time::timeout(upstream.timeout, send(upstream, pool, call, body)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(Failure::Timeout),
+            };
         upstream.latency.record(started.elapsed().as_secs_f64());
         let name = upstream.id.name();
         match outcome {
-            Ok((response, sender)) => {
+            Ok((mut head, connection)) => {
                 upstream.breaker.record(true);
-                upstream.count_response(response.status().as_u16());
-                let (mut parts, inner) = response.into_parts();
-                strip_hop_by_hop(&mut parts.headers);
-                let body = PooledBody {
-                    inner,
-                    connection: Some((sender, pool.clone())),
-                };
-                Ok(Response::from_parts(parts, Body::new(body)))
+                upstream.count_response(head.status.as_u16());
+                let back = pool.clone();
+                let (body, reusable) = connection.into_body(&mut head, move |c| back.checkin(c));
+                if let Some(connection) = reusable {
+                    pool.checkin(connection);
+                }
+                let mut response = Response::new(body);
+                *response.status_mut() = head.status;
+                *response.headers_mut() = head.headers;
+                Ok(response)
             }
             Err(Failure::Timeout) => {
                 upstream.breaker.record(false);
@@ -328,100 +247,187 @@ impl Forwarder {
                     format!("{name} is unreachable"),
                 ))
             }
+            // The caller's fault, so not counted against the upstream's breaker.
+            Err(Failure::Body(e)) => Err(body_error(e)),
         }
     }
 
-    /// Rewrites the caller's headers in place for the upstream.
-    fn rewrite_headers(
+    /// The request head as the upstream gets it: the caller's headers without hop-by-hop ones and
+    /// without the caller's credential, plus `Host` (the upstream's authority), the internal
+    /// credential, `x-forwarded-*`, trace context, and the body's framing. Written straight from the
+    /// caller's headers, which costs less than editing the map first. The flag says whether the body
+    /// is chunk-encoded.
+    fn request_head(
         &self,
-        headers: &mut HeaderMap,
+        parts: &http::request::Parts,
+        body: &Body,
         upstream: &Upstream,
-        client_ip: Option<HeaderValue>,
-    ) {
-        strip_hop_by_hop(headers);
-        let original_host = headers.remove(header::HOST);
-        headers.remove(header::AUTHORIZATION);
-        service_kit::telemetry::inject_context(headers);
-        if let Some(authorization) = &self.internal_authorization {
-            headers.insert(header::AUTHORIZATION, authorization.clone());
-        }
-        if let Some(ip) = client_ip {
-            let forwarded_for = match headers.get(X_FORWARDED_FOR).map(HeaderValue::to_str) {
-                Some(Ok(prior)) => {
-                    HeaderValue::from_str(&format!("{prior}, {}", ip.to_str().unwrap_or(""))).ok()
-                }
-                Some(Err(_)) | None => Some(ip),
-            };
-            if let Some(v) = forwarded_for {
-                headers.insert(X_FORWARDED_FOR, v);
+        client_ip: Option<&HeaderValue>,
+    ) -> (Vec<u8>, bool) {
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(parts.method.as_str().as_bytes());
+        out.push(b' ');
+        // HTTP/1.1 to an origin server takes the path alone; the authority goes into `Host`.
+        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        out.extend_from_slice(target.as_bytes());
+        out.extend_from_slice(b" HTTP/1.1\r\n");
+        // With the span recorded, this call's context replaces the caller's; without, the caller's
+        // passes through unchanged.
+        let mut trace = HeaderMap::new();
+        service_kit::telemetry::inject_context(&mut trace);
+        // Names the caller's `Connection` header lists are hop-by-hop too (rare: looked up only then).
+        let listed: Vec<&str> = parts
+            .headers
+            .get_all(header::CONNECTION)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .collect();
+        let mut original_host = None;
+        let mut forwarded_for: Vec<&[u8]> = Vec::new();
+        let mut declared_length = false;
+        for (name, value) in &parts.headers {
+            match name.as_str() {
+                "host" => original_host = Some(value),
+                "x-forwarded-for" => forwarded_for.push(value.as_bytes()),
+                "content-length" => declared_length = true,
+                // Replaced below; `expect` was answered by the gateway's own server.
+                "authorization" | "x-forwarded-proto" | "x-forwarded-host" | "expect" => {}
+                "traceparent" | "tracestate" if !trace.is_empty() => {}
+                _ if client::is_hop_by_hop(name.as_str())
+                    || listed.iter().any(|n| n.eq_ignore_ascii_case(name.as_str())) => {}
+                _ => put_header(&mut out, name.as_str(), value.as_bytes()),
             }
         }
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
-        if let Some(host) = original_host {
-            headers.insert(X_FORWARDED_HOST, host);
+        put_header(&mut out, "host", upstream.host_header.as_bytes());
+        if let Some(authorization) = &self.internal_authorization {
+            put_header(&mut out, "authorization", authorization.as_bytes());
         }
-        headers.insert(header::HOST, upstream.host_header.clone());
+        if let Some(ip) = client_ip {
+            forwarded_for.push(ip.as_bytes());
+        }
+        if !forwarded_for.is_empty() {
+            put_header(&mut out, "x-forwarded-for", &forwarded_for.join(&b", "[..]));
+        }
+        put_header(&mut out, "x-forwarded-proto", b"http");
+        if let Some(host) = original_host {
+            put_header(&mut out, "x-forwarded-host", host.as_bytes());
+        }
+        for (name, value) in &trace {
+            put_header(&mut out, name.as_str(), value.as_bytes());
+        }
+        let mut chunked = false;
+        if body.is_end_stream() {
+            if declared_length {
+                put_header(&mut out, "content-length", b"0");
+            }
+        } else if let Some(length) = body.size_hint().exact() {
+            put_header(&mut out, "content-length", length.to_string().as_bytes());
+        } else {
+            put_header(&mut out, "transfer-encoding", b"chunked");
+            chunked = true;
+        }
+        out.extend_from_slice(b"\r\n");
+        (out, chunked)
     }
 }
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+fn put_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
 
-/// Sends `request` and waits for the answer's headers. Retries go on a fresh connection, and only
-/// where nothing can have reached the service: a connection that could not be made (for GET and
-/// HEAD, as with any proxy), or a pooled connection the upstream had already closed, which hands the
-/// request back unsent (for any method).
+/// The answer for a caller's body that could not be read: 413 past the body limit, else 400.
+fn body_error(error: axum::Error) -> ApiError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return ApiError::from_code(
+                Code::InvalidArgument,
+                service_kit::middleware::BODY_TOO_LARGE,
+            )
+            .with_http_status(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        source = e.source();
+    }
+    ApiError::from_code(
+        Code::InvalidArgument,
+        format!("body: could not be read: {error}"),
+    )
+}
+
+/// One call's request, as [`send`] needs it.
+struct Call<'a> {
+    head: &'a [u8],
+    chunked: bool,
+    head_request: bool,
+    idempotent: bool,
+}
+
+/// Sends the request and reads the answer's head. Retries go on a fresh connection, and only where
+/// the service cannot have acted on the request: a connection that could not be made (for GET and
+/// HEAD, as with any proxy); a reused connection the upstream had closed before taking any of the
+/// request (any method: the request goes again whole); and a reused connection that failed
+/// afterwards, for a GET or HEAD without a body.
 async fn send(
     upstream: &Upstream,
     pool: &Arc<ConnectionPool>,
-    mut request: Request,
-) -> Result<(hyper::Response<Incoming>, SendRequest<Body>), Failure> {
-    let retryable = matches!(*request.method(), Method::GET | Method::HEAD);
+    call: Call<'_>,
+    body: Body,
+) -> Result<(client::Head, Connection), Failure> {
+    /// What is left to send: the body not yet read, or a whole request handed back unsent.
+    enum Pending {
+        Body(Body),
+        Whole(Vec<u8>),
+    }
+    let mut pending = Some(Pending::Body(body));
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let (mut sender, reused) = match pool.checkout(upstream).await {
+        let retry_allowed = attempt < 3;
+        let (mut connection, reused) = match pool.checkout(upstream).await {
             Ok(connection) => connection,
-            Err(e) if retryable && attempt < 3 => {
+            Err(e) if call.idempotent && retry_allowed => {
                 tracing::debug!(upstream = upstream.id.name(), error = %e, "connect failed; retrying");
                 tokio::time::sleep(Duration::from_millis(25 * attempt)).await;
                 continue;
             }
             Err(e) => return Err(Failure::Unreachable(e.to_string())),
         };
-        match sender.try_send_request(request).await {
-            Ok(response) => return Ok((response, sender)),
-            Err(mut error) => match error.take_message() {
-                Some(unsent) if reused && attempt < 3 => {
-                    pool.clear();
-                    request = unsent;
-                }
-                _ => return Err(Failure::Unreachable(error.into_error().to_string())),
+        let written = match pending.take() {
+            Some(Pending::Body(body)) => {
+                connection
+                    .write_request(call.head, body, call.chunked)
+                    .await
+            }
+            Some(Pending::Whole(request)) => connection.write_whole(request).await,
+            None => connection.write_whole(call.head.to_vec()).await,
+        };
+        let failure = match written {
+            Ok(()) => match connection.read_head(call.head_request).await {
+                Ok(head) => return Ok((head, connection)),
+                Err(e) => e,
             },
+            Err(e) => e,
+        };
+        match failure {
+            CallError::NotSent(e, request) if reused && retry_allowed => {
+                tracing::debug!(upstream = upstream.id.name(), error = %e, "pooled connection was closed; sending again");
+                pool.clear();
+                pending = Some(Pending::Whole(request));
+            }
+            // A bodiless GET or HEAD is sent again from its head.
+            CallError::Upstream(why) if reused && retry_allowed && call.idempotent => {
+                tracing::debug!(upstream = upstream.id.name(), error = %why, "pooled connection failed; sending again");
+                pool.clear();
+            }
+            CallError::NotSent(e, _) => return Err(Failure::Unreachable(e.to_string())),
+            CallError::Upstream(why) => return Err(Failure::Unreachable(why)),
+            CallError::Body(e) => return Err(Failure::Body(e)),
         }
-    }
-}
-
-/// Removes hop-by-hop headers, including any the `Connection` header names.
-pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most messages carry none: one pass over the few headers present is cheaper than eight removals,
-    // each of which hashes its name.
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
-        return;
-    }
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for name in named {
-        headers.remove(name);
-    }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
     }
 }
 
@@ -429,26 +435,8 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 mod tests {
     use super::*;
 
-    #[test]
-    fn hop_by_hop_headers_are_stripped() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            "connection",
-            HeaderValue::from_static("keep-alive, x-private"),
-        );
-        h.insert("x-private", HeaderValue::from_static("1"));
-        h.insert("keep-alive", HeaderValue::from_static("timeout=5"));
-        h.insert("transfer-encoding", HeaderValue::from_static("chunked"));
-        h.insert("x-request-id", HeaderValue::from_static("r"));
-        strip_hop_by_hop(&mut h);
-        assert_eq!(h.len(), 1);
-        assert!(h.contains_key("x-request-id"));
-    }
-
-    #[test]
-    fn caller_credentials_are_replaced_and_forwarding_headers_set() {
-        let f = Forwarder::new(Some(SecretString::new("inside")));
-        let upstream = Upstream::new(
+    fn upstream() -> Upstream {
+        Upstream::new(
             UpstreamId::Registry,
             "http://registry:8082",
             Duration::from_secs(1),
@@ -457,24 +445,109 @@ mod tests {
                 open_for: Duration::from_secs(1),
             },
         )
-        .unwrap();
-        let mut h = HeaderMap::new();
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer user-token"),
+        .unwrap()
+    }
+
+    fn head_of(request: Request) -> (String, bool) {
+        let f = Forwarder::new(Some(SecretString::new("inside")));
+        let (parts, body) = request.into_parts();
+        let (head, chunked) = f.request_head(
+            &parts,
+            &body,
+            &upstream(),
+            Some(&HeaderValue::from_static("192.0.2.7")),
         );
-        h.insert(header::HOST, HeaderValue::from_static("berth.example"));
-        h.insert("x-forwarded-for", HeaderValue::from_static("10.1.1.1"));
-        f.rewrite_headers(
-            &mut h,
-            &upstream,
-            Some(HeaderValue::from_static("192.0.2.7")),
+        (String::from_utf8(head).unwrap(), chunked)
+    }
+
+    #[test]
+    fn caller_credentials_are_replaced_and_forwarding_headers_set() {
+        let request = Request::builder()
+            .method("GET")
+            .uri("http://berth.example/v1/kinds?x=1")
+            .header(header::AUTHORIZATION, "Bearer user-token")
+            .header(header::HOST, "berth.example")
+            .header("x-forwarded-for", "10.1.1.1")
+            .header("x-forwarded-proto", "https")
+            .header("x-request-id", "r-1")
+            .body(Body::empty())
+            .unwrap();
+        let (head, chunked) = head_of(request);
+        assert!(!chunked);
+        assert!(head.starts_with("GET /v1/kinds?x=1 HTTP/1.1\r\n"), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "{head}");
+        let lines: Vec<&str> = head.trim_end().lines().skip(1).collect();
+        for want in [
+            "authorization: Bearer inside",
+            "x-forwarded-for: 10.1.1.1, 192.0.2.7",
+            "x-forwarded-host: berth.example",
+            "x-forwarded-proto: http",
+            "host: registry:8082",
+            "x-request-id: r-1",
+        ] {
+            assert!(lines.contains(&want), "{want} missing from {head}");
+        }
+        assert_eq!(lines.len(), 6, "{head}");
+        assert!(!head.contains("user-token"));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_and_those_connection_names_are_dropped() {
+        let request = Request::builder()
+            .method("POST")
+            .uri("/v1/volumes")
+            .header("connection", "keep-alive, x-private")
+            .header("x-private", "1")
+            .header("keep-alive", "timeout=5")
+            .header("te", "trailers")
+            .header("upgrade", "websocket")
+            .header("proxy-authorization", "Basic eA==")
+            .header("expect", "100-continue")
+            .header("content-type", "application/json")
+            .header("content-length", "2")
+            .body(Body::from("{}"))
+            .unwrap();
+        let (head, chunked) = head_of(request);
+        assert!(!chunked);
+        for gone in [
+            "connection",
+            "x-private",
+            "keep-alive",
+            "te:",
+            "upgrade",
+            "proxy-",
+            "expect",
+        ] {
+            assert!(!head.contains(gone), "{gone} forwarded: {head}");
+        }
+        assert!(head.contains("content-type: application/json\r\n"));
+        assert!(head.contains("content-length: 2\r\n"));
+    }
+
+    #[test]
+    fn a_body_of_unknown_length_is_chunked_and_an_empty_one_keeps_its_zero() {
+        let stream = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from("a"))]);
+        let request = Request::builder()
+            .method("PUT")
+            .uri("/v1/x")
+            .header("transfer-encoding", "chunked")
+            .body(Body::from_stream(stream))
+            .unwrap();
+        let (head, chunked) = head_of(request);
+        assert!(chunked);
+        assert_eq!(
+            head.matches("transfer-encoding: chunked").count(),
+            1,
+            "{head}"
         );
-        let out = h;
-        assert_eq!(out[header::AUTHORIZATION], "Bearer inside");
-        assert_eq!(out["x-forwarded-for"], "10.1.1.1, 192.0.2.7");
-        assert_eq!(out["x-forwarded-host"], "berth.example");
-        assert_eq!(out["x-forwarded-proto"], "http");
-        assert_eq!(out[header::HOST], "registry:8082");
+        let request = Request::builder()
+            .method("POST")
+            .uri("/v1/x")
+            .header("content-length", "0")
+            .body(Body::empty())
+            .unwrap();
+        let (head, chunked) = head_of(request);
+        assert!(!chunked);
+        assert!(head.contains("content-length: 0\r\n"), "{head}");
     }
 }
