@@ -609,3 +609,40 @@ async fn shutdown_lets_calls_in_flight_finish_then_stops_serving() {
         .await;
     assert!(after.is_err(), "nothing listens after shutdown");
 }
+
+/// Sends a POST whose body is chunk-encoded (no declared length) over a raw connection, in `chunks`
+/// pieces of `size` bytes, and returns the answer's status line and its text.
+async fn post_chunked(url: &str, chunks: usize, size: usize) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = url.trim_start_matches("http://");
+    let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+    let head = "POST /v1/volumes HTTP/1.1\r\nhost: berth\r\nauthorization: Bearer tok-writer\r\n\
+                content-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+    let _ = socket.write_all(head.as_bytes()).await;
+    let piece = format!("{size:x}\r\n{}\r\n", "x".repeat(size));
+    for _ in 0..chunks {
+        // The gateway may refuse before the body ends and close; what it answered is still read.
+        if socket.write_all(piece.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = socket.write_all(b"0\r\n\r\n").await;
+    let mut answer = Vec::new();
+    let _ = socket.read_to_end(&mut answer).await;
+    String::from_utf8_lossy(&answer).to_string()
+}
+
+#[tokio::test]
+async fn a_chunked_body_streams_through_and_one_over_the_limit_is_413_without_tripping_the_breaker()
+{
+    let h = spawn_gateway(&[("BERTH_BREAKER_FAILURES", "1")]).await;
+    let answer = post_chunked(&h.url, 4, 1000).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("\"received\":4000"), "{answer}");
+    let answer = post_chunked(&h.url, 64, 64 * 1024).await;
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    // The caller's oversized body is not the upstream's failure: the breaker stays closed.
+    let resp = call(&h.url, "GET", "/v1/volumes", Some("tok-reader")).await;
+    assert_eq!(resp.status(), 200);
+}
