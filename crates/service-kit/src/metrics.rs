@@ -1,11 +1,25 @@
-//! Prometheus metrics: one recorder per process, HTTP metrics labelled by route template.
+//! Prometheus metrics: one page per process, HTTP metrics labelled by route template.
 //!
-//! The recorder is global (the `metrics` crate's design), so when `berth up` runs every service in one
-//! process they share it; the `service` label keeps their series apart.
+//! Two stores are rendered together on `/metrics`:
+//! - the `metrics` crate's recorder (metrics-exporter-prometheus), for what is recorded now and then:
+//!   driver calls, ECS calls. Its histograms keep every sample until they are summarised, so a
+//!   thread summarises them every few seconds ([`handle`] starts it); without it, memory would grow
+//!   with every call between two scrapes.
+//! - sharded [`Family`]s, for what every request records (the HTTP metrics here, the gateway's
+//!   upstream metrics). A series keeps one set of cells per shard, each on its own cache line; a
+//!   thread writes the shard of its own and rendering adds the shards up. A shared atomic written on
+//!   every request moves its cache line between cores each time, which showed in the gateway's
+//!   profile under `bench/gateway.sh`; so did the recorder's per-sample bookkeeping.
+//!
+//! The recorder is global (the `metrics` crate's design), and so are the families, so when `berth
+//! up` runs every service in one process they share them; the `service` label keeps their series
+//! apart.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::http::Method;
@@ -18,10 +32,14 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0,
 ];
 
+/// How often the recorder's histograms are summarised.
+const UPKEEP_EVERY: Duration = Duration::from_secs(5);
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
-/// The process's recorder, installed on first use. If another recorder was installed first (a test
-/// harness, say), a private one still renders this crate's view, so `/metrics` never fails.
+/// The process's recorder, installed on first use, with the thread that keeps its histograms
+/// summarised. If another recorder was installed first (a test harness, say), a private one still
+/// renders this crate's view, so `/metrics` never fails.
 pub fn handle() -> &'static PrometheusHandle {
     HANDLE.get_or_init(|| {
         let builder = || {
@@ -29,57 +47,332 @@ pub fn handle() -> &'static PrometheusHandle {
                 .set_buckets_for_metric(Matcher::Suffix("duration_seconds".into()), LATENCY_BUCKETS)
                 .expect("the bucket list is not empty")
         };
-        builder()
+        let handle = builder()
             .install_recorder()
-            .unwrap_or_else(|_| builder().build_recorder().handle())
+            .unwrap_or_else(|_| builder().build_recorder().handle());
+        let upkeep = handle.clone();
+        // A plain thread: the recorder may be first used outside any runtime, and outlives them all.
+        let _ = std::thread::Builder::new()
+            .name("metrics-upkeep".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(UPKEEP_EVERY);
+                    upkeep.run_upkeep();
+                }
+            });
+        handle
     })
 }
 
 /// Renders every metric in the Prometheus text format.
 pub fn render() -> String {
-    handle().render()
+    let mut out = handle().render();
+    let mut families = FAMILIES.lock().expect("families lock").clone();
+    families.sort_by_key(|family| family.name());
+    for family in families {
+        family.render(&mut out);
+    }
+    out
 }
 
-/// The handles of one label set of the HTTP metrics.
-type HttpHandles = (metrics::Counter, metrics::Histogram);
+/// Cells padded to a cache line of their own (128 bytes: adjacent-line prefetching pairs lines on
+/// x86), so two shards never share one.
+#[repr(align(128))]
+struct Padded<T>(T);
 
-/// Handles by route, then by (service, method, status). Registering a label set costs a lookup with
-/// four freshly allocated labels; a request only needs this map (the outer lookup borrows the route).
-/// Routes are templates, so both maps stay small. Each thread keeps its own: a shared map's lock
-/// would be written by every thread on every request, bouncing its cache line between cores.
-type HandleCache = HashMap<String, HashMap<(&'static str, Method, u16), HttpHandles>>;
+/// Shards per series: a power of two, about one per core.
+fn shard_count() -> usize {
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    *COUNT.get_or_init(|| {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .next_power_of_two()
+            .min(64)
+    })
+}
+
+/// This thread's shard, in any series. Threads are numbered as they first record, so the few
+/// threads that carry a process's requests (the engine's workers, the runtime's) get shards of
+/// their own; more threads than shards share them, which costs contention, never correctness.
+fn shard_index() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: usize = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    INDEX.with(|index| *index) & (shard_count() - 1)
+}
+
+fn shards<T>(make: impl Fn() -> T) -> Box<[Padded<T>]> {
+    (0..shard_count()).map(|_| Padded(make())).collect()
+}
+
+/// A counter series, sharded.
+pub struct Counter {
+    shards: Box<[Padded<AtomicU64>]>,
+}
+
+impl Counter {
+    fn new() -> Self {
+        Counter {
+            shards: shards(|| AtomicU64::new(0)),
+        }
+    }
+
+    /// Adds `n`.
+    pub fn increment(&self, n: u64) {
+        self.shards[shard_index()].0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The total over all shards.
+    pub fn value(&self) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
+/// One shard of a [`DurationHistogram`]: a count per bucket of [`LATENCY_BUCKETS`] (not cumulative;
+/// the last counts what is above them all) and the sum in nanoseconds.
+struct HistogramCells {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_nanos: AtomicU64,
+}
+
+/// A latency histogram series over [`LATENCY_BUCKETS`], sharded.
+pub struct DurationHistogram {
+    shards: Box<[Padded<HistogramCells>]>,
+}
+
+impl DurationHistogram {
+    fn new() -> Self {
+        DurationHistogram {
+            shards: shards(|| HistogramCells {
+                buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+                sum_nanos: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Records one duration.
+    pub fn record(&self, elapsed: Duration) {
+        let cells = &self.shards[shard_index()].0;
+        let seconds = elapsed.as_secs_f64();
+        // Prometheus buckets are "less than or equal": the first bound not below the value.
+        let bucket = LATENCY_BUCKETS.partition_point(|bound| *bound < seconds);
+        cells.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        cells.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Counts per bucket (not cumulative) and the sum in seconds, over all shards.
+    fn totals(&self) -> ([u64; LATENCY_BUCKETS.len() + 1], f64) {
+        let mut buckets = [0u64; LATENCY_BUCKETS.len() + 1];
+        let mut nanos = 0u64;
+        for shard in &self.shards {
+            for (total, cell) in buckets.iter_mut().zip(&shard.0.buckets) {
+                *total += cell.load(Ordering::Relaxed);
+            }
+            nanos = nanos.wrapping_add(shard.0.sum_nanos.load(Ordering::Relaxed));
+        }
+        (buckets, nanos as f64 / 1e9)
+    }
+
+    /// How many durations were recorded.
+    pub fn count(&self) -> u64 {
+        self.totals().0.iter().sum()
+    }
+}
+
+/// What a [`Family`] can hold.
+pub trait Series: Send + Sync + 'static {
+    /// A new, empty series.
+    fn empty() -> Self;
+    /// Its Prometheus type.
+    const TYPE: &'static str;
+    /// Writes its sample lines; `labels` is the rendered label set (`a="1",b="2"`, maybe empty).
+    fn write(&self, name: &str, labels: &str, out: &mut String);
+    /// How many events it counted.
+    fn count(&self) -> u64;
+}
+
+impl Series for Counter {
+    fn empty() -> Self {
+        Counter::new()
+    }
+    const TYPE: &'static str = "counter";
+    fn write(&self, name: &str, labels: &str, out: &mut String) {
+        let _ = writeln!(out, "{name}{{{labels}}} {}", self.value());
+    }
+    fn count(&self) -> u64 {
+        self.value()
+    }
+}
+
+impl Series for DurationHistogram {
+    fn empty() -> Self {
+        DurationHistogram::new()
+    }
+    const TYPE: &'static str = "histogram";
+    fn write(&self, name: &str, labels: &str, out: &mut String) {
+        let (buckets, sum) = self.totals();
+        let sep = if labels.is_empty() { "" } else { "," };
+        let mut cumulative = 0;
+        for (bound, count) in LATENCY_BUCKETS.iter().zip(&buckets) {
+            cumulative += count;
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        cumulative += buckets[LATENCY_BUCKETS.len()];
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
+        );
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+    fn count(&self) -> u64 {
+        DurationHistogram::count(self)
+    }
+}
+
+/// A family renders itself into the page.
+trait Rendered: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn render(&self, out: &mut String);
+}
+
+static FAMILIES: Mutex<Vec<&'static dyn Rendered>> = Mutex::new(Vec::new());
+
+/// A metric and its series, one per label set; declared as a `static`.
+///
+/// [`Family::series`] finds or makes a series, under a lock: callers keep the series they use (a
+/// field, a per-thread cache) and record through it without one.
+pub struct Family<S: Series> {
+    name: &'static str,
+    help: &'static str,
+    label_names: &'static [&'static str],
+    /// For a histogram: a counter rendered from its counts, under this name and help.
+    count_as: Option<(&'static str, &'static str)>,
+    series: Mutex<Vec<(Vec<String>, Arc<S>)>>,
+    registered: OnceLock<()>,
+}
+
+impl<S: Series> Family<S> {
+    /// A family named `name` with these label names.
+    pub const fn new(
+        name: &'static str,
+        help: &'static str,
+        label_names: &'static [&'static str],
+    ) -> Self {
+        Family {
+            name,
+            help,
+            label_names,
+            count_as: None,
+            series: Mutex::new(Vec::new()),
+            registered: OnceLock::new(),
+        }
+    }
+
+    /// The series for `values` (one per label name, in order), made on first use.
+    pub fn series(&'static self, values: &[&str]) -> Arc<S> {
+        assert_eq!(
+            values.len(),
+            self.label_names.len(),
+            "{}: one value per label",
+            self.name
+        );
+        self.registered.get_or_init(|| {
+            FAMILIES.lock().expect("families lock").push(self);
+        });
+        let mut series = self.series.lock().expect("family lock");
+        if let Some((_, found)) = series.iter().find(|(v, _)| v.iter().eq(values.iter())) {
+            return found.clone();
+        }
+        let made = Arc::new(S::empty());
+        series.push((values.iter().map(|v| v.to_string()).collect(), made.clone()));
+        made
+    }
+
+    fn labels(&self, values: &[String]) -> String {
+        let mut text = String::new();
+        for (i, (name, value)) in self.label_names.iter().zip(values).enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            let _ = write!(text, "{name}=\"");
+            // The text format's escapes for label values.
+            for c in value.chars() {
+                match c {
+                    '\\' => text.push_str("\\\\"),
+                    '"' => text.push_str("\\\""),
+                    '\n' => text.push_str("\\n"),
+                    c => text.push(c),
+                }
+            }
+            text.push('"');
+        }
+        text
+    }
+}
+
+impl Family<DurationHistogram> {
+    /// A latency family that also renders its counts as the counter `name` (as
+    /// `http_requests_total` is the count of `http_request_duration_seconds`): one record per
+    /// request keeps both.
+    pub const fn with_count(mut self, name: &'static str, help: &'static str) -> Self {
+        self.count_as = Some((name, help));
+        self
+    }
+}
+
+impl<S: Series> Rendered for Family<S> {
+    fn name(&self) -> &'static str {
+        self.count_as.map_or(self.name, |(name, _)| name)
+    }
+
+    fn render(&self, out: &mut String) {
+        let mut series: Vec<(String, Arc<S>)> = self
+            .series
+            .lock()
+            .expect("family lock")
+            .iter()
+            .map(|(values, s)| (self.labels(values), s.clone()))
+            .collect();
+        series.sort_by(|a, b| a.0.cmp(&b.0));
+        if let Some((count_name, count_help)) = self.count_as {
+            let _ = writeln!(out, "# HELP {count_name} {count_help}");
+            let _ = writeln!(out, "# TYPE {count_name} counter");
+            for (labels, s) in &series {
+                let _ = writeln!(out, "{count_name}{{{labels}}} {}", s.count());
+            }
+        }
+        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
+        let _ = writeln!(out, "# TYPE {} {}", self.name, S::TYPE);
+        for (labels, s) in &series {
+            s.write(self.name, labels, out);
+        }
+    }
+}
+
+/// Requests by service, method, route template and status, with their latency.
+static HTTP_REQUESTS: Family<DurationHistogram> = Family::new(
+    "http_request_duration_seconds",
+    "Time to answer an HTTP request, until its head is ready.",
+    &["service", "method", "route", "status"],
+)
+.with_count("http_requests_total", "HTTP requests answered.");
+
+/// Series by route, then by (service, method, status). Finding a series in the family costs a lock
+/// and allocated labels; a request only needs this map (the outer lookup borrows the route). Routes
+/// are templates, so both maps stay small. Each thread keeps its own, so nothing here is shared.
+type SeriesCache = HashMap<String, HashMap<(&'static str, Method, u16), Arc<DurationHistogram>>>;
 
 thread_local! {
-    static HTTP_HANDLES: RefCell<HandleCache> = RefCell::default();
-}
-
-fn http_handles(service: &'static str, method: &Method, route: &str, status: u16) -> HttpHandles {
-    let key = (service, method.clone(), status);
-    if let Some(handles) = HTTP_HANDLES.with_borrow(|cache| {
-        cache
-            .get(route)
-            .and_then(|by_key| by_key.get(&key))
-            .cloned()
-    }) {
-        return handles;
-    }
-    let labels = [
-        ("service", service.to_string()),
-        ("method", method.to_string()),
-        ("route", route.to_string()),
-        ("status", status.to_string()),
-    ];
-    let handles = (
-        metrics::counter!("http_requests_total", &labels),
-        metrics::histogram!("http_request_duration_seconds", &labels),
-    );
-    HTTP_HANDLES.with_borrow_mut(|cache| {
-        cache
-            .entry(route.to_string())
-            .or_default()
-            .insert(key, handles.clone())
-    });
-    handles
+    static HTTP_SERIES: RefCell<SeriesCache> = RefCell::default();
 }
 
 /// Records `http_requests_total` and `http_request_duration_seconds` by service, method, route template
@@ -91,8 +384,80 @@ pub(crate) fn record(
     response: &Response,
     elapsed: Duration,
 ) {
-    let _ = handle();
-    let (requests, latency) = http_handles(service, method, route, response.status().as_u16());
-    requests.increment(1);
-    latency.record(elapsed.as_secs_f64());
+    let status = response.status().as_u16();
+    let key = (service, method.clone(), status);
+    let recorded = HTTP_SERIES.with_borrow(|cache| {
+        let series = cache.get(route)?.get(&key)?;
+        series.record(elapsed);
+        Some(())
+    });
+    if recorded.is_some() {
+        return;
+    }
+    let series = HTTP_REQUESTS.series(&[service, method.as_str(), route, &status.to_string()]);
+    series.record(elapsed);
+    HTTP_SERIES.with_borrow_mut(|cache| {
+        cache
+            .entry(route.to_string())
+            .or_default()
+            .insert(key, series)
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    static TEST_LATENCY: Family<DurationHistogram> =
+        Family::new("test_latency_seconds", "Test.", &["who"]).with_count("test_total", "Test.");
+    static TEST_COUNTER: Family<Counter> = Family::new("test_events_total", "Test.", &["kind"]);
+
+    #[test]
+    fn shards_add_up_across_threads_and_render_as_prometheus_text() {
+        let fast = TEST_LATENCY.series(&["a \"quoted\"\nname"]);
+        let events = TEST_COUNTER.series(&["x"]);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..1000 {
+                        fast.record(Duration::from_micros(300));
+                        events.increment(1);
+                    }
+                });
+            }
+        });
+        TEST_LATENCY
+            .series(&["a \"quoted\"\nname"])
+            .record(Duration::from_secs(60));
+        assert_eq!(fast.count(), 4001);
+        assert_eq!(events.value(), 4000);
+        let text = render();
+        let labels = r#"who="a \"quoted\"\nname""#;
+        for want in [
+            "# TYPE test_latency_seconds histogram".to_string(),
+            "# TYPE test_total counter".to_string(),
+            format!("test_total{{{labels}}} 4001"),
+            format!("test_latency_seconds_bucket{{{labels},le=\"0.00025\"}} 0"),
+            format!("test_latency_seconds_bucket{{{labels},le=\"0.0005\"}} 4000"),
+            format!("test_latency_seconds_bucket{{{labels},le=\"30\"}} 4000"),
+            format!("test_latency_seconds_bucket{{{labels},le=\"+Inf\"}} 4001"),
+            format!("test_latency_seconds_sum{{{labels}}} 61.2"),
+            format!("test_latency_seconds_count{{{labels}}} 4001"),
+            "test_events_total{kind=\"x\"} 4000".to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == want),
+                "{want} missing from\n{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_value_on_a_bound_falls_in_that_bucket() {
+        let h = DurationHistogram::new();
+        h.record(Duration::from_millis(1));
+        let (buckets, _) = h.totals();
+        let at = LATENCY_BUCKETS.iter().position(|b| *b == 0.001).unwrap();
+        assert_eq!(buckets[at], 1);
+    }
 }

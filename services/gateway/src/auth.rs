@@ -9,15 +9,14 @@
 //! ```
 //!
 //! A presented token is hashed and compared with every entry in constant time, so neither the file nor
-//! the timing of a refusal gives a token away. The file is re-read when it changes (checked at most once
-//! a second), so adding a token needs no restart.
+//! the timing of a refusal gives a token away. The file is re-read when it changes (a thread checks it
+//! once a second), so adding a token needs no restart.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
-use std::time::{Duration, Instant, SystemTime};
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -98,11 +97,8 @@ pub struct TokenStore {
     /// worker threads read without writing to a shared cache line (a lock's or a reference count's),
     /// which they would otherwise bounce between cores on every call.
     entries: ArcSwap<Vec<TokenEntry>>,
-    /// The file's modification time at the last load; held by the one call that checks the file.
-    modified: Mutex<Option<SystemTime>>,
-    /// When the file is next due for a check, in milliseconds since `started`.
-    next_check_ms: AtomicU64,
-    started: Instant,
+    /// The file's stamp at the last load.
+    modified: Mutex<Option<Stamp>>,
 }
 
 /// How often the file is checked for changes.
@@ -117,15 +113,32 @@ impl TokenStore {
             path: path.to_path_buf(),
             entries: ArcSwap::new(entries),
             modified: Mutex::new(modified),
-            next_check_ms: AtomicU64::new(RELOAD_CHECK.as_millis() as u64),
-            started: Instant::now(),
         })
+    }
+
+    /// Loads `path` and keeps the tokens in step with it: a thread checks the file once a second,
+    /// for as long as the store is in use, so no call pays for the check.
+    pub fn watch(path: &Path) -> Result<Arc<Self>, String> {
+        let store = Arc::new(TokenStore::load(path)?);
+        let watched = Arc::downgrade(&store);
+        std::thread::Builder::new()
+            .name("tokens-watch".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(RELOAD_CHECK);
+                    match watched.upgrade() {
+                        Some(store) => store.reload_if_changed(),
+                        None => return,
+                    }
+                }
+            })
+            .map_err(|e| format!("starting the tokens file watch: {e}"))?;
+        Ok(store)
     }
 
     /// Calls `with` on the entry whose hash matches `token`, checking every entry in constant time;
     /// `None` when no entry matches.
     pub fn authenticate<R>(&self, token: &str, with: impl FnOnce(&TokenEntry) -> R) -> Option<R> {
-        self.reload_if_changed();
         let entries = self.entries.load();
         let presented = hash_token(token);
         let mut found = None;
@@ -137,21 +150,10 @@ impl TokenStore {
         found.map(with)
     }
 
-    /// Re-reads the file when it is due for a check and has changed. One call checks; the others go
-    /// on with the tokens they have.
-    fn reload_if_changed(&self) {
-        let now_ms = self.started.elapsed().as_millis() as u64;
-        if now_ms < self.next_check_ms.load(Ordering::Relaxed) {
-            return;
-        }
-        let Ok(mut known) = self.modified.try_lock() else {
-            return;
-        };
-        self.next_check_ms
-            .store(now_ms + RELOAD_CHECK.as_millis() as u64, Ordering::Relaxed);
-        let modified = std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .ok();
+    /// Re-reads the file if it has changed since it was last read.
+    pub fn reload_if_changed(&self) {
+        let mut known = self.modified.lock().expect("tokens lock");
+        let modified = stamp(&self.path);
         if modified == *known {
             return;
         }
@@ -169,14 +171,22 @@ impl TokenStore {
     }
 }
 
-type Loaded = (Arc<Vec<TokenEntry>>, Option<SystemTime>);
+type Loaded = (Arc<Vec<TokenEntry>>, Option<Stamp>);
+
+/// What tells a changed file: its modification time and length. The length catches a rewrite within
+/// the file system's timestamp granularity (a few milliseconds on some).
+type Stamp = (SystemTime, u64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    let metadata = std::fs::metadata(path).ok()?;
+    Some((metadata.modified().ok()?, metadata.len()))
+}
 
 fn read(path: &Path) -> Result<Loaded, String> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
             let entries = parse_tokens(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            let modified = std::fs::metadata(path).and_then(|m| m.modified()).ok();
-            Ok((Arc::new(entries), modified))
+            Ok((Arc::new(entries), stamp(path)))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Arc::default(), None)),
         Err(e) => Err(format!("{}: {e}", path.display())),
@@ -225,6 +235,17 @@ mod tests {
             "a"
         );
         assert!(store.authenticate("beta", |_| ()).is_none());
+        std::fs::write(
+            &path,
+            format!(
+                "{}\n{}",
+                tokens_file_line("a", "alpha", &[Scope::Admin]),
+                tokens_file_line("b", "beta", &[Scope::VolumesRead])
+            ),
+        )
+        .unwrap();
+        store.reload_if_changed();
+        assert_eq!(store.authenticate("beta", |e| e.name.clone()).unwrap(), "b");
         assert!(
             TokenStore::load(&dir.path().join("missing"))
                 .unwrap()

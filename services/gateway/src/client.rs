@@ -46,8 +46,8 @@ pub struct Connection {
     read: BytesMut,
     /// Request bytes waiting to be written; kept to reuse its allocation.
     write: Vec<u8>,
-    /// When its last answer ended.
-    idle_since: Instant,
+    /// When its last call began (its idle time is counted from there: a little long, never short).
+    last_call: Instant,
 }
 
 /// Why a call on a connection failed.
@@ -93,17 +93,19 @@ impl Connection {
             stream,
             read: BytesMut::with_capacity(READ_RESERVE),
             write: Vec::with_capacity(1024),
-            idle_since: Instant::now(),
+            last_call: Instant::now(),
         })
     }
 
     /// Whether this idle connection can carry another request: not idle too long, and not closed by
     /// the upstream meanwhile. The check costs a system call only when the socket has something to
     /// say, which on an idle connection is its end.
-    pub async fn is_usable(&mut self) -> bool {
-        if self.idle_since.elapsed() > IDLE_LIMIT || !self.read.is_empty() {
+    /// `now` is when the call that wants it began.
+    pub async fn is_usable(&mut self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.last_call) > IDLE_LIMIT || !self.read.is_empty() {
             return false;
         }
+        self.last_call = now;
         let readable =
             std::future::poll_fn(|cx| Poll::Ready(self.stream.poll_read_ready(cx).is_ready()))
                 .await;
@@ -280,11 +282,10 @@ impl Connection {
     }
 
     /// The connection after a complete answer, if it may carry another request.
-    fn finished(mut self, keep_alive: bool) -> Option<Connection> {
+    fn finished(self, keep_alive: bool) -> Option<Connection> {
         if !keep_alive || !self.read.is_empty() {
             return None;
         }
-        self.idle_since = Instant::now();
         // The answer's last read saw the socket readable, and that readiness would stay set until a
         // read found nothing. Clearing it here spares that read (one system call per request); the
         // end of the connection, should it come, is a new event that sets it again.
@@ -704,7 +705,7 @@ mod tests {
         assert_eq!(seen.lock().unwrap().len(), 3);
         // The upstream has closed the connection after its script: the pool must not reuse it.
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(!connection.is_usable().await);
+        assert!(!connection.is_usable(Instant::now()).await);
     }
 
     #[tokio::test]

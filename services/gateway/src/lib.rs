@@ -164,7 +164,7 @@ pub struct Gateway {
     /// In [`UpstreamId::ALL`] order.
     upstreams: Vec<Upstream>,
     forwarder: Forwarder,
-    tokens: TokenStore,
+    tokens: Arc<TokenStore>,
     limiter: Option<RateLimiter>,
     openapi: OpenApiCache,
 }
@@ -200,7 +200,7 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
     let gateway = Arc::new(Gateway {
         upstreams,
         forwarder: Forwarder::new(config.internal_token.clone()),
-        tokens: TokenStore::load(&config.tokens_file)?,
+        tokens: TokenStore::watch(&config.tokens_file)?,
         limiter: config.rate_limit.map(RateLimiter::new),
         openapi: OpenApiCache::new(http.clone(), sources.clone()),
     });

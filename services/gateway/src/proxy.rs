@@ -12,6 +12,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use domain::Code;
 use hyper::body::Body as _;
+use service_kit::metrics::{Counter, DurationHistogram, Family};
 use service_kit::{ApiError, SecretString};
 
 use crate::client::{self, CallError, Connection};
@@ -33,13 +34,27 @@ pub struct Upstream {
     pub timeout: Duration,
     /// Its circuit breaker.
     pub breaker: Breaker,
-    latency: metrics::Histogram,
-    /// Answer counters by status (index: status − 100); a handle costs a registry lookup with
-    /// allocated labels, so each is made once, and read without a lock every worker would write to.
-    responses: Box<[OnceLock<metrics::Counter>]>,
-    timeouts: metrics::Counter,
-    unreachable: metrics::Counter,
+    latency: Arc<DurationHistogram>,
+    /// Answer counters by status (index: status − 100); finding a series costs a lock and allocated
+    /// labels, so each is found once, and read without a lock every worker would write to.
+    responses: Box<[OnceLock<Arc<Counter>>]>,
+    timeouts: Arc<Counter>,
+    unreachable: Arc<Counter>,
 }
+
+/// Upstream latency, by upstream.
+static UPSTREAM_LATENCY: Family<DurationHistogram> = Family::new(
+    "berth_gateway_upstream_duration_seconds",
+    "Time for an upstream to answer a forwarded call, until the answer's head.",
+    &["upstream"],
+);
+
+/// Upstream answers by upstream and status (`timeout` and `unreachable` for no answer).
+static UPSTREAM_RESPONSES: Family<Counter> = Family::new(
+    "berth_gateway_upstream_responses_total",
+    "Forwarded calls by upstream and outcome.",
+    &["upstream", "status"],
+);
 
 impl Upstream {
     /// An upstream at `base` (`http://127.0.0.1:8081`).
@@ -61,8 +76,6 @@ impl Upstream {
                 ));
             }
         };
-        // Handles bound before the recorder is installed would count into nothing.
-        let _ = service_kit::metrics::handle();
         let label = id.name();
         Ok(Upstream {
             id,
@@ -72,10 +85,10 @@ impl Upstream {
                 .map_err(|e| format!("{}: {base}: {e}", id.name()))?,
             timeout,
             breaker: Breaker::new(breaker),
-            latency: metrics::histogram!("berth_gateway_upstream_duration_seconds", "upstream" => label),
+            latency: UPSTREAM_LATENCY.series(&[label]),
             responses: (100..600).map(|_| OnceLock::new()).collect(),
-            timeouts: metrics::counter!("berth_gateway_upstream_responses_total", "upstream" => label, "status" => "timeout"),
-            unreachable: metrics::counter!("berth_gateway_upstream_responses_total", "upstream" => label, "status" => "unreachable"),
+            timeouts: UPSTREAM_RESPONSES.series(&[label, "timeout"]),
+            unreachable: UPSTREAM_RESPONSES.series(&[label, "unreachable"]),
         })
     }
 
@@ -85,9 +98,7 @@ impl Upstream {
         let status = status.clamp(100, 599);
         let slot = usize::from(status - 100);
         self.responses[slot]
-            .get_or_init(|| {
-                metrics::counter!("berth_gateway_upstream_responses_total", "upstream" => self.id.name(), "status" => status.to_string())
-            })
+            .get_or_init(|| UPSTREAM_RESPONSES.series(&[self.id.name(), &status.to_string()]))
             .increment(1);
     }
 }
@@ -113,11 +124,12 @@ impl ConnectionPool {
 
     /// An idle connection that is still usable (the most recently used, which is the likeliest to
     /// be), else a new one. The flag says whether it was reused.
-    async fn checkout(&self, upstream: &Upstream) -> io::Result<(Connection, bool)> {
+    /// `now` is when the call began.
+    async fn checkout(&self, upstream: &Upstream, now: Instant) -> io::Result<(Connection, bool)> {
         loop {
             let idle = self.idle.lock().expect("pool lock").pop();
             let Some(mut connection) = idle else { break };
-            if connection.is_usable().await {
+            if connection.is_usable(now).await {
                 return Ok((connection, true));
             }
         }
@@ -200,20 +212,21 @@ impl Forwarder {
         }
         let (parts, body) = request.into_parts();
         let (head, chunked) = self.request_head(&parts, &body, upstream, client_ip.as_ref());
+        let started = Instant::now();
         let call = Call {
+            started,
             head_request: parts.method == Method::HEAD,
             // Only a call without a body can be sent again once it may have been written.
             idempotent: matches!(parts.method, Method::GET | Method::HEAD) && body.is_end_stream(),
             head: &head,
             chunked,
         };
-        let started = Instant::now();
         let outcome =
             match tokio::time::timeout(upstream.timeout, send(upstream, pool, call, body)).await {
                 Ok(outcome) => outcome,
                 Err(_) => Err(Failure::Timeout),
             };
-        upstream.latency.record(started.elapsed().as_secs_f64());
+        upstream.latency.record(started.elapsed());
         let name = upstream.id.name();
         match outcome {
             Ok((mut head, connection)) => {
@@ -361,6 +374,8 @@ fn body_error(error: axum::Error) -> ApiError {
 
 /// One call's request, as [`send`] needs it.
 struct Call<'a> {
+    /// When the call began.
+    started: Instant,
     head: &'a [u8],
     chunked: bool,
     head_request: bool,
@@ -388,7 +403,7 @@ async fn send(
     loop {
         attempt += 1;
         let retry_allowed = attempt < 3;
-        let (mut connection, reused) = match pool.checkout(upstream).await {
+        let (mut connection, reused) = match pool.checkout(upstream, call.started).await {
             Ok(connection) => connection,
             Err(e) if call.idempotent && retry_allowed => {
                 tracing::debug!(upstream = upstream.id.name(), error = %e, "connect failed; retrying");
