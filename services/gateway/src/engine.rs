@@ -15,13 +15,20 @@
 //! tokio's multi-threaded runtime to this layout took the gateway from about 62% of nginx's
 //! requests/s to about 95%, at the same upstream.
 //!
+//! A caller's connection that stalls (no request head completed and no answer written for the idle
+//! timeout, with no call of it being answered) is closed: that covers idle keep-alive connections and
+//! slow-loris heads alike, with one timer per connection instead of one per request ([`stalled`]).
+//!
 //! Shutdown: the acceptor stops, each worker asks its connections to finish (hyper's graceful
 //! shutdown: answers in flight complete, idle keep-alive connections close), and the engine returns
 //! once every worker has drained.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -32,8 +39,9 @@ use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use service_kit::middleware::Stack;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tower::ServiceExt;
@@ -42,9 +50,15 @@ use crate::Gateway;
 use crate::proxy::ConnectionPool;
 use crate::routes::{UpstreamId, classify};
 
-/// How long a caller may take to send a request's headers: a slow-loris connection is closed, not
-/// kept forever.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// How the engine runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Worker threads (at least one).
+    pub workers: usize,
+    /// How long a caller's connection may go without progress while none of its calls is being
+    /// answered (see [`stalled`]).
+    pub idle_timeout: Duration,
+}
 
 /// What every worker shares.
 struct Shared {
@@ -53,21 +67,23 @@ struct Shared {
     router: Router,
     /// The stack proxied calls run in.
     stack: Arc<Stack>,
+    idle_timeout: Duration,
 }
 
-/// The engine for [`service_kit::server::Application::with_engine`], with `workers` threads.
+/// The engine for [`service_kit::server::Application::with_engine`].
 pub fn engine(
     gateway: Arc<Gateway>,
     stack: Arc<Stack>,
-    workers: usize,
+    settings: Settings,
 ) -> service_kit::server::Engine {
     Box::new(move |router, listener, shutdown| {
         let shared = Arc::new(Shared {
             gateway,
             router,
             stack,
+            idle_timeout: settings.idle_timeout,
         });
-        Box::pin(serve(shared, listener, shutdown, workers.max(1)))
+        Box::pin(serve(shared, listener, shutdown, settings.workers.max(1)))
     })
 }
 
@@ -172,21 +188,37 @@ impl Worker {
     ) {
         // The caller's address as `x-forwarded-for` wants it, made once per connection.
         let peer_ip = HeaderValue::from_str(&peer.ip().to_string()).ok();
-        let service = service_fn(move |request: hyper::Request<Incoming>| {
-            let worker = self.clone();
-            let peer_ip = peer_ip.clone();
-            async move { Ok::<_, Infallible>(worker.answer(request, peer, peer_ip).await) }
-        });
+        let liveness = Arc::new(Liveness::default());
+        let idle_timeout = self.shared.idle_timeout;
+        let service = {
+            let liveness = liveness.clone();
+            service_fn(move |request: hyper::Request<Incoming>| {
+                let worker = self.clone();
+                let peer_ip = peer_ip.clone();
+                let busy = Busy::enter(&liveness);
+                async move {
+                    let response = worker.answer(request, peer, peer_ip).await;
+                    drop(busy);
+                    Ok::<_, Infallible>(response)
+                }
+            })
+        };
+        let io = Watched {
+            stream,
+            liveness: liveness.clone(),
+        };
         let connection = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(HEADER_READ_TIMEOUT)
             // Answers here are mostly small: one buffer (head and body copied together) costs less
             // than a vectored write of two, as measured with bench/gateway.sh.
             .writev(false)
-            .serve_connection(TokioIo::new(stream), service);
+            .serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
         tokio::select! {
             _ = connection.as_mut() => return,
+            () = stalled(&liveness, idle_timeout) => {
+                tracing::debug!(%peer, "closing a stalled connection");
+                return;
+            }
             _ = stopped.wait_for(|stop| *stop) => connection.as_mut().graceful_shutdown(),
         }
         let _ = connection.await;
@@ -228,5 +260,112 @@ impl Worker {
                 }
             })
             .await
+    }
+}
+
+/// What shows a caller's connection is alive: request heads received and answer bytes written, and
+/// how many of its calls are being answered. Both are written only by the connection's own task (so
+/// never contended); atomics only because the task must be `Send`.
+#[derive(Default)]
+struct Liveness {
+    progress: AtomicU64,
+    busy: AtomicU64,
+}
+
+/// One call being answered; counts as progress when it starts and when it ends.
+struct Busy(Arc<Liveness>);
+
+impl Busy {
+    fn enter(liveness: &Arc<Liveness>) -> Self {
+        liveness.progress.fetch_add(1, Ordering::Relaxed);
+        liveness.busy.fetch_add(1, Ordering::Relaxed);
+        Busy(liveness.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.progress.fetch_add(1, Ordering::Relaxed);
+        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Resolves once the connection has made no progress for a whole `period` while none of its calls
+/// was being answered: a caller that went quiet, or one sending a request head too slowly to finish
+/// (slow loris). Such a connection is closed between `period` and twice that after it stalled.
+///
+/// This replaces hyper's header-read timeout, which arms a timer of its own for every request (an
+/// allocation, and an entry added to and removed from the runtime's timer wheel); here one timer per
+/// connection fires once a period.
+async fn stalled(liveness: &Liveness, period: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut seen = liveness.progress.load(Ordering::Relaxed);
+    loop {
+        ticks.tick().await;
+        let now = liveness.progress.load(Ordering::Relaxed);
+        if now == seen && liveness.busy.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        seen = now;
+    }
+}
+
+/// The caller's connection, counting each write of answer bytes as progress: a long answer read
+/// slowly is still alive.
+struct Watched {
+    stream: TcpStream,
+    liveness: Arc<Liveness>,
+}
+
+impl Watched {
+    fn wrote(&self, written: &Poll<std::io::Result<usize>>) {
+        if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
+            self.liveness.progress.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let written = Pin::new(&mut self.stream).poll_write(cx, buf);
+        self.wrote(&written);
+        written
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
+        self.wrote(&written);
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

@@ -77,6 +77,9 @@ pub mod env_vars {
     pub const BREAKER_OPEN: &str = "BERTH_BREAKER_OPEN";
     /// Worker threads serving calls (default: one per core).
     pub const WORKERS: &str = "BERTH_GATEWAY_WORKERS";
+    /// How long a caller's connection may go without progress (a complete request head, or bytes of
+    /// an answer written) while no call of it is being answered, before it is closed.
+    pub const IDLE_TIMEOUT: &str = "BERTH_GATEWAY_IDLE_TIMEOUT";
 }
 
 /// The gateway's settings.
@@ -103,6 +106,8 @@ pub struct Config {
     pub breaker: BreakerConfig,
     /// Worker threads of the proxy engine.
     pub workers: usize,
+    /// How long a caller's connection may stall (see [`env_vars::IDLE_TIMEOUT`]).
+    pub idle_timeout: Duration,
 }
 
 impl Config {
@@ -155,6 +160,7 @@ impl Config {
                 WORKERS,
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             )?,
+            idle_timeout: env.duration_or(IDLE_TIMEOUT, Duration::from_secs(30))?,
         })
     }
 }
@@ -303,7 +309,10 @@ pub async fn build(
         Application::new(router, listener).with_engine(engine::engine(
             gateway,
             stack,
-            config.workers,
+            engine::Settings {
+                workers: config.workers,
+                idle_timeout: config.idle_timeout,
+            },
         )),
     )
 }

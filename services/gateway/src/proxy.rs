@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use domain::Code;
 use hyper::body::Body as _;
@@ -298,12 +298,13 @@ impl Forwarder {
             .map(str::trim)
             .collect();
         let mut original_host = None;
-        let mut forwarded_for: Vec<&[u8]> = Vec::new();
+        let mut forwarded_for = false;
         let mut declared_length = false;
         for (name, value) in &parts.headers {
             match name.as_str() {
                 "host" => original_host = Some(value),
-                "x-forwarded-for" => forwarded_for.push(value.as_bytes()),
+                // Joined with the caller's address below.
+                "x-forwarded-for" => forwarded_for = true,
                 "content-length" => declared_length = true,
                 // Replaced below; `expect` was answered by the gateway's own server.
                 "authorization" | "x-forwarded-proto" | "x-forwarded-host" | "expect" => {}
@@ -317,11 +318,23 @@ impl Forwarder {
         if let Some(authorization) = &self.internal_authorization {
             put_header(&mut out, "authorization", authorization.as_bytes());
         }
-        if let Some(ip) = client_ip {
-            forwarded_for.push(ip.as_bytes());
-        }
-        if !forwarded_for.is_empty() {
-            put_header(&mut out, "x-forwarded-for", &forwarded_for.join(&b", "[..]));
+        // One `x-forwarded-for`: the addresses it already listed (in one line or several), then the
+        // caller's.
+        let prior = forwarded_for
+            .then(|| parts.headers.get_all(X_FORWARDED_FOR).iter())
+            .into_iter()
+            .flatten();
+        let mut addresses = prior
+            .map(HeaderValue::as_bytes)
+            .chain(client_ip.map(HeaderValue::as_bytes));
+        if let Some(first) = addresses.next() {
+            out.extend_from_slice(b"x-forwarded-for: ");
+            out.extend_from_slice(first);
+            for next in addresses {
+                out.extend_from_slice(b", ");
+                out.extend_from_slice(next);
+            }
+            out.extend_from_slice(b"\r\n");
         }
         put_header(&mut out, "x-forwarded-proto", b"http");
         if let Some(host) = original_host {
@@ -345,6 +358,8 @@ impl Forwarder {
         (out, chunked)
     }
 }
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 fn put_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
     out.extend_from_slice(name.as_bytes());

@@ -646,3 +646,45 @@ async fn a_chunked_body_streams_through_and_one_over_the_limit_is_413_without_tr
     let resp = call(&h.url, "GET", "/v1/volumes", Some("tok-reader")).await;
     assert_eq!(resp.status(), 200);
 }
+
+#[tokio::test]
+async fn stalled_connections_are_closed_and_a_slow_call_is_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let h = spawn_gateway(&[("BERTH_GATEWAY_IDLE_TIMEOUT", "150ms")]).await;
+    let address = h.url.trim_start_matches("http://").to_string();
+    // Whether the gateway closes `socket` within `within`.
+    async fn closed_within(socket: &mut tokio::net::TcpStream, within: Duration) -> bool {
+        let mut rest = Vec::new();
+        matches!(
+            tokio::time::timeout(within, socket.read_to_end(&mut rest)).await,
+            Ok(Ok(_) | Err(_))
+        )
+    }
+    // A head that never ends (slow loris).
+    let mut loris = tokio::net::TcpStream::connect(&address).await.unwrap();
+    loris
+        .write_all(b"GET /v1/kinds HTTP/1.1\r\nhost: berth\r\n")
+        .await
+        .unwrap();
+    // A keep-alive connection that went quiet after one call.
+    let mut quiet = tokio::net::TcpStream::connect(&address).await.unwrap();
+    quiet
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: berth\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = [0u8; 12];
+    quiet.read_exact(&mut answer).await.unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    assert!(closed_within(&mut loris, Duration::from_secs(2)).await);
+    assert!(closed_within(&mut quiet, Duration::from_secs(2)).await);
+    // A call that takes longer than the idle timeout (the slow upstream, answered 504 at 300 ms) is
+    // busy, not stalled: it gets its answer.
+    let resp = call(
+        &h.url,
+        "GET",
+        "/v1/volumes/default/slow",
+        Some("tok-reader"),
+    )
+    .await;
+    assert_eq!(resp.status(), 504);
+}
