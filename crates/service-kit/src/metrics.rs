@@ -369,7 +369,14 @@ static HTTP_REQUESTS: Family<DurationHistogram> = Family::new(
 /// Series by route, then by (service, method, status). Finding a series in the family costs a lock
 /// and allocated labels; a request only needs this map (the outer lookup borrows the route). Routes
 /// are templates, so both maps stay small. Each thread keeps its own, so nothing here is shared.
-type SeriesCache = HashMap<String, HashMap<(&'static str, Method, u16), Arc<DurationHistogram>>>;
+/// Hashed with foldhash: the keys are a service's own templates and statuses, and SipHash (the
+/// default, made to resist chosen keys) was most of this lookup's cost.
+type SeriesCache = HashMap<
+    String,
+    HashMap<(&'static str, Method, u16), Arc<DurationHistogram>, FastHash>,
+    FastHash,
+>;
+type FastHash = foldhash::fast::RandomState;
 
 thread_local! {
     static HTTP_SERIES: RefCell<SeriesCache> = RefCell::default();

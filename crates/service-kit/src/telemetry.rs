@@ -114,6 +114,11 @@ impl Injector for HeaderInjector<'_> {
 /// any already there. Without a span (its level filtered out) the headers are left as they are, so a
 /// proxy passes its caller's context through unchanged rather than cutting the trace.
 pub fn inject_context(headers: &mut HeaderMap) {
+    // Request spans are at info: below that level there is none to look up (a cheap global read
+    // spares asking the subscriber for the current span on every call).
+    if tracing::level_filters::LevelFilter::current() < tracing::Level::INFO {
+        return;
+    }
     let span = tracing::Span::current();
     if span.is_disabled() {
         return;
