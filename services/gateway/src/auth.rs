@@ -140,14 +140,34 @@ impl TokenStore {
     /// `None` when no entry matches.
     pub fn authenticate<R>(&self, token: &str, with: impl FnOnce(&TokenEntry) -> R) -> Option<R> {
         let entries = self.entries.load();
-        let presented = hash_token(token);
-        let mut found = None;
-        for entry in entries.iter() {
-            if bool::from(entry.hash.ct_eq(&presented)) {
-                found = Some(entry);
-            }
+        find(&entries, token).map(|index| with(&entries[index]))
+    }
+
+    /// [`TokenStore::authenticate`] for a caller's connection that remembers the last token it
+    /// presented: while the tokens are unchanged, the same token again is recognised by one
+    /// constant-time comparison with the remembered one, without hashing it and comparing every
+    /// entry. Only a token that matched is remembered.
+    pub fn authenticate_remembering<R>(
+        &self,
+        token: &str,
+        memory: &mut Option<Remembered>,
+        with: impl FnOnce(&TokenEntry) -> R,
+    ) -> Option<R> {
+        let entries = self.entries.load();
+        if let Some(known) = memory.as_ref()
+            && Arc::ptr_eq(&known.entries, &entries)
+            && known.token.len() == token.len()
+            && bool::from(known.token.ct_eq(token.as_bytes()))
+        {
+            return Some(with(&known.entries[known.index]));
         }
-        found.map(with)
+        let index = find(&entries, token)?;
+        let known = memory.insert(Remembered {
+            token: token.as_bytes().into(),
+            entries: arc_swap::Guard::into_inner(entries),
+            index,
+        });
+        Some(with(&known.entries[index]))
     }
 
     /// Re-reads the file if it has changed since it was last read.
@@ -169,6 +189,27 @@ impl TokenStore {
             }
         }
     }
+}
+
+/// The index of the entry whose hash matches `token`, every entry compared in constant time.
+fn find(entries: &[TokenEntry], token: &str) -> Option<usize> {
+    let presented = hash_token(token);
+    let mut found = None;
+    for (index, entry) in entries.iter().enumerate() {
+        if bool::from(entry.hash.ct_eq(&presented)) {
+            found = Some(index);
+        }
+    }
+    found
+}
+
+/// What a connection remembers of the last token it presented (see
+/// [`TokenStore::authenticate_remembering`]).
+pub struct Remembered {
+    token: Box<[u8]>,
+    /// The tokens it was found in; a reload makes a new list, so the memory no longer applies.
+    entries: Arc<Vec<TokenEntry>>,
+    index: usize,
 }
 
 type Loaded = (Arc<Vec<TokenEntry>>, Option<Stamp>);
@@ -244,8 +285,36 @@ mod tests {
             ),
         )
         .unwrap();
+        let mut memory = None;
+        assert_eq!(
+            store
+                .authenticate_remembering("alpha", &mut memory, |e| e.name.clone())
+                .unwrap(),
+            "a"
+        );
+        assert!(memory.is_some());
+        // Remembered: the same token again, and a different one still goes the whole way.
+        assert_eq!(
+            store
+                .authenticate_remembering("alpha", &mut memory, |e| e.name.clone())
+                .unwrap(),
+            "a"
+        );
+        assert!(
+            store
+                .authenticate_remembering("alphb", &mut memory, |_| ())
+                .is_none()
+        );
         store.reload_if_changed();
         assert_eq!(store.authenticate("beta", |e| e.name.clone()).unwrap(), "b");
+        // After a reload the memory no longer applies: a token removed from the file is refused.
+        std::fs::write(&path, tokens_file_line("b", "beta", &[Scope::VolumesRead])).unwrap();
+        store.reload_if_changed();
+        assert!(
+            store
+                .authenticate_remembering("alpha", &mut memory, |_| ())
+                .is_none()
+        );
         assert!(
             TokenStore::load(&dir.path().join("missing"))
                 .unwrap()

@@ -188,16 +188,16 @@ impl Worker {
     ) {
         // The caller's address as `x-forwarded-for` wants it, made once per connection.
         let peer_ip = HeaderValue::from_str(&peer.ip().to_string()).ok();
-        let liveness = Arc::new(Liveness::default());
+        let caller = Arc::new(CallerState::default());
         let idle_timeout = self.shared.idle_timeout;
         let service = {
-            let liveness = liveness.clone();
+            let caller = caller.clone();
             service_fn(move |request: hyper::Request<Incoming>| {
                 let worker = self.clone();
                 let peer_ip = peer_ip.clone();
-                let busy = Busy::enter(&liveness);
+                let busy = Busy::enter(&caller);
                 async move {
-                    let response = worker.answer(request, peer, peer_ip).await;
+                    let response = worker.answer(request, peer, peer_ip, &busy.0).await;
                     drop(busy);
                     Ok::<_, Infallible>(response)
                 }
@@ -205,7 +205,7 @@ impl Worker {
         };
         let io = Watched {
             stream,
-            liveness: liveness.clone(),
+            caller: caller.clone(),
         };
         let connection = hyper::server::conn::http1::Builder::new()
             // Answers here are mostly small: one buffer (head and body copied together) costs less
@@ -215,7 +215,7 @@ impl Worker {
         tokio::pin!(connection);
         tokio::select! {
             _ = connection.as_mut() => return,
-            () = stalled(&liveness, idle_timeout) => {
+            () = stalled(&caller, idle_timeout) => {
                 tracing::debug!(%peer, "closing a stalled connection");
                 return;
             }
@@ -229,6 +229,7 @@ impl Worker {
         request: hyper::Request<Incoming>,
         peer: SocketAddr,
         peer_ip: Option<HeaderValue>,
+        caller: &CallerState,
     ) -> Response {
         let mut request = request.map(Body::new);
         let Some(route) = classify(request.method(), request.uri().path()) else {
@@ -242,7 +243,11 @@ impl Worker {
         self.shared
             .stack
             .handle(request, route.template, |request| async move {
-                if let Err(refusal) = crate::admit(gateway, &request, route) {
+                let admitted = {
+                    let mut memory = caller.token.lock().expect("token memory lock");
+                    crate::admit(gateway, &request, route, &mut memory)
+                };
+                if let Err(refusal) = admitted {
                     return refusal.into_response();
                 }
                 match gateway
@@ -263,23 +268,27 @@ impl Worker {
     }
 }
 
-/// What shows a caller's connection is alive: request heads received and answer bytes written, and
-/// how many of its calls are being answered. Both are written only by the connection's own task (so
-/// never contended); atomics only because the task must be `Send`.
+/// What the engine keeps per caller connection: what shows it is alive (request heads received and
+/// answer bytes written, and how many of its calls are being answered), and the token it last
+/// presented. Written only by the connection's own task, so never contended; atomics and a lock
+/// only because the task must be `Send`.
 #[derive(Default)]
-struct Liveness {
+struct CallerState {
     progress: AtomicU64,
     busy: AtomicU64,
+    /// A connection's calls nearly always carry the same token: remembering it spares hashing it
+    /// on every call ([`crate::auth::TokenStore::authenticate_remembering`]).
+    token: std::sync::Mutex<Option<crate::auth::Remembered>>,
 }
 
 /// One call being answered; counts as progress when it starts and when it ends.
-struct Busy(Arc<Liveness>);
+struct Busy(Arc<CallerState>);
 
 impl Busy {
-    fn enter(liveness: &Arc<Liveness>) -> Self {
-        liveness.progress.fetch_add(1, Ordering::Relaxed);
-        liveness.busy.fetch_add(1, Ordering::Relaxed);
-        Busy(liveness.clone())
+    fn enter(caller: &Arc<CallerState>) -> Self {
+        caller.progress.fetch_add(1, Ordering::Relaxed);
+        caller.busy.fetch_add(1, Ordering::Relaxed);
+        Busy(caller.clone())
     }
 }
 
@@ -297,14 +306,14 @@ impl Drop for Busy {
 /// This replaces hyper's header-read timeout, which arms a timer of its own for every request (an
 /// allocation, and an entry added to and removed from the runtime's timer wheel); here one timer per
 /// connection fires once a period.
-async fn stalled(liveness: &Liveness, period: Duration) {
+async fn stalled(caller: &CallerState, period: Duration) {
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut seen = liveness.progress.load(Ordering::Relaxed);
+    let mut seen = caller.progress.load(Ordering::Relaxed);
     loop {
         ticks.tick().await;
-        let now = liveness.progress.load(Ordering::Relaxed);
-        if now == seen && liveness.busy.load(Ordering::Relaxed) == 0 {
+        let now = caller.progress.load(Ordering::Relaxed);
+        if now == seen && caller.busy.load(Ordering::Relaxed) == 0 {
             return;
         }
         seen = now;
@@ -315,13 +324,13 @@ async fn stalled(liveness: &Liveness, period: Duration) {
 /// slowly is still alive.
 struct Watched {
     stream: TcpStream,
-    liveness: Arc<Liveness>,
+    caller: Arc<CallerState>,
 }
 
 impl Watched {
     fn wrote(&self, written: &Poll<std::io::Result<usize>>) {
         if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
-            self.liveness.progress.fetch_add(1, Ordering::Relaxed);
+            self.caller.progress.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

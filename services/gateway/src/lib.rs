@@ -238,10 +238,13 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
 }
 
 /// The token checks, in order: present, known, scoped, within its rate.
+/// Authenticates and authorises a proxied call. `memory` is what its connection remembers of the
+/// last token it presented.
 pub(crate) fn admit(
     gateway: &Gateway,
     request: &Request,
     route: routes::RouteInfo,
+    memory: &mut Option<auth::Remembered>,
 ) -> Result<(), ApiError> {
     let presented = request
         .headers()
@@ -258,7 +261,9 @@ pub(crate) fn admit(
         })?;
     gateway
         .tokens
-        .authenticate(presented, |entry| authorize(gateway, entry, request, route))
+        .authenticate_remembering(presented, memory, |entry| {
+            authorize(gateway, entry, request, route)
+        })
         .unwrap_or_else(|| {
             Err(ApiError::from_code(
                 Code::Unauthenticated,
