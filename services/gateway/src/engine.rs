@@ -250,16 +250,21 @@ impl Worker {
                 if let Err(refusal) = admitted {
                     return refusal.into_response();
                 }
-                match gateway
+                // The connection's timer is taken for the call and put back after it; its calls
+                // come one at a time, so nobody waits for it.
+                let mut timer = std::mem::take(&mut *caller.timer.lock().expect("timer lock"));
+                let forwarded = gateway
                     .forwarder
                     .forward(
                         gateway.upstream(route.upstream),
                         &self.pools[route.upstream.index()],
                         request,
                         peer_ip,
+                        &mut timer,
                     )
-                    .await
-                {
+                    .await;
+                *caller.timer.lock().expect("timer lock") = timer;
+                match forwarded {
                     Ok(response) => response,
                     Err(e) => e.into_response(),
                 }
@@ -279,6 +284,8 @@ struct CallerState {
     /// A connection's calls nearly always carry the same token: remembering it spares hashing it
     /// on every call ([`crate::auth::TokenStore::authenticate_remembering`]).
     token: std::sync::Mutex<Option<crate::auth::Remembered>>,
+    /// The timer bounding its calls' upstream time ([`crate::proxy::CallTimer`]).
+    timer: std::sync::Mutex<crate::proxy::CallTimer>,
 }
 
 /// One call being answered; counts as progress when it starts and when it ends.

@@ -2,7 +2,9 @@
 //! hop-by-hop headers stripped, `x-forwarded-*` set, trace context and request id passed on, and the
 //! internal credential added in place of the caller's token.
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -199,6 +201,7 @@ impl Forwarder {
         pool: &Arc<ConnectionPool>,
         request: Request,
         client_ip: Option<HeaderValue>,
+        timer: &mut CallTimer,
     ) -> Result<Response, ApiError> {
         if let Admission::Rejected(wait) = upstream.breaker.admit() {
             return Err(ApiError::from_code(
@@ -221,11 +224,11 @@ impl Forwarder {
             head: &head,
             chunked,
         };
-        let outcome =
-            match tokio::time::timeout(upstream.timeout, send(upstream, pool, call, body)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(Failure::Timeout),
-            };
+        let deadline = tokio::time::Instant::from_std(started + upstream.timeout);
+        let outcome = timer
+            .within(deadline, send(upstream, pool, call, body))
+            .await
+            .unwrap_or(Err(Failure::Timeout));
         upstream.latency.record(started.elapsed());
         let name = upstream.id.name();
         match outcome {
@@ -385,6 +388,35 @@ fn body_error(error: axum::Error) -> ApiError {
         Code::InvalidArgument,
         format!("body: could not be read: {error}"),
     )
+}
+
+/// The timer that bounds the calls of one caller connection, reused from call to call. A call's
+/// deadline is later than the one before it, and moving a registered timer later is one atomic
+/// update; a timer per call would be added to and removed from the runtime's timer wheel each time.
+#[derive(Default)]
+pub struct CallTimer(Option<Pin<Box<tokio::time::Sleep>>>);
+
+impl CallTimer {
+    /// `work`'s output, or `None` if `deadline` passes first.
+    pub async fn within<F: Future>(
+        &mut self,
+        deadline: tokio::time::Instant,
+        work: F,
+    ) -> Option<F::Output> {
+        let timer = match &mut self.0 {
+            Some(timer) => {
+                timer.as_mut().reset(deadline);
+                timer
+            }
+            empty => empty.insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        tokio::pin!(work);
+        tokio::select! {
+            biased;
+            output = &mut work => Some(output),
+            () = timer.as_mut() => None,
+        }
+    }
 }
 
 /// One call's request, as [`send`] needs it.

@@ -688,3 +688,31 @@ async fn stalled_connections_are_closed_and_a_slow_call_is_not() {
     .await;
     assert_eq!(resp.status(), 504);
 }
+
+#[tokio::test]
+async fn one_connections_calls_each_get_their_own_deadline() {
+    let h = spawn_gateway(&[]).await;
+    // One client, one keep-alive connection: its calls share the connection's timer.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    let get = |path: &'static str| {
+        client
+            .get(format!("{}{path}", h.url))
+            .bearer_auth("tok-reader")
+            .send()
+    };
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        assert_eq!(get("/v1/volumes/default/slow").await.unwrap().status(), 504);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(250) && took < Duration::from_secs(3),
+            "{took:?}"
+        );
+    }
+    // A timer that fired is set again for the next call, which is not cut short.
+    assert_eq!(get("/v1/volumes").await.unwrap().status(), 200);
+    assert_eq!(get("/v1/volumes/default/slow").await.unwrap().status(), 504);
+}
