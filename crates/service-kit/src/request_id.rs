@@ -26,8 +26,11 @@ pub fn current_header() -> Option<HeaderValue> {
 }
 
 /// Runs `fut` as part of the request whose `x-request-id` is `id`.
-pub(crate) async fn scope<F: std::future::Future>(id: HeaderValue, fut: F) -> F::Output {
-    REQUEST_ID.scope(id, fut).await
+pub(crate) fn scope<F: std::future::Future>(
+    id: HeaderValue,
+    fut: F,
+) -> impl std::future::Future<Output = F::Output> {
+    REQUEST_ID.scope(id, fut)
 }
 
 /// A caller's id is kept only if it is short, printable ASCII: it ends up in logs and headers.

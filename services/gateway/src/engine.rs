@@ -24,6 +24,7 @@
 //! once every worker has drained.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -193,14 +194,8 @@ impl Worker {
         let service = {
             let caller = caller.clone();
             service_fn(move |request: hyper::Request<Incoming>| {
-                let worker = self.clone();
-                let peer_ip = peer_ip.clone();
-                let busy = Busy::enter(&caller);
-                async move {
-                    let response = worker.answer(request, peer, peer_ip, &busy.0).await;
-                    drop(busy);
-                    Ok::<_, Infallible>(response)
-                }
+                self.clone()
+                    .answer(request, peer, peer_ip.clone(), Busy::enter(&caller))
             })
         };
         let io = Watched {
@@ -224,52 +219,66 @@ impl Worker {
         let _ = connection.await;
     }
 
-    async fn answer(
-        &self,
+    /// The answer to one request, as one future: the request moves into it once (each `async fn`
+    /// layer would copy it, and the future it awaits, again).
+    fn answer(
+        self: Arc<Self>,
         request: hyper::Request<Incoming>,
         peer: SocketAddr,
         peer_ip: Option<HeaderValue>,
-        caller: &CallerState,
-    ) -> Response {
+        busy: Busy,
+    ) -> impl Future<Output = Result<Response, Infallible>> + Send + 'static {
         let mut request = request.map(Body::new);
-        let Some(route) = classify(request.method(), request.uri().path()) else {
-            request.extensions_mut().insert(ConnectInfo(peer));
-            return match self.shared.router.clone().oneshot(request).await {
-                Ok(response) => response,
-                Err(never) => match never {},
+        let route = classify(request.method(), request.uri().path());
+        async move {
+            let response = match route {
+                None => {
+                    request.extensions_mut().insert(ConnectInfo(peer));
+                    match self.shared.router.clone().oneshot(request).await {
+                        Ok(response) => response,
+                        Err(never) => match never {},
+                    }
+                }
+                Some(route) => {
+                    let gateway = &self.shared.gateway;
+                    let caller = &busy.0;
+                    let pool = &self.pools[route.upstream.index()];
+                    self.shared
+                        .stack
+                        .handle(request, route.template, |request| async move {
+                            let admitted = {
+                                let mut memory = caller.token.lock().expect("token memory lock");
+                                crate::admit(gateway, &request, route, &mut memory)
+                            };
+                            if let Err(refusal) = admitted {
+                                return refusal.into_response();
+                            }
+                            // The connection's timer is taken for the call and put back after
+                            // it; its calls come one at a time, so nobody waits for it.
+                            let mut timer =
+                                std::mem::take(&mut *caller.timer.lock().expect("timer lock"));
+                            let forwarded = gateway
+                                .forwarder
+                                .forward(
+                                    gateway.upstream(route.upstream),
+                                    pool,
+                                    request,
+                                    peer_ip,
+                                    &mut timer,
+                                )
+                                .await;
+                            *caller.timer.lock().expect("timer lock") = timer;
+                            match forwarded {
+                                Ok(response) => response,
+                                Err(e) => e.into_response(),
+                            }
+                        })
+                        .await
+                }
             };
-        };
-        let gateway = &self.shared.gateway;
-        self.shared
-            .stack
-            .handle(request, route.template, |request| async move {
-                let admitted = {
-                    let mut memory = caller.token.lock().expect("token memory lock");
-                    crate::admit(gateway, &request, route, &mut memory)
-                };
-                if let Err(refusal) = admitted {
-                    return refusal.into_response();
-                }
-                // The connection's timer is taken for the call and put back after it; its calls
-                // come one at a time, so nobody waits for it.
-                let mut timer = std::mem::take(&mut *caller.timer.lock().expect("timer lock"));
-                let forwarded = gateway
-                    .forwarder
-                    .forward(
-                        gateway.upstream(route.upstream),
-                        &self.pools[route.upstream.index()],
-                        request,
-                        peer_ip,
-                        &mut timer,
-                    )
-                    .await;
-                *caller.timer.lock().expect("timer lock") = timer;
-                match forwarded {
-                    Ok(response) => response,
-                    Err(e) => e.into_response(),
-                }
-            })
-            .await
+            drop(busy);
+            Ok(response)
+        }
     }
 }
 

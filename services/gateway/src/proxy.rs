@@ -4,6 +4,8 @@
 
 use std::future::Future;
 use std::io;
+
+use futures::future::Either;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -195,34 +197,58 @@ impl Forwarder {
 
     /// Forwards `request` to `upstream` on a connection from `pool`, through the breaker, within the
     /// upstream's timeout.
-    pub async fn forward(
-        &self,
-        upstream: &Upstream,
-        pool: &Arc<ConnectionPool>,
+    ///
+    /// The request's head is written out before the returned future starts, so the future holds the
+    /// bytes to send and the body, not the request (copied into every future that holds it).
+    pub fn forward<'a>(
+        &'a self,
+        upstream: &'a Upstream,
+        pool: &'a Arc<ConnectionPool>,
         request: Request,
         client_ip: Option<HeaderValue>,
-        timer: &mut CallTimer,
-    ) -> Result<Response, ApiError> {
+        timer: &'a mut CallTimer,
+    ) -> impl Future<Output = Result<Response, ApiError>> + 'a {
         if let Admission::Rejected(wait) = upstream.breaker.admit() {
-            return Err(ApiError::from_code(
+            return Either::Left(std::future::ready(Err(ApiError::from_code(
                 Code::Unavailable,
                 format!(
                     "{} is failing; calls to it are paused for a moment (circuit breaker open)",
                     upstream.id.name()
                 ),
             )
-            .with_retry_after(wait));
+            .with_retry_after(wait))));
         }
         let (parts, body) = request.into_parts();
         let (head, chunked) = self.request_head(&parts, &body, upstream, client_ip.as_ref());
+        let head_request = parts.method == Method::HEAD;
+        // Only a call without a body can be sent again once it may have been written.
+        let idempotent = matches!(parts.method, Method::GET | Method::HEAD) && body.is_end_stream();
+        drop(parts);
+        let prepared = Prepared {
+            head,
+            chunked,
+            head_request,
+            idempotent,
+        };
+        Either::Right(self.exchange(upstream, pool, prepared, body, timer))
+    }
+
+    /// The forwarding after the head is written: the call within its deadline, its outcome counted.
+    async fn exchange(
+        &self,
+        upstream: &Upstream,
+        pool: &Arc<ConnectionPool>,
+        prepared: Prepared,
+        body: Body,
+        timer: &mut CallTimer,
+    ) -> Result<Response, ApiError> {
         let started = Instant::now();
         let call = Call {
             started,
-            head_request: parts.method == Method::HEAD,
-            // Only a call without a body can be sent again once it may have been written.
-            idempotent: matches!(parts.method, Method::GET | Method::HEAD) && body.is_end_stream(),
-            head: &head,
-            chunked,
+            head_request: prepared.head_request,
+            idempotent: prepared.idempotent,
+            head: &prepared.head,
+            chunked: prepared.chunked,
         };
         let deadline = tokio::time::Instant::from_std(started + upstream.timeout);
         let outcome = timer
@@ -417,6 +443,14 @@ impl CallTimer {
             () = timer.as_mut() => None,
         }
     }
+}
+
+/// A request ready to go: its head as bytes, and how it may be sent.
+struct Prepared {
+    head: Vec<u8>,
+    chunked: bool,
+    head_request: bool,
+    idempotent: bool,
 }
 
 /// One call's request, as [`send`] needs it.
