@@ -329,6 +329,18 @@ fn parse_head(bytes: &Bytes, head_request: bool) -> Result<Option<Head>, CallErr
     }
 }
 
+/// A `Content-Length` value: decimal digits, optionally padded with spaces or tabs.
+fn parse_length(value: &[u8]) -> Option<u64> {
+    let digits = value.trim_ascii();
+    if digits.is_empty() {
+        return None;
+    }
+    digits.iter().try_fold(0u64, |n, &b| {
+        b.is_ascii_digit()
+            .then(|| n.checked_mul(10)?.checked_add(u64::from(b - b'0')))?
+    })
+}
+
 fn malformed(what: &str) -> CallError {
     CallError::Upstream(format!("a malformed answer: {what}"))
 }
@@ -365,10 +377,7 @@ fn build_head(
                 }
             }
         } else if h.name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(h.value)
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .ok_or_else(|| malformed("Content-Length"))?;
+            let n = parse_length(h.value).ok_or_else(|| malformed("Content-Length"))?;
             if length.is_some_and(|prior| prior != n) {
                 return Err(malformed("conflicting Content-Length values"));
             }
@@ -706,6 +715,28 @@ mod tests {
         // The upstream has closed the connection after its script: the pool must not reuse it.
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!connection.is_usable(Instant::now()).await);
+    }
+
+    #[test]
+    fn content_lengths_are_digits_only() {
+        assert_eq!(parse_length(b"1272"), Some(1272));
+        assert_eq!(parse_length(b" 7\t"), Some(7));
+        for bad in [
+            &b""[..],
+            b" ",
+            b"+5",
+            b"-1",
+            b"1x",
+            b"1 2",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(
+                parse_length(bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
     }
 
     #[tokio::test]

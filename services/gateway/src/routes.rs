@@ -121,12 +121,15 @@ fn is_read(method: &Method) -> bool {
 /// Classifies a request; `None` when no upstream serves the path.
 pub fn classify(method: &Method, path: &str) -> Option<RouteInfo> {
     let rest = path.strip_prefix("/v1/")?;
-    let first = rest.split('/').next().unwrap_or_default();
-    let (family, verb) = match first.split_once(':') {
-        Some((f, v)) => (f, Some(v)),
+    // Byte scans rather than `split`: this runs on every proxied call, and `/` and `:` are ASCII,
+    // so the cuts fall on character boundaries.
+    let bytes = rest.as_bytes();
+    let first = &rest[..bytes.iter().position(|&b| b == b'/').unwrap_or(rest.len())];
+    let (family, verb) = match first.as_bytes().iter().position(|&b| b == b':') {
+        Some(at) => (&first[..at], Some(&first[at + 1..])),
         None => (first, None),
     };
-    let depth = rest.split('/').count();
+    let depth = 1 + bytes.iter().filter(|&&b| b == b'/').count();
     let route = |upstream, scope, template| {
         Some(RouteInfo {
             upstream,
