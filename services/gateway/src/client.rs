@@ -99,8 +99,7 @@ impl Connection {
 
     /// Whether this idle connection can carry another request: not idle too long, and not closed by
     /// the upstream meanwhile. The check costs a system call only when the socket has something to
-    /// say, which on an idle connection is its end.
-    /// `now` is when the call that wants it began.
+    /// say, which on an idle connection is its end. `now` is when the call that wants it began.
     pub async fn is_usable(&mut self, now: Instant) -> bool {
         if now.saturating_duration_since(self.last_call) > IDLE_LIMIT || !self.read.is_empty() {
             return false;
