@@ -655,28 +655,22 @@ mod tests {
 
     const GET: &[u8] = b"GET /x HTTP/1.1\r\nhost: upstream\r\n\r\n";
 
+    /// One call on `connection`: the answer's status, headers and whole body, and the connection
+    /// back if it may carry another request.
     async fn call(
-        connection: &mut Connection,
+        mut connection: Connection,
         request: &[u8],
-    ) -> Result<(StatusCode, HeaderMap, Bytes, bool), CallError> {
-        connection.write_whole(request.to_vec()).await?;
-        let mut head = connection.read_head(false).await?;
-        let status = head.status;
+    ) -> (StatusCode, HeaderMap, Bytes, Option<Connection>) {
+        connection.write_whole(request.to_vec()).await.unwrap();
+        let mut head = connection.read_head(false).await.unwrap();
         let headers = std::mem::take(&mut head.headers);
         let returned = Arc::new(Mutex::new(None));
         let slot = returned.clone();
-        let placeholder =
-            Connection::open("127.0.0.1", connection.stream.peer_addr().unwrap().port());
-        // The connection is moved into the body; a fresh one stands in until it comes back.
-        let owned = std::mem::replace(connection, placeholder.await.unwrap());
-        let (body, reusable) = owned.into_body(&mut head, move |c| *slot.lock().unwrap() = Some(c));
+        let (body, reusable) =
+            connection.into_body(&mut head, move |c| *slot.lock().unwrap() = Some(c));
         let bytes = body.collect().await.expect("the body reads").to_bytes();
         let back = reusable.or_else(|| returned.lock().unwrap().take());
-        let reused = back.is_some();
-        if let Some(back) = back {
-            *connection = back;
-        }
-        Ok((status, headers, bytes, reused))
+        (head.status, headers, bytes, back)
     }
 
     #[tokio::test]
@@ -690,26 +684,20 @@ mod tests {
             vec![b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 201 Created\r\ncontent-length: 2\r\n\r\n", b"ok"],
         ])
         .await;
-        let mut connection = Connection::open("127.0.0.1", port).await.unwrap();
-        let (status, headers, body, reused) = call(&mut connection, GET).await.unwrap();
-        assert_eq!(
-            (status.as_u16(), &body[..], reused),
-            (200, &b"hello"[..], true)
-        );
+        let connection = Connection::open("127.0.0.1", port).await.unwrap();
+        let (status, headers, body, back) = call(connection, GET).await;
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"hello"[..]));
         assert_eq!(headers["x-request-id"], "r1");
-        let (status, headers, body, reused) = call(&mut connection, GET).await.unwrap();
-        assert_eq!(
-            (status.as_u16(), &body[..], reused),
-            (200, &b"abcdefg"[..], true)
-        );
+        let connection = back.expect("kept after a Content-Length answer");
+        let (status, headers, body, back) = call(connection, GET).await;
+        assert_eq!((status.as_u16(), &body[..]), (200, &b"abcdefg"[..]));
         for hop in ["transfer-encoding", "connection", "x-hop"] {
             assert!(!headers.contains_key(hop), "{hop} passed on");
         }
-        let (status, _, body, reused) = call(&mut connection, GET).await.unwrap();
-        assert_eq!(
-            (status.as_u16(), &body[..], reused),
-            (201, &b"ok"[..], true)
-        );
+        let connection = back.expect("kept after a chunked answer");
+        let (status, _, body, back) = call(connection, GET).await;
+        assert_eq!((status.as_u16(), &body[..]), (201, &b"ok"[..]));
+        let mut connection = back.expect("kept after an interim answer");
         assert_eq!(seen.lock().unwrap().len(), 3);
         // The upstream has closed the connection after its script: the pool must not reuse it.
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -741,10 +729,10 @@ mod tests {
     #[tokio::test]
     async fn a_body_until_close_is_read_whole_and_its_connection_not_reused() {
         let (port, _) = scripted(vec![vec![b"HTTP/1.1 200 OK\r\n\r\nall ", b"of it"]]).await;
-        let mut connection = Connection::open("127.0.0.1", port).await.unwrap();
-        let (_, _, body, reused) = call(&mut connection, GET).await.unwrap();
+        let connection = Connection::open("127.0.0.1", port).await.unwrap();
+        let (_, _, body, back) = call(connection, GET).await;
         assert_eq!(&body[..], b"all of it");
-        assert!(!reused);
+        assert!(back.is_none());
     }
 
     #[tokio::test]

@@ -1,9 +1,9 @@
 //! The API gateway: Berth's only public entry.
 //!
 //! It authenticates bearer tokens against hashed scopes, routes by path prefix to the three services,
-//! forwards over pooled keep-alive connections with streamed bodies, limits each token's rate, bounds each
-//! upstream's time, opens a circuit breaker on an upstream that keeps failing, and aggregates readiness
-//! and OpenAPI.
+//! forwards over pooled keep-alive connections with streamed bodies, limits each token's rate, bounds
+//! each upstream's time, opens a circuit breaker on an upstream that keeps failing, and aggregates
+//! readiness and OpenAPI.
 //!
 //! # Layout
 //! - [`routes`]: which upstream and which scope a request needs.
@@ -237,9 +237,8 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
     Ok((gateway, app.into_router()))
 }
 
-/// The token checks, in order: present, known, scoped, within its rate.
-/// Authenticates and authorises a proxied call. `memory` is what its connection remembers of the
-/// last token it presented.
+/// The token checks for a proxied call, in order: present, known, scoped, within its rate. `memory`
+/// is what its connection remembers of the last token it presented.
 pub(crate) fn admit(
     gateway: &Gateway,
     request: &Request,

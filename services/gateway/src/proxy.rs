@@ -4,8 +4,6 @@
 
 use std::future::Future;
 use std::io;
-
-use futures::future::Either;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -15,12 +13,12 @@ use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
 use domain::Code;
+use futures::future::Either;
 use hyper::body::Body as _;
 use service_kit::metrics::{Counter, DurationHistogram, Family};
 use service_kit::{ApiError, SecretString};
 
 use crate::client::{self, CallError, Connection};
-
 use crate::limits::{Admission, Breaker, BreakerConfig};
 use crate::routes::UpstreamId;
 
@@ -243,16 +241,9 @@ impl Forwarder {
         timer: &mut CallTimer,
     ) -> Result<Response, ApiError> {
         let started = Instant::now();
-        let call = Call {
-            started,
-            head_request: prepared.head_request,
-            idempotent: prepared.idempotent,
-            head: &prepared.head,
-            chunked: prepared.chunked,
-        };
         let deadline = tokio::time::Instant::from_std(started + upstream.timeout);
         let outcome = timer
-            .within(deadline, send(upstream, pool, call, body))
+            .within(deadline, send(upstream, pool, &prepared, started, body))
             .await
             .unwrap_or(Err(Failure::Timeout));
         upstream.latency.record(started.elapsed());
@@ -448,18 +439,11 @@ impl CallTimer {
 /// A request ready to go: its head as bytes, and how it may be sent.
 struct Prepared {
     head: Vec<u8>,
+    /// Whether the body goes chunk-encoded.
     chunked: bool,
+    /// A HEAD request, whose answer has no body.
     head_request: bool,
-    idempotent: bool,
-}
-
-/// One call's request, as [`send`] needs it.
-struct Call<'a> {
-    /// When the call began.
-    started: Instant,
-    head: &'a [u8],
-    chunked: bool,
-    head_request: bool,
+    /// A GET or HEAD without a body: it may be sent again once it may have been written.
     idempotent: bool,
 }
 
@@ -471,7 +455,8 @@ struct Call<'a> {
 async fn send(
     upstream: &Upstream,
     pool: &Arc<ConnectionPool>,
-    call: Call<'_>,
+    request: &Prepared,
+    started: Instant,
     body: Body,
 ) -> Result<(client::Head, Connection), Failure> {
     /// What is left to send: the body not yet read, or a whole request handed back unsent.
@@ -484,9 +469,9 @@ async fn send(
     loop {
         attempt += 1;
         let retry_allowed = attempt < 3;
-        let (mut connection, reused) = match pool.checkout(upstream, call.started).await {
+        let (mut connection, reused) = match pool.checkout(upstream, started).await {
             Ok(connection) => connection,
-            Err(e) if call.idempotent && retry_allowed => {
+            Err(e) if request.idempotent && retry_allowed => {
                 tracing::debug!(upstream = upstream.id.name(), error = %e, "connect failed; retrying");
                 tokio::time::sleep(Duration::from_millis(25 * attempt)).await;
                 continue;
@@ -496,27 +481,27 @@ async fn send(
         let written = match pending.take() {
             Some(Pending::Body(body)) => {
                 connection
-                    .write_request(call.head, body, call.chunked)
+                    .write_request(&request.head, body, request.chunked)
                     .await
             }
-            Some(Pending::Whole(request)) => connection.write_whole(request).await,
-            None => connection.write_whole(call.head.to_vec()).await,
+            Some(Pending::Whole(bytes)) => connection.write_whole(bytes).await,
+            None => connection.write_whole(request.head.to_vec()).await,
         };
         let failure = match written {
-            Ok(()) => match connection.read_head(call.head_request).await {
+            Ok(()) => match connection.read_head(request.head_request).await {
                 Ok(head) => return Ok((head, connection)),
                 Err(e) => e,
             },
             Err(e) => e,
         };
         match failure {
-            CallError::NotSent(e, request) if reused && retry_allowed => {
+            CallError::NotSent(e, bytes) if reused && retry_allowed => {
                 tracing::debug!(upstream = upstream.id.name(), error = %e, "pooled connection was closed; sending again");
                 pool.clear();
-                pending = Some(Pending::Whole(request));
+                pending = Some(Pending::Whole(bytes));
             }
             // A bodiless GET or HEAD is sent again from its head.
-            CallError::Upstream(why) if reused && retry_allowed && call.idempotent => {
+            CallError::Upstream(why) if reused && retry_allowed && request.idempotent => {
                 tracing::debug!(upstream = upstream.id.name(), error = %why, "pooled connection failed; sending again");
                 pool.clear();
             }
