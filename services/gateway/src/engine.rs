@@ -213,7 +213,13 @@ impl Worker {
             }
             () = stop.stopped() => connection.as_mut().graceful_shutdown(),
         }
-        let _ = connection.await;
+        // Answers in flight finish; a connection that stalls (an answer nobody reads) must not hold
+        // the shutdown up.
+        tokio::select! {
+            biased;
+            _ = connection.as_mut() => {}
+            () = stalled(&caller, idle_timeout) => {}
+        }
     }
 
     /// The answer to one request, as one future: the request moves into it once (each `async fn`

@@ -716,3 +716,23 @@ async fn one_connections_calls_each_get_their_own_deadline() {
     assert_eq!(get("/v1/volumes").await.unwrap().status(), 200);
     assert_eq!(get("/v1/volumes/default/slow").await.unwrap().status(), 504);
 }
+
+#[tokio::test]
+async fn a_connection_stalled_mid_head_does_not_hold_up_shutdown() {
+    use tokio::io::AsyncWriteExt;
+    // hyper drops a half-sent head at graceful shutdown; the stall watch backs it up.
+    let mut h = spawn_gateway(&[("BERTH_GATEWAY_IDLE_TIMEOUT", "300ms")]).await;
+    let mut loris = tokio::net::TcpStream::connect(h.url.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    loris
+        .write_all(b"GET /v1/kinds HTTP/1.1\r\nhost: berth\r\n")
+        .await
+        .unwrap();
+    let _ = h.stop.take().unwrap().send(());
+    tokio::time::timeout(Duration::from_secs(3), &mut h.served)
+        .await
+        .expect("the gateway stops although a head never ended")
+        .unwrap()
+        .unwrap();
+}
