@@ -40,7 +40,6 @@ cleanup() {
 trap cleanup EXIT
 
 REG=$((BASE + 2)); GW=$BASE; NGX=$((BASE + 9))
-token="bench-$(date +%s%N)"
 ./target/release/berth token create --scopes admin --name bench -o json >"$work/token.json"
 token=$(sed -n 's/.*"token": "\(.*\)".*/\1/p' "$work/token.json")
 sed -n 's/.*"tokensFileLine": "\(.*\)".*/\1/p' "$work/token.json" >"$work/tokens"
@@ -105,7 +104,8 @@ run() { # name url proxy-pids [header]
   echo "$name|$rps|$p50|$p99|$cpu" >>"$work/results"
 }
 
-nginx_pids=$(pgrep -d' ' -f "nginx: worker" || true)
+# This run's workers only (children of its master), not any other nginx on the machine.
+nginx_pids=$(pgrep -d' ' -P "$(cat "$work/nginx.pid")" || true)
 echo "== GET /v1/kinds, $CONNECTIONS connections, $THREADS wrk threads, ${DURATION}s each, $ROUNDS rounds, on $(nproc) cores"
 printf '%-28s %12s %10s %10s %14s\n' "path" "requests/s" "p50" "p99" "proxy CPU/req"
 for round in $(seq "$ROUNDS"); do
