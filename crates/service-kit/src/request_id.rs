@@ -39,10 +39,10 @@ fn acceptable(value: &HeaderValue) -> bool {
     !bytes.is_empty() && bytes.len() <= 128 && bytes.iter().all(u8::is_ascii_graphic)
 }
 
-/// A new id: 32 lowercase hex digits, unique and unguessable enough for tracing one request. Each
-/// thread draws a random prefix and key once; an id is the prefix and the thread's call count
-/// scrambled under the key (SplitMix64's finaliser, a bijection, so ids never repeat within a
-/// thread, and reveal nothing of how many requests came before). A random UUID per request cost
+/// A new id: 32 lowercase hex digits, unique per request (an id names a request for tracing; it is
+/// not a secret). Each thread draws a random prefix and key once; an id is the prefix and the
+/// thread's call count, mixed with the key and scrambled (SplitMix64's finaliser, a bijection, so ids
+/// never repeat within a thread and do not read as a running count). A random UUID per request cost
 /// about 750 instructions (its generator), this about 100. The digits are owned by one shared
 /// allocation, so the clones the request, its answer and its task-local take cost no further one.
 fn make() -> HeaderValue {
