@@ -20,6 +20,8 @@
 //! - [`health`]: liveness and readiness.
 //! - [`outbound`]: the reqwest client wrapper that injects `traceparent`, `x-request-id` and the internal
 //!   credential into every service-to-service call.
+//! - [`protocol`]: problem+json in place of the bare 400/414/431 hyper writes for requests it cannot
+//!   parse, by wrapping each connection's socket.
 //! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, by
 //!   axum's server or by an engine of the service's own ([`server::Engine`]).
 //! - [`testing`]: spawning any router on `127.0.0.1:0` and quiet-by-default test logs.
@@ -38,6 +40,7 @@ pub mod health;
 pub mod metrics;
 pub mod middleware;
 pub mod outbound;
+pub mod protocol;
 pub mod request_id;
 pub mod server;
 pub mod telemetry;

@@ -373,7 +373,7 @@ static HTTP_REQUESTS: Family<DurationHistogram> = Family::new(
 /// default, made to resist chosen keys) was most of this lookup's cost.
 type SeriesCache = HashMap<
     String,
-    HashMap<(&'static str, Method, u16), Arc<DurationHistogram>, FastHash>,
+    HashMap<(&'static str, &'static str, u16), Arc<DurationHistogram>, FastHash>,
     FastHash,
 >;
 type FastHash = foldhash::fast::RandomState;
@@ -382,8 +382,26 @@ thread_local! {
     static HTTP_SERIES: RefCell<SeriesCache> = RefCell::default();
 }
 
+/// The `method` label: one of the methods HTTP defines, else `OTHER`. hyper accepts any token as a
+/// method, so a caller's own would otherwise make a new series per request, without bound.
+pub fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::PATCH => "PATCH",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
+    }
+}
+
 /// Records `http_requests_total` and `http_request_duration_seconds` by service, method, route template
-/// and status. The raw path is never a label: it would make one series per volume name.
+/// and status. No label comes from the caller: the route is a template (`unmatched` when none
+/// matched), the method one of a closed set ([`method_label`]), the status one the service answered.
 pub(crate) fn record(
     service: &'static str,
     method: &Method,
@@ -392,7 +410,8 @@ pub(crate) fn record(
     elapsed: Duration,
 ) {
     let status = response.status().as_u16();
-    let key = (service, method.clone(), status);
+    let method = method_label(method);
+    let key = (service, method, status);
     let recorded = HTTP_SERIES.with_borrow(|cache| {
         let series = cache.get(route)?.get(&key)?;
         series.record(elapsed);
@@ -401,7 +420,7 @@ pub(crate) fn record(
     if recorded.is_some() {
         return;
     }
-    let series = HTTP_REQUESTS.series(&[service, method.as_str(), route, &status.to_string()]);
+    let series = HTTP_REQUESTS.series(&[service, method, route, &status.to_string()]);
     series.record(elapsed);
     HTTP_SERIES.with_borrow_mut(|cache| {
         cache

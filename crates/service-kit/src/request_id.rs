@@ -45,7 +45,7 @@ fn acceptable(value: &HeaderValue) -> bool {
 /// never repeat within a thread and do not read as a running count). A random UUID per request cost
 /// about 750 instructions (its generator), this about 100. The digits are owned by one shared
 /// allocation, so the clones the request, its answer and its task-local take cost no further one.
-fn make() -> HeaderValue {
+pub(crate) fn make() -> HeaderValue {
     thread_local! {
         static STATE: Cell<(u64, u64, u64)> = {
             let (prefix, key) = uuid::Uuid::new_v4().as_u64_pair();

@@ -15,9 +15,10 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::ListenerExt;
-    // Answers are small and written whole: Nagle's algorithm would only hold them back.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
+    // hyper's own answers to requests it cannot parse come out as problem+json too. Answers are small
+    // and written whole: Nagle's algorithm would only hold them back.
+    let listener = crate::protocol::ProblemListener(listener).tap_io(|io| {
+        let _ = io.get_ref().set_nodelay(true);
     });
     axum::serve(
         listener,

@@ -366,3 +366,133 @@ async fn traceparent_and_request_id_reach_the_outgoing_call() {
     assert_eq!(headers["x-request-id"], "req-42");
     assert_eq!(headers["authorization"], "Bearer internal-cred");
 }
+
+/// Sends `request` as raw bytes and reads the answer until the server closes (or 5 s pass).
+async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer and close before reading everything: a failed write is fine.
+    let _ = stream.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+fn assert_problem(answer: &str, status: u16) {
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    assert!(
+        head.starts_with(&format!("HTTP/1.1 {status} ")),
+        "want {status}: {answer:?}"
+    );
+    let head = head.to_ascii_lowercase();
+    assert!(
+        head.contains("content-type: application/problem+json"),
+        "{answer:?}"
+    );
+    assert!(head.contains("x-request-id: "), "{answer:?}");
+    let problem: serde_json::Value = serde_json::from_str(body).expect("a problem+json body");
+    assert_eq!(problem["status"], status, "{body}");
+    assert_eq!(problem["code"], 3, "{body}");
+    assert!(!problem["requestId"].as_str().unwrap().is_empty(), "{body}");
+}
+
+#[tokio::test]
+async fn protocol_errors_are_problem_json_with_a_request_id() {
+    let server = spawn(test_app(http(), true)).await;
+    // A garbage request line.
+    assert_problem(
+        &raw_exchange(server.addr, b"\x01\x02 nonsense\r\n\r\n").await,
+        400,
+    );
+    // A Content-Length that is not a number.
+    assert_problem(
+        &raw_exchange(
+            server.addr,
+            b"POST /v1/echo HTTP/1.1\r\nhost: x\r\ncontent-length: ten\r\n\r\n",
+        )
+        .await,
+        400,
+    );
+    // A path over hyper's limit.
+    let long = format!("GET /{} HTTP/1.1\r\nhost: x\r\n\r\n", "a".repeat(70 * 1024));
+    let answer = raw_exchange(server.addr, long.as_bytes()).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 414 ") || answer.starts_with("HTTP/1.1 431 "),
+        "{answer:?}"
+    );
+    assert_problem(&answer, answer[9..12].parse().unwrap());
+    // More header fields than hyper takes.
+    let mut many = String::from("GET /healthz HTTP/1.1\r\nhost: x\r\n");
+    for i in 0..120 {
+        many.push_str(&format!("x-h{i}: v\r\n"));
+    }
+    many.push_str("\r\n");
+    assert_problem(&raw_exchange(server.addr, many.as_bytes()).await, 431);
+}
+
+/// The number of series lines (samples) in a Prometheus text page.
+fn series_count(page: &str) -> usize {
+    page.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .count()
+}
+
+#[tokio::test]
+async fn no_metric_label_is_chosen_by_a_caller() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = spawn(test_app(http(), true)).await;
+    let scrape = || async {
+        reqwest::get(format!("{}/metrics", server.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    // Warm up every kind of answer once, so the page holds its steady-state series.
+    for method in ["GET", "POST", "PATCH", "FOO"] {
+        let _ = raw_exchange(
+            server.addr,
+            format!("{method} /nowhere HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await;
+    }
+    let _ = raw_exchange(
+        server.addr,
+        b"FOO /v1/things/a HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    let _ = scrape().await;
+    let before = series_count(&scrape().await);
+    // 2,000 calls with a new method and a new path each, over a few keep-alive connections.
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    for i in 0..2000u32 {
+        let request =
+            format!("M{i:X}Q /random/{i}/path HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        // Read one answer: its head, then its declared body.
+        let mut head = Vec::new();
+        while !head.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            stream.read_exact(&mut byte).await.unwrap();
+            head.push(byte[0]);
+        }
+        let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+        let length: usize = text
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .map_or(0, |v| v.trim().parse().unwrap());
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).await.unwrap();
+    }
+    let page = scrape().await;
+    let after = series_count(&page);
+    assert!(
+        after < before + 10,
+        "2,000 random methods and paths grew /metrics from {before} to {after} series"
+    );
+    assert!(page.contains("method=\"OTHER\""), "{page}");
+    assert!(!page.contains("M7CFQ"), "a caller's method became a label");
+    assert!(!page.contains("/random/"), "a caller's path became a label");
+}
