@@ -34,6 +34,11 @@ pub struct TokenEntry {
 }
 
 impl TokenEntry {
+    /// What tells this token from every other: its hash (two entries may share a name).
+    pub fn identity(&self) -> &[u8; 32] {
+        &self.hash
+    }
+
     /// Whether this token may act with `scope` (`admin` may do everything).
     pub fn allows(&self, scope: Scope) -> bool {
         self.scopes

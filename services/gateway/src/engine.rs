@@ -13,54 +13,83 @@
 //!
 //! Measured with `bench/gateway.sh`, moving from axum's server and hyper-util's pooled client on
 //! tokio's multi-threaded runtime to this layout took the gateway from about 62% of nginx's
-//! requests/s to about 95%, at the same upstream; the in-task upstream client
-//! ([`crate::client`]), per-thread metrics, per-connection timers and token memory, and fat LTO
-//! then took it to about 105%.
+//! requests/s to about 95%, at the same upstream. Upstream calls go over hyper's own HTTP/1.1 client
+//! connections (`hyper::client::conn::http1`), whose connection tasks run on the worker's runtime too.
+//!
+//! Connections are capped ([`Settings::max_connections`], by default well under the file limit,
+//! which is raised to its hard limit at start where allowed): over the cap the oldest idle connection
+//! is closed to make room, or, with none idle, the new one is answered 503 and closed. Accept errors
+//! (out of file descriptors, usually) back off instead of spinning.
 //!
 //! A caller's connection that stalls (no request head completed and no answer written for the idle
 //! timeout, with no call of it being answered) is closed: that covers idle keep-alive connections and
 //! slow-loris heads alike, with one timer per connection instead of one per request ([`stalled`]).
 //!
-//! Shutdown: the acceptor stops, each worker asks its connections to finish (hyper's graceful
+//! Requests hyper cannot parse get problem+json answers ([`service_kit::protocol::ProblemIo`]), and
+//! a caller may send fewer header fields than an upstream takes, leaving room for those the gateway
+//! adds ([`MAX_CALLER_HEADERS`]).
+//!
+//! Shutdown: the acceptor stops, each worker cancels its connections' token (hyper's graceful
 //! shutdown: answers in flight complete, idle keep-alive connections close), and the engine returns
 //! once every worker has drained.
 
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::HeaderValue;
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use domain::Code;
 use futures::future::BoxFuture;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use service_kit::ApiError;
 use service_kit::middleware::Stack;
+use service_kit::protocol::ProblemIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
-use crate::Gateway;
+use crate::admission::Gateway;
 use crate::proxy::ConnectionPool;
-use crate::routes::{UpstreamId, classify};
+use crate::routes::{Classified, UpstreamId, check_path, classify};
+
+/// Header fields a caller may send. The services take hyper's default of 100, and the gateway adds
+/// up to seven to what it forwards (`host` and `authorization` replaced, `x-forwarded-for`,
+/// `-proto`, `-host`, `x-request-id`, `traceparent`, `tracestate`, a `content-length`): so whatever
+/// the gateway accepts, the upstream accepts too.
+pub(crate) const MAX_CALLER_HEADERS: usize = 92;
+
+/// File descriptors kept back from the connection cap: listeners, log files, the tokens file,
+/// connections the gateway opens itself (readiness, OpenAPI).
+const RESERVED_FILES: usize = 128;
+
+/// The default cap when the file limit allows more: beyond it, memory rather than descriptors is
+/// what runs out.
+const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
 
 /// How the engine runs.
 #[derive(Debug, Clone, Copy)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Worker threads (at least one).
-    pub workers: usize,
+    pub(crate) workers: usize,
     /// How long a caller's connection may go without progress while none of its calls is being
     /// answered (see [`stalled`]).
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
+    /// Callers' connections held at once; `None` for a default from the file limit.
+    pub(crate) max_connections: Option<usize>,
 }
 
 /// What every worker shares.
@@ -71,23 +100,127 @@ struct Shared {
     /// The stack proxied calls run in.
     stack: Arc<Stack>,
     idle_timeout: Duration,
+    connections: Connections,
 }
 
 /// The engine for [`service_kit::server::Application::with_engine`].
-pub fn engine(
+pub(crate) fn engine(
     gateway: Arc<Gateway>,
     stack: Arc<Stack>,
     settings: Settings,
 ) -> service_kit::server::Engine {
     Box::new(move |router, listener, shutdown| {
+        let cap = settings
+            .max_connections
+            .unwrap_or_else(default_max_connections);
+        tracing::debug!(cap, "connection cap");
         let shared = Arc::new(Shared {
             gateway,
             router,
             stack,
             idle_timeout: settings.idle_timeout,
+            connections: Connections::new(cap),
         });
         Box::pin(serve(shared, listener, shutdown, settings.workers.max(1)))
     })
+}
+
+/// Raises the soft file limit to the hard one where allowed, and caps connections at what it then
+/// holds: each caller's connection may hold one upstream connection besides its own, so half of what
+/// is left after [`RESERVED_FILES`].
+fn default_max_connections() -> usize {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let soft = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(_) => soft,
+        },
+        Ok((soft, _)) => soft,
+        Err(_) => 1024,
+    };
+    let soft = usize::try_from(soft).unwrap_or(usize::MAX);
+    (soft.saturating_sub(RESERVED_FILES) / 2).clamp(16, DEFAULT_MAX_CONNECTIONS)
+}
+
+/// The callers' connections, oldest first, for the cap: touched when a connection opens and closes,
+/// never per request.
+struct Connections {
+    cap: usize,
+    live: AtomicUsize,
+    next_id: AtomicU64,
+    /// By age: what it takes to find the oldest idle one and ask it to close.
+    open: Mutex<BTreeMap<u64, (Arc<CallerState>, CancellationToken)>>,
+}
+
+impl Connections {
+    fn new(cap: usize) -> Self {
+        Connections {
+            cap,
+            live: AtomicUsize::new(0),
+            next_id: AtomicU64::new(0),
+            open: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Makes room for one more connection: `false` when the cap is reached and none is idle.
+    fn make_room(&self) -> bool {
+        if self.live.load(Ordering::Relaxed) < self.cap {
+            return true;
+        }
+        let open = self.open.lock().expect("connections lock");
+        let oldest_idle = open.values().find(|(caller, closing)| {
+            caller.busy.load(Ordering::Relaxed) == 0 && !closing.is_cancelled()
+        });
+        match oldest_idle {
+            Some((_, closing)) => {
+                closing.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn register(&self, caller: Arc<CallerState>, closing: CancellationToken) -> Registered<'_> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        self.live.fetch_add(1, Ordering::Relaxed);
+        self.open
+            .lock()
+            .expect("connections lock")
+            .insert(id, (caller, closing));
+        Registered {
+            connections: self,
+            id,
+        }
+    }
+}
+
+/// A connection counted against the cap until dropped.
+struct Registered<'a> {
+    connections: &'a Connections,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.connections.live.fetch_sub(1, Ordering::Relaxed);
+        self.connections
+            .open
+            .lock()
+            .expect("connections lock")
+            .remove(&self.id);
+    }
+}
+
+/// What a connection over the cap is told before it is closed.
+fn over_capacity_answer() -> Vec<u8> {
+    let body = br#"{"type":"about:blank","title":"Unavailable","status":503,"detail":"the gateway holds as many connections as it may; retry shortly","code":14,"requestId":""}"#;
+    let mut out = format!(
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(body);
+    out
 }
 
 async fn serve(
@@ -121,11 +254,18 @@ async fn serve(
     }
     tokio::pin!(shutdown);
     let mut next = 0;
+    let mut backoff = AcceptBackoff::default();
     loop {
         tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    backoff.reset();
+                    if !shared.connections.make_room() {
+                        // Best effort: the answer fits any socket buffer, and the caller is told why.
+                        let _ = stream.try_write(&over_capacity_answer());
+                        continue;
+                    }
                     // Answers are small and written whole: Nagle's algorithm would only hold them back.
                     let _ = stream.set_nodelay(true);
                     // Deregistered here, registered again with the worker's own reactor.
@@ -137,11 +277,7 @@ async fn serve(
                         Err(e) => tracing::warn!(error = %e, "could not hand a connection over"),
                     }
                 }
-                Err(e) => {
-                    // Out of file descriptors, usually: wait a moment rather than spin.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
+                Err(e) => backoff.wait(&e).await,
             },
         }
     }
@@ -151,6 +287,32 @@ async fn serve(
         let _ = done.await;
     }
     Ok(())
+}
+
+/// Waiting after failed accepts: out of file descriptors, usually, which only time (connections
+/// closing) cures. The wait doubles up to a second, and the log says so once per streak, not once
+/// per attempt.
+#[derive(Default)]
+struct AcceptBackoff {
+    failures: u32,
+}
+
+impl AcceptBackoff {
+    fn reset(&mut self) {
+        if self.failures > 0 {
+            tracing::info!(failures = self.failures, "accepting connections again");
+        }
+        self.failures = 0;
+    }
+
+    async fn wait(&mut self, error: &std::io::Error) {
+        if self.failures == 0 {
+            tracing::warn!(%error, "accept failed; backing off");
+        }
+        self.failures += 1;
+        let wait = Duration::from_millis(5 << self.failures.min(8)).min(Duration::from_secs(1));
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// One worker thread's state: the shared parts, and its own upstream connections.
@@ -166,26 +328,35 @@ impl Worker {
         mut connections: mpsc::UnboundedReceiver<(std::net::TcpStream, SocketAddr)>,
     ) {
         let tracker = tokio_util::task::TaskTracker::new();
-        let stop = Arc::new(Stop::default());
+        let stop = CancellationToken::new();
         // Ends when the acceptor drops its sender, at shutdown.
         while let Some((stream, peer)) = connections.recv().await {
             match TcpStream::from_std(stream) {
                 Ok(stream) => {
-                    tracker.spawn(self.clone().connection(stream, peer, stop.clone()));
+                    tracker.spawn(self.clone().connection(stream, peer, stop.child_token()));
                 }
                 Err(e) => tracing::warn!(error = %e, "could not take a connection over"),
             }
         }
-        stop.trigger();
+        stop.cancel();
         tracker.close();
         tracker.wait().await;
     }
 
-    async fn connection(self: Arc<Self>, stream: TcpStream, peer: SocketAddr, stop: Arc<Stop>) {
+    /// Serves one caller's connection until it closes, stalls, is asked to make room, or the worker
+    /// stops (`closing` is cancelled for the last two).
+    async fn connection(
+        self: Arc<Self>,
+        stream: TcpStream,
+        peer: SocketAddr,
+        closing: CancellationToken,
+    ) {
         // The caller's address as `x-forwarded-for` wants it, made once per connection.
         let peer_ip = HeaderValue::from_str(&peer.ip().to_string()).ok();
         let caller = Arc::new(CallerState::default());
-        let idle_timeout = self.shared.idle_timeout;
+        let shared = self.shared.clone();
+        let _registered = shared.connections.register(caller.clone(), closing.clone());
+        let idle_timeout = shared.idle_timeout;
         let service = {
             let caller = caller.clone();
             service_fn(move |request: hyper::Request<Incoming>| {
@@ -194,13 +365,14 @@ impl Worker {
             })
         };
         let io = Watched {
-            stream,
+            stream: ProblemIo::new(stream),
             caller: caller.clone(),
         };
         let connection = hyper::server::conn::http1::Builder::new()
             // Answers here are mostly small: one buffer (head and body copied together) costs less
             // than a vectored write of two, as measured with bench/gateway.sh.
             .writev(false)
+            .max_headers(MAX_CALLER_HEADERS)
             .serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
         tokio::select! {
@@ -211,7 +383,7 @@ impl Worker {
                 tracing::debug!(%peer, "closing a stalled connection");
                 return;
             }
-            () = stop.stopped() => connection.as_mut().graceful_shutdown(),
+            () = closing.cancelled() => connection.as_mut().graceful_shutdown(),
         }
         // Answers in flight finish; a connection that stalls (an answer nobody reads) must not hold
         // the shutdown up.
@@ -232,17 +404,46 @@ impl Worker {
         busy: Busy,
     ) -> impl Future<Output = Result<Response, Infallible>> + Send + 'static {
         let mut request = request.map(Body::new);
-        let route = classify(request.method(), request.uri().path());
+        let path = request.uri().path();
+        let route = match check_path(path) {
+            Ok(()) => classify(request.method(), path),
+            Err(rule) => Classified::Refused(rule),
+        };
         async move {
             let response = match route {
-                None => {
+                Classified::NotProxied => {
                     request.extensions_mut().insert(ConnectInfo(peer));
                     match self.shared.router.clone().oneshot(request).await {
                         Ok(response) => response,
                         Err(never) => match never {},
                     }
                 }
-                Some(route) => {
+                Classified::Refused(rule) => {
+                    self.shared
+                        .stack
+                        .handle(request, "unmatched", |_| async move {
+                            ApiError::from_code(Code::InvalidArgument, rule).into_response()
+                        })
+                        .await
+                }
+                Classified::MethodNotAllowed { template, allow } => {
+                    self.shared
+                        .stack
+                        .handle(request, template, |_| async move {
+                            let mut refusal = ApiError::from_code(
+                                Code::InvalidArgument,
+                                format!("{template} takes only {allow}"),
+                            )
+                            .with_http_status(StatusCode::METHOD_NOT_ALLOWED)
+                            .into_response();
+                            refusal
+                                .headers_mut()
+                                .insert(header::ALLOW, HeaderValue::from_static(allow));
+                            refusal
+                        })
+                        .await
+                }
+                Classified::Route(route) => {
                     let gateway = &self.shared.gateway;
                     let caller = &busy.0;
                     let pool = &self.pools[route.upstream.index()];
@@ -251,7 +452,7 @@ impl Worker {
                         .handle(request, route.template, |request| async move {
                             let admitted = {
                                 let mut memory = caller.token.lock().expect("token memory lock");
-                                crate::admit(gateway, &request, route, &mut memory)
+                                gateway.admit(&request, route, peer.ip(), &mut memory)
                             };
                             if let Err(refusal) = admitted {
                                 return refusal.into_response();
@@ -342,7 +543,7 @@ async fn stalled(caller: &CallerState, period: Duration) {
 /// The caller's connection, counting each write of answer bytes as progress: a long answer read
 /// slowly is still alive.
 struct Watched {
-    stream: TcpStream,
+    stream: ProblemIo<TcpStream>,
     caller: Arc<CallerState>,
 }
 
@@ -395,83 +596,5 @@ impl AsyncWrite for Watched {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.stream).poll_shutdown(cx)
-    }
-}
-
-/// One worker's shutdown signal to its connections. Each connection's task polls it on every wake
-/// (it is a branch of the connection's `select!`), so a poll is one atomic load, and a lock only
-/// when the task's waker changes. A `watch` channel shared by every worker took a lock shared by
-/// every worker on each of those polls.
-#[derive(Default)]
-struct Stop {
-    stopped: std::sync::atomic::AtomicBool,
-    /// The wakers of the connections waiting for it, by id.
-    waiting: std::sync::Mutex<(u64, std::collections::HashMap<u64, std::task::Waker>)>,
-}
-
-impl Stop {
-    /// Tells every connection to finish.
-    fn trigger(&self) {
-        self.stopped.store(true, Ordering::Release);
-        let waiting = std::mem::take(&mut self.waiting.lock().expect("stop lock").1);
-        for waker in waiting.into_values() {
-            waker.wake();
-        }
-    }
-
-    /// Resolves once the worker stops.
-    fn stopped(&self) -> Stopped<'_> {
-        Stopped {
-            stop: self,
-            registered: None,
-        }
-    }
-}
-
-/// [`Stop::stopped`]'s future.
-struct Stopped<'a> {
-    stop: &'a Stop,
-    /// Its id and the waker it left, once it has waited.
-    registered: Option<(u64, std::task::Waker)>,
-}
-
-impl Future for Stopped<'_> {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.stop.stopped.load(Ordering::Acquire) {
-            return Poll::Ready(());
-        }
-        if self
-            .registered
-            .as_ref()
-            .is_some_and(|(_, waker)| waker.will_wake(cx.waker()))
-        {
-            return Poll::Pending;
-        }
-        let mut waiting = self.stop.waiting.lock().expect("stop lock");
-        let id = match &self.registered {
-            Some((id, _)) => *id,
-            None => {
-                waiting.0 += 1;
-                waiting.0
-            }
-        };
-        waiting.1.insert(id, cx.waker().clone());
-        drop(waiting);
-        self.registered = Some((id, cx.waker().clone()));
-        // A trigger between the first check and the registration has found nothing to wake.
-        if self.stop.stopped.load(Ordering::Acquire) {
-            return Poll::Ready(());
-        }
-        Poll::Pending
-    }
-}
-
-impl Drop for Stopped<'_> {
-    fn drop(&mut self) {
-        if let Some((id, _)) = &self.registered {
-            self.stop.waiting.lock().expect("stop lock").1.remove(id);
-        }
     }
 }

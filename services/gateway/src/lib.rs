@@ -6,23 +6,27 @@
 //! readiness and OpenAPI.
 //!
 //! # Layout
-//! - [`routes`]: which upstream and which scope a request needs.
+//! - [`routes`]: which upstream and which scope a request needs, by exact method and path template;
+//!   paths with dot-segments or encoded slashes are refused before routing.
 //! - [`auth`]: the tokens file (SHA-256 hashes and scopes) and constant-time authentication.
-//! - [`limits`]: the per-token rate limiter and the per-upstream circuit breaker.
-//! - [`engine`]: the thread-per-core server that carries proxied calls.
-//! - [`proxy`]: forwarding to the upstreams over pooled connections: the request head, the
-//!   breaker, the timeout and retries.
-//! - [`client`]: the HTTP/1.1 connection those calls go over, driven in the calling task.
-//! - [`openapi`]: the merged, scope-annotated OpenAPI document.
-//! - this file: [`Config`], the gateway's state and own routes (probes, metrics, OpenAPI), and
-//!   [`build`].
+//! - `admission`: the gateway's shared state and the checks on a proxied call (token, scope, rate).
+//! - `limits`: the per-token and per-address rate limiters (governor) and the per-upstream circuit
+//!   breaker.
+//! - `engine`: the thread-per-core server that carries proxied calls, with its connection cap.
+//! - `proxy`: forwarding to the upstreams over hyper's HTTP/1.1 client, pooled per worker: the
+//!   forwarded headers, the breaker, the timeout and retries.
+//! - `openapi`: the merged, scope-annotated OpenAPI document.
+//! - this file: [`Config`], the gateway's own routes (probes, metrics, OpenAPI), and [`build`].
+//!
+//! Only [`Config`], [`build`], [`auth`] and [`routes`] are public: what `berth up`, the CLI and the
+//! tests use.
 
+mod admission;
 pub mod auth;
-pub mod client;
-pub mod engine;
-pub mod limits;
-pub mod openapi;
-pub mod proxy;
+mod engine;
+mod limits;
+mod openapi;
+mod proxy;
 pub mod routes;
 
 use std::net::SocketAddr;
@@ -30,20 +34,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::Request;
-use axum::http::header;
 use axum::routing::get;
-use domain::Code;
 use service_kit::config::{ConfigError, listen_addr, vars};
 use service_kit::extract::Json;
 use service_kit::health::Check;
 use service_kit::outbound::HttpClient;
 use service_kit::server::Application;
-use service_kit::{ApiError, Env, HttpConfig, SecretString, ServiceApp};
+use service_kit::{Env, HttpConfig, SecretString, ServiceApp};
 use utoipa_axum::router::OpenApiRouter;
 
+use crate::admission::Gateway;
 use crate::auth::TokenStore;
-use crate::limits::{BreakerConfig, RateLimit, RateLimiter};
+use crate::limits::{BreakerConfig, FailureLimiter, RateLimit, RateLimiter};
 use crate::openapi::OpenApiCache;
 use crate::proxy::{Forwarder, Upstream};
 use crate::routes::UpstreamId;
@@ -80,6 +82,14 @@ pub mod env_vars {
     /// How long a caller's connection may go without progress (a complete request head, or bytes of
     /// an answer written) while no call of it is being answered, before it is closed.
     pub const IDLE_TIMEOUT: &str = "BERTH_GATEWAY_IDLE_TIMEOUT";
+    /// Whether an upstream's 5xx answers count against its breaker.
+    pub const BREAKER_COUNT_5XX: &str = "BERTH_BREAKER_COUNT_5XX";
+    /// Failed authentications per second allowed from one address (0 turns the limit off).
+    pub const AUTH_FAILURE_RPS: &str = "BERTH_AUTH_FAILURE_RPS";
+    /// Failed authentications allowed from one address at once.
+    pub const AUTH_FAILURE_BURST: &str = "BERTH_AUTH_FAILURE_BURST";
+    /// Callers' connections held at once; over it the oldest idle one is closed.
+    pub const MAX_CONNECTIONS: &str = "BERTH_GATEWAY_MAX_CONNECTIONS";
 }
 
 /// The gateway's settings.
@@ -101,13 +111,17 @@ pub struct Config {
     /// The tokens file.
     pub tokens_file: PathBuf,
     /// Per-token rate limit; `None` when off.
-    pub rate_limit: Option<RateLimit>,
+    rate_limit: Option<RateLimit>,
+    /// Per-address limit of failed authentications; `None` when off.
+    auth_failure_limit: Option<RateLimit>,
     /// Circuit-breaker settings.
-    pub breaker: BreakerConfig,
+    breaker: BreakerConfig,
     /// Worker threads of the proxy engine.
     pub workers: usize,
     /// How long a caller's connection may stall (see [`env_vars::IDLE_TIMEOUT`]).
     pub idle_timeout: Duration,
+    /// Callers' connections held at once; `None` for the default, from the file limit.
+    pub max_connections: Option<usize>,
 }
 
 impl Config {
@@ -133,6 +147,8 @@ impl Config {
         }
         let rps: f64 = env.parse_or(RATE_LIMIT_RPS, 100.0)?;
         let burst: f64 = env.parse_or(RATE_LIMIT_BURST, (rps * 2.0).max(1.0))?;
+        let auth_rps: f64 = env.parse_or(AUTH_FAILURE_RPS, 10.0)?;
+        let auth_burst: f64 = env.parse_or(AUTH_FAILURE_BURST, 100.0)?;
         Ok(Config {
             listen: listen_addr(env, DEFAULT_PORT)?,
             http,
@@ -152,32 +168,22 @@ impl Config {
                 rps,
                 burst: burst.max(1.0),
             }),
+            auth_failure_limit: (auth_rps > 0.0).then_some(RateLimit {
+                rps: auth_rps,
+                burst: auth_burst.max(1.0),
+            }),
             breaker: BreakerConfig {
                 failures: env.parse_or(BREAKER_FAILURES, 5)?,
                 open_for: env.duration_or(BREAKER_OPEN, Duration::from_secs(5))?,
+                count_5xx: env.parse_or(BREAKER_COUNT_5XX, false)?,
             },
             workers: env.parse_or(
                 WORKERS,
                 std::thread::available_parallelism().map_or(2, |n| n.get()),
             )?,
             idle_timeout: env.duration_or(IDLE_TIMEOUT, Duration::from_secs(30))?,
+            max_connections: Some(env.parse_or(MAX_CONNECTIONS, 0usize)?).filter(|&n| n > 0),
         })
-    }
-}
-
-/// What the gateway's handlers share.
-pub struct Gateway {
-    /// In [`UpstreamId::ALL`] order.
-    upstreams: Vec<Upstream>,
-    forwarder: Forwarder,
-    tokens: Arc<TokenStore>,
-    limiter: Option<RateLimiter>,
-    openapi: OpenApiCache,
-}
-
-impl Gateway {
-    fn upstream(&self, id: UpstreamId) -> &Upstream {
-        &self.upstreams[id.index()]
     }
 }
 
@@ -208,6 +214,7 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
         forwarder: Forwarder::new(config.internal_token.clone()),
         tokens: TokenStore::watch(&config.tokens_file)?,
         limiter: config.rate_limit.map(RateLimiter::new),
+        failures: config.auth_failure_limit.map(FailureLimiter::new),
         openapi: OpenApiCache::new(http.clone(), sources.clone()),
     });
     let mut app = ServiceApp::new(NAME, OpenApiRouter::new())
@@ -218,9 +225,14 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
         }));
     for (id, base) in sources {
         let http = http.clone();
+        let gateway = gateway.clone();
         app = app.readiness(Check::new(id.name(), move || {
             let (http, url) = (http.clone(), format!("{base}/readyz"));
+            let paused = gateway.upstream(id).breaker.is_open();
             async move {
+                if paused {
+                    return Err("calls to it are paused: its circuit breaker is open".to_string());
+                }
                 match http
                     .request(reqwest::Method::GET, &url)
                     .timeout(Duration::from_secs(2))
@@ -229,77 +241,20 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
                 {
                     Ok(r) if r.status().is_success() => Ok(()),
                     Ok(r) => Err(format!("answered {}", r.status().as_u16())),
-                    Err(_) => Err("unreachable".to_string()),
+                    // Say what was seen: a service that is up but slow (its own dependency hanging)
+                    // is not one that cannot be reached.
+                    Err(e) if e.is_timeout() => {
+                        Err("timed out after 2s waiting for its /readyz".to_string())
+                    }
+                    Err(e) if e.is_connect() => {
+                        Err("unreachable (connection refused or failed)".to_string())
+                    }
+                    Err(_) => Err("unreachable (the connection failed mid-answer)".to_string()),
                 }
             }
         }));
     }
     Ok((gateway, app.into_router()))
-}
-
-/// The token checks for a proxied call, in order: present, known, scoped, within its rate. `memory`
-/// is what its connection remembers of the last token it presented.
-pub(crate) fn admit(
-    gateway: &Gateway,
-    request: &Request,
-    route: routes::RouteInfo,
-    memory: &mut Option<auth::Remembered>,
-) -> Result<(), ApiError> {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .ok_or_else(|| {
-            ApiError::from_code(
-                Code::Unauthenticated,
-                "a bearer token is required (Authorization: Bearer <token>)",
-            )
-        })?;
-    gateway
-        .tokens
-        .authenticate_remembering(presented, memory, |entry| {
-            authorize(gateway, entry, request, route)
-        })
-        .unwrap_or_else(|| {
-            Err(ApiError::from_code(
-                Code::Unauthenticated,
-                "the bearer token is not known",
-            ))
-        })
-}
-
-/// The checks on a known token: scoped, within its rate.
-fn authorize(
-    gateway: &Gateway,
-    entry: &auth::TokenEntry,
-    request: &Request,
-    route: routes::RouteInfo,
-) -> Result<(), ApiError> {
-    if !entry.allows(route.scope) {
-        return Err(ApiError::from_code(
-            Code::PermissionDenied,
-            format!(
-                "token {:?} lacks the scope {} that {} {} needs",
-                entry.name,
-                route.scope,
-                request.method(),
-                route.template
-            ),
-        ));
-    }
-    if let Some(limiter) = &gateway.limiter
-        && let Err(wait) = limiter.check(&entry.name)
-    {
-        return Err(ApiError::from_code(
-            Code::ResourceExhausted,
-            format!("token {:?} is over its rate limit", entry.name),
-        )
-        .with_retry_after(wait));
-    }
-    Ok(())
 }
 
 /// Binds the listener and builds the application.
@@ -316,6 +271,7 @@ pub async fn build(
             engine::Settings {
                 workers: config.workers,
                 idle_timeout: config.idle_timeout,
+                max_connections: config.max_connections,
             },
         )),
     )

@@ -1,127 +1,212 @@
-//! Protection: a token bucket per caller, and a circuit breaker per upstream.
+//! Protection: a rate limit per token and per address that keeps failing to authenticate, and a
+//! circuit breaker per upstream.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::hash::Hash;
+use std::net::IpAddr;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota};
 
 /// Token-bucket settings: `rps` sustained, `burst` at once.
 #[derive(Debug, Clone, Copy)]
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     /// Requests per second, sustained.
-    pub rps: f64,
+    pub(crate) rps: f64,
     /// Requests allowed at once.
-    pub burst: f64,
+    pub(crate) burst: f64,
 }
 
-/// One bucket per key (a token's name).
-pub struct RateLimiter {
-    limit: RateLimit,
-    buckets: Mutex<HashMap<String, (f64, Instant)>>,
+impl RateLimit {
+    fn quota(self) -> Quota {
+        let period = Duration::from_secs_f64(1.0 / self.rps.max(1e-6));
+        let burst = NonZeroU32::new(self.burst.clamp(1.0, f64::from(u32::MAX)) as u32)
+            .unwrap_or(NonZeroU32::MIN);
+        Quota::with_period(period.max(Duration::from_nanos(1)))
+            .expect("a period of at least 1 ns")
+            .allow_burst(burst)
+    }
 }
 
-impl RateLimiter {
+/// A token bucket per key, lock-free on the hot path (governor's GCRA over a sharded map). Keys that
+/// have refilled to a full bucket are forgotten every few seconds, so callers cannot grow it for good.
+pub(crate) struct KeyedLimiter<K: Hash + Eq + Clone> {
+    limiter: Arc<DefaultKeyedRateLimiter<K>>,
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedLimiter<K> {
     /// A limiter with these settings.
-    pub fn new(limit: RateLimit) -> Self {
-        RateLimiter {
-            limit,
-            buckets: Mutex::new(HashMap::new()),
-        }
+    pub(crate) fn new(limit: RateLimit) -> Self {
+        let limiter = Arc::new(DefaultKeyedRateLimiter::keyed(limit.quota()));
+        // Forgetting full buckets needs a sweep; a thread that ends with the limiter does it, off the
+        // request path.
+        let weak: Weak<DefaultKeyedRateLimiter<K>> = Arc::downgrade(&limiter);
+        let _ = std::thread::Builder::new()
+            .name("gateway-limiter-sweep".into())
+            .spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_secs(5));
+                    let Some(limiter) = weak.upgrade() else {
+                        return;
+                    };
+                    limiter.retain_recent();
+                    limiter.shrink_to_fit();
+                }
+            });
+        KeyedLimiter { limiter }
     }
 
-    /// Takes one token from `key`'s bucket, or says how long until one is there.
-    pub fn check(&self, key: &str) -> Result<(), Duration> {
-        let now = Instant::now();
-        let mut buckets = self.buckets.lock().expect("rate limiter lock");
-        if !buckets.contains_key(key) {
-            buckets.insert(key.to_string(), (self.limit.burst, now));
-        }
-        let (tokens, last) = buckets.get_mut(key).expect("inserted above");
-        *tokens = (*tokens + now.duration_since(*last).as_secs_f64() * self.limit.rps)
-            .min(self.limit.burst);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            Ok(())
-        } else {
-            Err(Duration::from_secs_f64(
-                (1.0 - *tokens) / self.limit.rps.max(f64::MIN_POSITIVE),
-            ))
-        }
+    /// Takes one request from `key`'s bucket, or says how long until one is there.
+    pub(crate) fn check(&self, key: &K) -> Result<(), Duration> {
+        self.limiter
+            .check_key(key)
+            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+    }
+
+    /// How many keys it holds now.
+    #[cfg(test)]
+    pub(crate) fn keys(&self) -> usize {
+        self.limiter.len()
     }
 }
+
+/// The per-token limiter, keyed by the token's identity (its hash), never by a name two tokens could
+/// share.
+pub(crate) type RateLimiter = KeyedLimiter<[u8; 32]>;
+
+/// The limiter of failed authentications, keyed by the caller's address: guessing tokens costs the
+/// guesser a 429 long before it costs the gateway much.
+pub(crate) type FailureLimiter = KeyedLimiter<IpAddr>;
 
 /// Circuit-breaker settings.
 #[derive(Debug, Clone, Copy)]
-pub struct BreakerConfig {
+pub(crate) struct BreakerConfig {
     /// Consecutive failures that open the breaker.
-    pub failures: u32,
-    /// How long it stays open before one probe is let through.
-    pub open_for: Duration,
+    pub(crate) failures: u32,
+    /// How long it stays open before one trial call is let through.
+    pub(crate) open_for: Duration,
+    /// Whether an upstream's 5xx answer counts as a failure (refused connections, resets before an
+    /// answer and timeouts of the upstream's answer always do).
+    pub(crate) count_5xx: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
-    Closed { failures: u32 },
-    Open { until: Instant },
-    HalfOpen,
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until: Instant,
+    },
+    /// Trial call number `trial` is out since `since`; it expires after the trial limit.
+    HalfOpen {
+        since: Instant,
+        trial: u64,
+    },
 }
 
-/// A circuit breaker: after `failures` consecutive connection failures or timeouts, calls fail at once
-/// for `open_for`; then one probe goes through, and its outcome closes or re-opens the breaker.
-pub struct Breaker {
+/// A circuit breaker: after `failures` consecutive failures of the upstream, calls fail at once for
+/// `open_for`; then one trial call goes through, and what the upstream does with it closes or re-opens
+/// the breaker.
+///
+/// The trial is a [`Permit`]: if it ends without a verdict from the upstream (the caller's body
+/// failed, the caller hung up and the call was dropped), the permit gives the trial back on drop, so
+/// the next call is the trial. A trial that never ends at all expires after `trial_limit` (the
+/// upstream's own timeout and a margin). Either way the half-open state always resolves.
+pub(crate) struct Breaker {
     config: BreakerConfig,
+    trial_limit: Duration,
     state: Mutex<State>,
+    /// The number of the last trial let through.
+    trials: std::sync::atomic::AtomicU64,
     /// Whether the state is `Closed` with no failures counted: the state of nearly every call, so
     /// both checks read this one flag instead of taking a lock every worker thread shares.
     healthy: AtomicBool,
 }
 
-/// Whether the breaker lets a call through.
+/// What the upstream did with a call, as far as the breaker is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Go ahead.
-    Allowed,
-    /// Refused; retry after this long.
-    Rejected(Duration),
+pub(crate) enum Verdict {
+    /// It answered.
+    Healthy,
+    /// It refused the connection, reset it before answering, did not answer in time, or (when
+    /// configured) answered 5xx.
+    Failed,
+}
+
+/// Leave to make one call through a breaker. Record what the upstream did with [`Permit::record`];
+/// a permit dropped without a verdict says nothing about the upstream.
+pub(crate) struct Permit<'a> {
+    breaker: &'a Breaker,
+    /// The number of the half-open trial this call is, if it is one.
+    trial: Option<u64>,
+}
+
+impl Permit<'_> {
+    /// Records the upstream's verdict on the call.
+    pub(crate) fn record(mut self, verdict: Verdict) {
+        self.trial = None;
+        self.breaker.record(verdict);
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        if let Some(trial) = self.trial {
+            self.breaker.release_trial(trial);
+        }
+    }
 }
 
 impl Breaker {
-    /// A closed breaker.
-    pub fn new(config: BreakerConfig) -> Self {
+    /// A closed breaker; a trial call may take `trial_limit` before another is let through.
+    pub(crate) fn new(config: BreakerConfig, trial_limit: Duration) -> Self {
         Breaker {
             config,
+            trial_limit,
             state: Mutex::new(State::Closed { failures: 0 }),
+            trials: std::sync::atomic::AtomicU64::new(0),
             healthy: AtomicBool::new(true),
         }
     }
 
-    /// Asks to make a call.
-    pub fn admit(&self) -> Admission {
+    /// Whether an upstream's answer with this status counts as a failure.
+    pub(crate) fn counts_status(&self, status: u16) -> bool {
+        self.config.count_5xx && status >= 500
+    }
+
+    /// Asks to make a call: a permit, or how long to wait.
+    pub(crate) fn admit(&self) -> Result<Permit<'_>, Duration> {
+        let permit = |trial: Option<u64>| Permit {
+            breaker: self,
+            trial,
+        };
         if self.healthy.load(Ordering::Relaxed) {
-            return Admission::Allowed;
+            return Ok(permit(None));
         }
         let mut state = self.state.lock().expect("breaker lock");
+        let now = Instant::now();
         match *state {
-            State::Closed { .. } => Admission::Allowed,
-            State::Open { until } => {
-                let now = Instant::now();
-                if now >= until {
-                    *state = State::HalfOpen;
-                    Admission::Allowed
-                } else {
-                    Admission::Rejected(until - now)
-                }
+            State::Closed { .. } => Ok(permit(None)),
+            State::Open { until } if now < until => Err(until - now),
+            State::HalfOpen { since, .. } if now < since + self.trial_limit => {
+                // One trial at a time; the others wait for its verdict.
+                Err(self.config.open_for.min(Duration::from_secs(1)))
             }
-            // One probe at a time; the others wait for its verdict.
-            State::HalfOpen => {
-                Admission::Rejected(self.config.open_for.min(Duration::from_secs(1)))
+            // Open and due, or a trial that outlived its limit: this call is the (new) trial.
+            State::Open { .. } | State::HalfOpen { .. } => {
+                let trial = self.trials.fetch_add(1, Ordering::Relaxed) + 1;
+                *state = State::HalfOpen { since: now, trial };
+                Ok(permit(Some(trial)))
             }
         }
     }
 
-    /// Records how an admitted call went: `false` for a connection failure or timeout.
-    pub fn record(&self, healthy: bool) {
+    fn record(&self, verdict: Verdict) {
+        let healthy = verdict == Verdict::Healthy;
         if healthy && self.healthy.load(Ordering::Relaxed) {
             return;
         }
@@ -133,7 +218,7 @@ impl Breaker {
                     failures: failures + 1,
                 }
             }
-            (State::Closed { .. } | State::HalfOpen, false) => {
+            (State::Closed { .. } | State::HalfOpen { .. }, false) => {
                 tracing::warn!("circuit breaker opened");
                 State::Open {
                     until: Instant::now() + self.config.open_for,
@@ -145,9 +230,24 @@ impl Breaker {
             .store(*state == State::Closed { failures: 0 }, Ordering::Relaxed);
     }
 
-    /// Whether the breaker is open now (for readiness and metrics).
-    pub fn is_open(&self) -> bool {
-        matches!(*self.state.lock().expect("breaker lock"), State::Open { until } if Instant::now() < until)
+    /// Trial `trial` ended without a verdict: unless a newer trial has taken its place, the next call
+    /// may be the trial at once.
+    fn release_trial(&self, trial: u64) {
+        let mut state = self.state.lock().expect("breaker lock");
+        if matches!(*state, State::HalfOpen { trial: current, .. } if current == trial) {
+            *state = State::Open {
+                until: Instant::now(),
+            };
+        }
+    }
+
+    /// Whether the breaker refuses calls now (for readiness and metrics).
+    pub(crate) fn is_open(&self) -> bool {
+        match *self.state.lock().expect("breaker lock") {
+            State::Open { until } => Instant::now() < until,
+            State::HalfOpen { since, .. } => Instant::now() < since + self.trial_limit,
+            State::Closed { .. } => false,
+        }
     }
 }
 
@@ -155,41 +255,78 @@ impl Breaker {
 mod tests {
     use super::*;
 
+    fn breaker(trial_limit: Duration) -> Breaker {
+        Breaker::new(
+            BreakerConfig {
+                failures: 2,
+                open_for: Duration::from_millis(20),
+                count_5xx: false,
+            },
+            trial_limit,
+        )
+    }
+
     #[test]
     fn bucket_allows_burst_then_refuses_with_a_wait() {
         let l = RateLimiter::new(RateLimit {
             rps: 1.0,
             burst: 3.0,
         });
-        assert!(l.check("a").is_ok());
-        assert!(l.check("a").is_ok());
-        assert!(l.check("a").is_ok());
-        let wait = l.check("a").unwrap_err();
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        assert!(l.check(&a).is_ok());
+        assert!(l.check(&a).is_ok());
+        assert!(l.check(&a).is_ok());
+        let wait = l.check(&a).unwrap_err();
         assert!(
             wait > Duration::from_millis(500) && wait <= Duration::from_secs(1),
             "{wait:?}"
         );
-        assert!(l.check("b").is_ok(), "buckets are per key");
+        assert!(l.check(&b).is_ok(), "buckets are per key");
+        assert_eq!(l.keys(), 2);
     }
 
     #[test]
-    fn breaker_opens_after_failures_and_closes_after_a_good_probe() {
-        let b = Breaker::new(BreakerConfig {
-            failures: 2,
-            open_for: Duration::from_millis(20),
-        });
-        b.record(false);
-        assert_eq!(b.admit(), Admission::Allowed);
-        b.record(false);
-        assert!(matches!(b.admit(), Admission::Rejected(_)));
+    fn breaker_opens_after_failures_and_closes_after_a_good_trial() {
+        let b = breaker(Duration::from_secs(10));
+        b.admit().unwrap().record(Verdict::Failed);
+        assert!(b.admit().is_ok());
+        b.admit().unwrap().record(Verdict::Failed);
+        assert!(b.admit().is_err());
         std::thread::sleep(Duration::from_millis(25));
-        assert_eq!(b.admit(), Admission::Allowed, "half-open probe");
-        assert!(
-            matches!(b.admit(), Admission::Rejected(_)),
-            "only one probe"
-        );
-        b.record(true);
-        assert_eq!(b.admit(), Admission::Allowed);
+        let trial = b.admit().expect("half-open trial");
+        assert!(b.admit().is_err(), "only one trial");
+        trial.record(Verdict::Healthy);
+        assert!(b.admit().is_ok());
         assert!(!b.is_open());
+    }
+
+    #[test]
+    fn a_trial_dropped_without_a_verdict_lets_the_next_call_be_the_trial() {
+        let b = breaker(Duration::from_secs(10));
+        b.admit().unwrap().record(Verdict::Failed);
+        b.admit().unwrap().record(Verdict::Failed);
+        std::thread::sleep(Duration::from_millis(25));
+        // The caller hung up, or its body failed: no verdict.
+        drop(b.admit().expect("trial"));
+        let trial = b.admit().expect("the next call is the trial at once");
+        trial.record(Verdict::Healthy);
+        assert!(!b.is_open());
+    }
+
+    #[test]
+    fn a_trial_that_never_ends_expires() {
+        let b = breaker(Duration::from_millis(30));
+        b.admit().unwrap().record(Verdict::Failed);
+        b.admit().unwrap().record(Verdict::Failed);
+        std::thread::sleep(Duration::from_millis(25));
+        let stuck = b.admit().expect("trial");
+        assert!(b.admit().is_err());
+        std::thread::sleep(Duration::from_millis(35));
+        let next = b.admit().expect("an expired trial lets another through");
+        next.record(Verdict::Healthy);
+        // The stuck one ending late changes nothing.
+        drop(stuck);
+        assert!(!b.is_open());
+        assert!(b.admit().is_ok());
     }
 }

@@ -9,13 +9,14 @@ use serde_json::{Value, json};
 use service_kit::outbound::HttpClient;
 use tokio::sync::Mutex;
 
+use crate::routes::Classified;
 use crate::routes::{UpstreamId, classify};
 
 /// How long a complete merged document is served before it is fetched again.
 const FRESH_FOR: Duration = Duration::from_secs(60);
 
 /// The cache of the merged document.
-pub struct OpenApiCache {
+pub(crate) struct OpenApiCache {
     http: HttpClient,
     sources: Vec<(UpstreamId, String)>,
     cached: Mutex<Option<(Instant, bool, Value)>>,
@@ -23,7 +24,7 @@ pub struct OpenApiCache {
 
 impl OpenApiCache {
     /// A cache over `sources` (upstream, base URL).
-    pub fn new(http: HttpClient, sources: Vec<(UpstreamId, String)>) -> Self {
+    pub(crate) fn new(http: HttpClient, sources: Vec<(UpstreamId, String)>) -> Self {
         OpenApiCache {
             http,
             sources,
@@ -32,7 +33,7 @@ impl OpenApiCache {
     }
 
     /// The merged document, fetching it if the cached one is stale or incomplete.
-    pub async fn document(&self) -> Value {
+    pub(crate) async fn document(&self) -> Value {
         let mut cached = self.cached.lock().await;
         if let Some((at, complete, doc)) = cached.as_ref()
             && *complete
@@ -65,7 +66,7 @@ impl OpenApiCache {
 }
 
 /// Joins the documents' paths and schemas, and marks every operation with the scope it needs.
-pub fn merge(docs: &[(UpstreamId, Option<Value>)]) -> Value {
+pub(crate) fn merge(docs: &[(UpstreamId, Option<Value>)]) -> Value {
     let mut paths = serde_json::Map::new();
     let mut schemas = serde_json::Map::new();
     let mut missing = Vec::new();
@@ -82,7 +83,9 @@ pub fn merge(docs: &[(UpstreamId, Option<Value>)]) -> Value {
                         let Ok(m) = method.to_uppercase().parse::<Method>() else {
                             continue;
                         };
-                        if let (Some(route), Some(op)) = (classify(&m, path), op.as_object_mut()) {
+                        if let (Classified::Route(route), Some(op)) =
+                            (classify(&m, path), op.as_object_mut())
+                        {
                             op.insert(
                                 "security".into(),
                                 json!([{"bearer": [route.scope.as_str()]}]),

@@ -1,41 +1,49 @@
-//! Forwarding: keep-alive HTTP/1.1 connections pooled per engine worker, streamed bodies both ways,
-//! hop-by-hop headers stripped, `x-forwarded-*` set, trace context and request id passed on, and the
-//! internal credential added in place of the caller's token.
+//! Forwarding: keep-alive HTTP/1.1 connections (hyper's client, `hyper::client::conn::http1`) pooled
+//! per engine worker, streamed bodies both ways, hop-by-hop headers stripped, `x-forwarded-*` set,
+//! trace context and request id passed on, and the internal credential added in place of the
+//! caller's token.
+//!
+//! What counts against an upstream's breaker is only what the upstream did: a refused connection, a
+//! reset before its answer, no answer within its time once the caller's body is in, and (if
+//! configured) a 5xx. A caller whose body is short, broken, too large or too slow gets its own
+//! 400/408/413, and the upstream's breaker hears nothing of it ([`CallerBody`] tells the two apart).
 
 use std::future::Future;
-use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::Response;
+use bytes::Bytes;
 use domain::Code;
-use futures::future::Either;
-use hyper::body::Body as _;
+use hyper::body::{Body as _, Frame, SizeHint};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
 use service_kit::metrics::{Counter, DurationHistogram, Family};
 use service_kit::{ApiError, SecretString};
 
-use crate::client::{self, CallError, Connection};
-use crate::limits::{Admission, Breaker, BreakerConfig};
+use crate::limits::{Breaker, BreakerConfig, Verdict};
 use crate::routes::UpstreamId;
 
 /// One upstream service: where it is, how long it may take, its breaker and its metric handles.
-pub struct Upstream {
+pub(crate) struct Upstream {
     /// Which service.
-    pub id: UpstreamId,
+    pub(crate) id: UpstreamId,
     /// Host and port to connect to (a name is resolved on each new connection, so a moved service
     /// is found again).
     host: String,
     port: u16,
     /// The `Host` header HTTP/1.1 requires on every forwarded request: the upstream's authority.
     host_header: HeaderValue,
-    /// How long to wait for its answer's headers.
-    pub timeout: Duration,
+    /// How long to wait for its answer's head once the caller's body is in.
+    pub(crate) timeout: Duration,
     /// Its circuit breaker.
-    pub breaker: Breaker,
+    pub(crate) breaker: Breaker,
     latency: Arc<DurationHistogram>,
     /// Answer counters by status (index: status − 100); finding a series costs a lock and allocated
     /// labels, so each is found once, and read without a lock every worker would write to.
@@ -60,7 +68,7 @@ static UPSTREAM_RESPONSES: Family<Counter> = Family::new(
 
 impl Upstream {
     /// An upstream at `base` (`http://127.0.0.1:8081`).
-    pub fn new(
+    pub(crate) fn new(
         id: UpstreamId,
         base: &str,
         timeout: Duration,
@@ -86,7 +94,8 @@ impl Upstream {
             host_header: HeaderValue::from_str(authority.as_str())
                 .map_err(|e| format!("{}: {base}: {e}", id.name()))?,
             timeout,
-            breaker: Breaker::new(breaker),
+            // A trial call may take the upstream's whole time, and a caller's body a little more.
+            breaker: Breaker::new(breaker, timeout + Duration::from_secs(5)),
             latency: UPSTREAM_LATENCY.series(&[label]),
             responses: (100..600).map(|_| OnceLock::new()).collect(),
             timeouts: UPSTREAM_RESPONSES.series(&[label, "timeout"]),
@@ -105,85 +114,277 @@ impl Upstream {
     }
 }
 
-/// Idle keep-alive connections to one upstream, owned by one engine worker thread, so checking one
-/// out never contends with another thread. A connection is put back only once its answer's body has
-/// been read to the end; one dropped halfway is closed, since it still holds unread bytes.
-pub struct ConnectionPool {
-    idle: Mutex<Vec<Connection>>,
+/// Keep-alive connections to one upstream, owned by one engine worker thread, so checking one out
+/// never contends with another thread. Each is a hyper `SendRequest` whose connection task runs on
+/// the same worker's runtime; one is handed out only when hyper says it is ready for a new request
+/// (the previous answer read to its end), and dropped once hyper says its connection closed.
+pub(crate) struct ConnectionPool {
+    senders: Mutex<Vec<SendRequest<CallerBody>>>,
 }
 
-/// Idle connections kept per upstream per worker: beyond it, a connection is closed when its answer
-/// ends. Set above the concurrent callers one worker usually carries, so steady load never reconnects.
-const MAX_IDLE: usize = 512;
+/// Connections kept per upstream per worker: beyond it, a connection is closed when its call ends.
+/// Set above the concurrent calls one worker usually carries, so steady load never reconnects, and
+/// low enough that the pools stay well within the file limit (see the engine's connection cap).
+const MAX_POOLED: usize = 128;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl ConnectionPool {
     /// An empty pool.
-    pub fn new() -> Arc<Self> {
+    pub(crate) fn new() -> Arc<Self> {
         Arc::new(ConnectionPool {
-            idle: Mutex::new(Vec::new()),
+            senders: Mutex::new(Vec::new()),
         })
     }
 
-    /// An idle connection that is still usable (the most recently used, which is the likeliest to
-    /// be), else a new one. The flag says whether it was reused.
-    /// `now` is when the call began.
-    async fn checkout(&self, upstream: &Upstream, now: Instant) -> io::Result<(Connection, bool)> {
-        loop {
-            let idle = self.idle.lock().expect("pool lock").pop();
-            let Some(mut connection) = idle else { break };
-            if connection.is_usable(now).await {
-                return Ok((connection, true));
+    /// A ready connection (the most recently used, which is the likeliest to be), else a new one.
+    /// The flag says whether it was reused.
+    async fn checkout(
+        &self,
+        upstream: &Upstream,
+    ) -> Result<(SendRequest<CallerBody>, bool), String> {
+        {
+            let mut senders = self.senders.lock().expect("pool lock");
+            senders.retain(|s| !s.is_closed());
+            if let Some(at) = senders.iter().rposition(SendRequest::is_ready) {
+                return Ok((senders.swap_remove(at), true));
             }
         }
         // Boxed: connecting (with its name lookup) is a large future that every call would otherwise
         // carry and copy, though only a few calls ever connect.
-        let connection = Box::pin(tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            Connection::open(&upstream.host, upstream.port),
-        ))
-        .await
-        .map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::TimedOut,
-                format!("connecting took longer than {CONNECT_TIMEOUT:?}"),
-            )
-        })??;
-        Ok((connection, false))
+        Box::pin(connect(upstream)).await.map(|s| (s, false))
     }
 
-    fn checkin(&self, connection: Connection) {
-        let mut idle = self.idle.lock().expect("pool lock");
-        if idle.len() < MAX_IDLE {
-            idle.push(connection);
+    /// Puts a connection back. Its answer may still be streaming: it is handed out again once hyper
+    /// says it is ready.
+    fn checkin(&self, sender: SendRequest<CallerBody>) {
+        let mut senders = self.senders.lock().expect("pool lock");
+        if senders.len() < MAX_POOLED {
+            senders.push(sender);
         }
     }
 
-    /// Closes every idle connection: after one turned out closed, the upstream has likely restarted.
+    /// Closes every connection not in use: after one turned out closed, the upstream has likely
+    /// restarted.
     fn clear(&self) {
-        self.idle.lock().expect("pool lock").clear();
+        self.senders
+            .lock()
+            .expect("pool lock")
+            .retain(|s| !s.is_ready() && !s.is_closed());
     }
 }
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A new connection to `upstream`, its hyper connection task spawned on the calling worker's runtime.
+async fn connect(upstream: &Upstream) -> Result<SendRequest<CallerBody>, String> {
+    let stream = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio::net::TcpStream::connect((upstream.host.as_str(), upstream.port)),
+    )
+    .await
+    .map_err(|_| format!("connecting took longer than {CONNECT_TIMEOUT:?}"))?
+    .map_err(|e| format!("could not connect: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    let (sender, connection) = hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(HearsEarlyAnswers::new(stream)))
+        .await
+        .map_err(|e| format!("handshake failed: {e}"))?;
+    let name = upstream.id.name();
+    tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::debug!(upstream = name, error = %e, "upstream connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+/// An upstream connection on which a failed write does not stop hyper from reading the answer.
+///
+/// A service may answer before it has read the whole request (a 413 or 400 decided from the head)
+/// and close. Writing the rest of the body then fails (broken pipe, reset), and hyper would fail the
+/// whole call with that write error, though the answer is already waiting in the socket: the caller
+/// would get a 503 for the upstream's real answer, and the upstream a failure on its breaker. Here a
+/// write that fails because the peer closed is taken as written (the peer will never read it), so
+/// hyper goes on to read what the upstream said. An upstream that closed without answering still
+/// fails the call, on the read.
+struct HearsEarlyAnswers {
+    stream: tokio::net::TcpStream,
+    /// Set once the peer has closed its reading side: writes go nowhere from then on.
+    peer_closed: bool,
+}
+
+impl HearsEarlyAnswers {
+    fn new(stream: tokio::net::TcpStream) -> Self {
+        HearsEarlyAnswers {
+            stream,
+            peer_closed: false,
+        }
+    }
+
+    fn closed_by_peer(error: &std::io::Error) -> bool {
+        matches!(
+            error.kind(),
+            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+        )
+    }
+}
+
+impl tokio::io::AsyncRead for HearsEarlyAnswers {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for HearsEarlyAnswers {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.peer_closed {
+            return Poll::Ready(Ok(buf.len()));
+        }
+        match Pin::new(&mut self.stream).poll_write(cx, buf) {
+            Poll::Ready(Err(e)) if Self::closed_by_peer(&e) => {
+                self.peer_closed = true;
+                Poll::Ready(Ok(buf.len()))
+            }
+            other => other,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.peer_closed {
+            return Poll::Ready(Ok(()));
+        }
+        match Pin::new(&mut self.stream).poll_flush(cx) {
+            Poll::Ready(Err(e)) if Self::closed_by_peer(&e) => {
+                self.peer_closed = true;
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+/// What became of the caller's body, as the call goes.
+#[derive(Default)]
+struct BodyProgress {
+    state: AtomicU8,
+    /// When the body ended, once it has.
+    finished_at: OnceLock<Instant>,
+}
+
+// The state starts at 0: still streaming.
+const FINISHED: u8 = 1;
+const TOO_LARGE: u8 = 2;
+const BROKEN: u8 = 3;
+
+impl BodyProgress {
+    fn state(&self) -> u8 {
+        self.state.load(Ordering::Acquire)
+    }
+}
+
+/// The caller's body on its way to the upstream, reporting its progress, so a failure of the call
+/// can be told apart: the caller's body broke or stalled (the caller's fault), or the upstream
+/// failed.
+pub(crate) struct CallerBody {
+    inner: Body,
+    progress: Arc<BodyProgress>,
+}
+
+impl CallerBody {
+    fn new(inner: Body) -> (Self, Arc<BodyProgress>) {
+        let progress = Arc::new(BodyProgress::default());
+        if inner.is_end_stream() {
+            progress.state.store(FINISHED, Ordering::Release);
+            let _ = progress.finished_at.set(Instant::now());
+        }
+        (
+            CallerBody {
+                inner,
+                progress: progress.clone(),
+            },
+            progress,
+        )
+    }
+}
+
+impl hyper::body::Body for CallerBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        match &polled {
+            Poll::Ready(None) => {
+                let _ = self.progress.finished_at.set(Instant::now());
+                self.progress.state.store(FINISHED, Ordering::Release);
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let state = if is_too_large(e) { TOO_LARGE } else { BROKEN };
+                self.progress.state.store(state, Ordering::Release);
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+fn is_too_large(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
 
 /// Why a forwarded call got no answer.
 enum Failure {
+    /// The upstream did not answer within its time after the caller's body was in.
     Timeout,
+    /// The upstream refused the connection or failed before answering.
     Unreachable(String),
-    /// The caller's body could not be read.
-    Body(axum::Error),
+    /// The caller's body was larger than the limit.
+    BodyTooLarge,
+    /// The caller's body ended early or broke.
+    BodyBroken,
+    /// The caller's body did not arrive within the upstream's time.
+    BodyTooSlow,
 }
 
 /// The forwarding logic, shared by every engine worker: the request head, the breaker, the timeout
 /// and retries. Connections come from the calling worker's [`ConnectionPool`].
-pub struct Forwarder {
+pub(crate) struct Forwarder {
     /// `Bearer <internal credential>`, made once (marked sensitive so it is never logged).
     internal_authorization: Option<HeaderValue>,
 }
 
 impl Forwarder {
     /// `internal_token` replaces the caller's credential on every forwarded call.
-    pub fn new(internal_token: Option<SecretString>) -> Self {
+    pub(crate) fn new(internal_token: Option<SecretString>) -> Self {
         Forwarder {
             internal_authorization: internal_token.and_then(|t| {
                 let mut v = HeaderValue::from_str(&format!("Bearer {}", t.expose())).ok()?;
@@ -195,10 +396,7 @@ impl Forwarder {
 
     /// Forwards `request` to `upstream` on a connection from `pool`, through the breaker, within the
     /// upstream's timeout.
-    ///
-    /// The request's head is written out before the returned future starts, so the future holds the
-    /// bytes to send and the body, not the request (copied into every future that holds it).
-    pub fn forward<'a>(
+    pub(crate) fn forward<'a>(
         &'a self,
         upstream: &'a Upstream,
         pool: &'a Arc<ConnectionPool>,
@@ -206,64 +404,85 @@ impl Forwarder {
         client_ip: Option<HeaderValue>,
         timer: &'a mut CallTimer,
     ) -> impl Future<Output = Result<Response, ApiError>> + 'a {
-        if let Admission::Rejected(wait) = upstream.breaker.admit() {
-            return Either::Left(std::future::ready(Err(ApiError::from_code(
-                Code::Unavailable,
-                format!(
-                    "{} is failing; calls to it are paused for a moment (circuit breaker open)",
-                    upstream.id.name()
-                ),
-            )
-            .with_retry_after(wait))));
-        }
         let (parts, body) = request.into_parts();
-        let (head, chunked) = self.request_head(&parts, &body, upstream, client_ip.as_ref());
-        let head_request = parts.method == Method::HEAD;
         // Only a call without a body can be sent again once it may have been written.
         let idempotent = matches!(parts.method, Method::GET | Method::HEAD) && body.is_end_stream();
-        drop(parts);
-        let prepared = Prepared {
-            head,
-            chunked,
-            head_request,
-            idempotent,
-        };
-        Either::Right(self.exchange(upstream, pool, prepared, body, timer))
+        let headers = self.forwarded_headers(&parts, upstream, client_ip.as_ref());
+        let target = parts
+            .uri
+            .path_and_query()
+            .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
+        let (body, progress) = CallerBody::new(body);
+        let mut outgoing = hyper::Request::new(body);
+        *outgoing.method_mut() = parts.method;
+        *outgoing.uri_mut() = target;
+        *outgoing.headers_mut() = headers;
+        self.exchange(upstream, pool, outgoing, progress, idempotent, timer)
     }
 
-    /// The forwarding after the head is written: the call within its deadline, its outcome counted.
+    /// The call within its deadline, its outcome counted and told to the breaker.
     async fn exchange(
         &self,
         upstream: &Upstream,
         pool: &Arc<ConnectionPool>,
-        prepared: Prepared,
-        body: Body,
+        request: hyper::Request<CallerBody>,
+        progress: Arc<BodyProgress>,
+        idempotent: bool,
         timer: &mut CallTimer,
     ) -> Result<Response, ApiError> {
-        let started = Instant::now();
-        let deadline = tokio::time::Instant::from_std(started + upstream.timeout);
-        let outcome = timer
-            .within(deadline, send(upstream, pool, &prepared, started, body))
-            .await
-            .unwrap_or(Err(Failure::Timeout));
-        upstream.latency.record(started.elapsed());
         let name = upstream.id.name();
+        let permit = upstream.breaker.admit().map_err(|wait| {
+            ApiError::from_code(
+                Code::Unavailable,
+                format!(
+                    "{name} is failing; calls to it are paused for a moment (circuit breaker open)"
+                ),
+            )
+            .with_retry_after(wait)
+        })?;
+        let started = Instant::now();
+        let call = send(upstream, pool, request, idempotent, &progress);
+        tokio::pin!(call);
+        // The upstream's time starts once the caller's body is in: until then a slow answer may be
+        // the caller's doing.
+        let mut deadline = started + upstream.timeout;
+        let outcome = loop {
+            let at = tokio::time::Instant::from_std(deadline);
+            match timer.within(at, call.as_mut()).await {
+                Some(outcome) => break outcome,
+                None => match progress.finished_at.get() {
+                    None => break Err(Failure::BodyTooSlow),
+                    Some(&finished) if finished + upstream.timeout > deadline => {
+                        deadline = finished + upstream.timeout;
+                    }
+                    Some(_) => break Err(Failure::Timeout),
+                },
+            }
+        };
+        upstream.latency.record(started.elapsed());
+        // A call that failed while the caller's body was failing is the caller's failure.
+        let outcome = match (outcome, progress.state()) {
+            (Err(Failure::Unreachable(_) | Failure::Timeout), TOO_LARGE) => {
+                Err(Failure::BodyTooLarge)
+            }
+            (Err(Failure::Unreachable(_) | Failure::Timeout), BROKEN) => Err(Failure::BodyBroken),
+            (outcome, _) => outcome,
+        };
         match outcome {
-            Ok((mut head, connection)) => {
-                upstream.breaker.record(true);
-                upstream.count_response(head.status.as_u16());
-                let back = pool.clone();
-                let (body, reusable) = connection.into_body(&mut head, move |c| back.checkin(c));
-                if let Some(connection) = reusable {
-                    pool.checkin(connection);
-                }
-                let mut response = Response::new(body);
-                *response.status_mut() = head.status;
-                *response.headers_mut() = head.headers;
-                Ok(response)
+            Ok(response) => {
+                let status = response.status().as_u16();
+                permit.record(if upstream.breaker.counts_status(status) {
+                    Verdict::Failed
+                } else {
+                    Verdict::Healthy
+                });
+                upstream.count_response(status);
+                let (mut parts, body) = response.into_parts();
+                strip_hop_by_hop(&mut parts.headers);
+                Ok(Response::from_parts(parts, Body::new(body)))
             }
             Err(Failure::Timeout) => {
-                upstream.breaker.record(false);
+                permit.record(Verdict::Failed);
                 upstream.timeouts.increment(1);
                 Err(ApiError::from_code(
                     Code::DeadlineExceeded,
@@ -271,7 +490,7 @@ impl Forwarder {
                 ))
             }
             Err(Failure::Unreachable(why)) => {
-                upstream.breaker.record(false);
+                permit.record(Verdict::Failed);
                 upstream.unreachable.increment(1);
                 // The upstream's address stays in the log; the caller learns only which service.
                 tracing::warn!(upstream = name, error = %why, "upstream call failed");
@@ -280,35 +499,43 @@ impl Forwarder {
                     format!("{name} is unreachable"),
                 ))
             }
-            // The caller's fault, so not counted against the upstream's breaker.
-            Err(Failure::Body(e)) => Err(body_error(e)),
+            // The caller's faults: the permit goes back without a verdict on the upstream.
+            Err(Failure::BodyTooLarge) => Err(ApiError::from_code(
+                Code::InvalidArgument,
+                service_kit::middleware::BODY_TOO_LARGE,
+            )
+            .with_http_status(StatusCode::PAYLOAD_TOO_LARGE)),
+            Err(Failure::BodyBroken) => Err(ApiError::from_code(
+                Code::InvalidArgument,
+                "body: ended before its declared length, or was malformed",
+            )),
+            Err(Failure::BodyTooSlow) => Err(ApiError::from_code(
+                Code::DeadlineExceeded,
+                format!(
+                    "body: did not arrive within {:?}; send the request body without pausing",
+                    upstream.timeout
+                ),
+            )
+            .with_http_status(StatusCode::REQUEST_TIMEOUT)),
         }
     }
 
-    /// The request head as the upstream gets it: the caller's headers without hop-by-hop ones and
-    /// without the caller's credential, plus `Host` (the upstream's authority), the internal
-    /// credential, `x-forwarded-*`, trace context, and the body's framing. Written straight from the
-    /// caller's headers, which costs less than editing the map first. The flag says whether the body
-    /// is chunk-encoded.
-    fn request_head(
+    /// The headers the upstream gets: the caller's without hop-by-hop ones and without the caller's
+    /// credential, plus `Host` (the upstream's authority), the internal credential, `x-forwarded-*`
+    /// and trace context. The body's framing is hyper's to set.
+    fn forwarded_headers(
         &self,
         parts: &http::request::Parts,
-        body: &Body,
         upstream: &Upstream,
         client_ip: Option<&HeaderValue>,
-    ) -> (Vec<u8>, bool) {
-        let mut out = Vec::with_capacity(512);
-        out.extend_from_slice(parts.method.as_str().as_bytes());
-        out.push(b' ');
-        // HTTP/1.1 to an origin server takes the path alone; the authority goes into `Host`.
-        let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        out.extend_from_slice(target.as_bytes());
-        out.extend_from_slice(b" HTTP/1.1\r\n");
+    ) -> HeaderMap {
+        let mut out = HeaderMap::with_capacity(parts.headers.len() + 6);
         // With the span recorded, this call's context replaces the caller's; without, the caller's
         // passes through unchanged.
         let mut trace = HeaderMap::new();
         service_kit::telemetry::inject_context(&mut trace);
-        // Names the caller's `Connection` header lists are hop-by-hop too (rare: looked up only then).
+        // Names the caller's `Connection` header lists are hop-by-hop too, except those the gateway
+        // itself stands behind (the request id it set, trace context).
         let listed: Vec<&str> = parts
             .headers
             .get_all(header::CONNECTION)
@@ -316,106 +543,140 @@ impl Forwarder {
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(','))
             .map(str::trim)
+            .filter(|name| !is_end_to_end_by_us(name))
             .collect();
-        let mut original_host = None;
-        let mut forwarded_for = false;
-        let mut declared_length = false;
+        let mut forwarded_for: Option<Vec<u8>> = None;
         for (name, value) in &parts.headers {
             match name.as_str() {
-                "host" => original_host = Some(value),
                 // Joined with the caller's address below.
-                "x-forwarded-for" => forwarded_for = true,
-                "content-length" => declared_length = true,
-                // Replaced below; `expect` was answered by the gateway's own server.
-                "authorization" | "x-forwarded-proto" | "x-forwarded-host" | "expect" => {}
+                "x-forwarded-for" => {
+                    let joined = forwarded_for.get_or_insert_with(Vec::new);
+                    if !joined.is_empty() {
+                        joined.extend_from_slice(b", ");
+                    }
+                    joined.extend_from_slice(value.as_bytes());
+                }
+                // Replaced below; `expect` was answered by the gateway's own server; framing is
+                // hyper's.
+                "host" | "authorization" | "x-forwarded-proto" | "x-forwarded-host" | "expect"
+                | "content-length" | "transfer-encoding" => {}
                 "traceparent" | "tracestate" if !trace.is_empty() => {}
-                _ if client::is_hop_by_hop(name.as_str())
+                _ if is_hop_by_hop(name.as_str())
                     || listed.iter().any(|n| n.eq_ignore_ascii_case(name.as_str())) => {}
-                _ => put_header(&mut out, name.as_str(), value.as_bytes()),
+                _ => {
+                    out.append(name.clone(), value.clone());
+                }
             }
         }
-        put_header(&mut out, "host", upstream.host_header.as_bytes());
+        // The framing the caller declared, where the body is known to be empty: hyper sends no
+        // length for an empty body of its own accord.
+        if let Some(length) = parts.headers.get(header::CONTENT_LENGTH)
+            && length.as_bytes() == b"0"
+        {
+            out.insert(header::CONTENT_LENGTH, length.clone());
+        }
+        out.insert(header::HOST, upstream.host_header.clone());
         if let Some(authorization) = &self.internal_authorization {
-            put_header(&mut out, "authorization", authorization.as_bytes());
+            out.insert(header::AUTHORIZATION, authorization.clone());
         }
-        // One `x-forwarded-for`: the addresses it already listed (in one line or several), then the
-        // caller's.
-        let prior = forwarded_for
-            .then(|| parts.headers.get_all(X_FORWARDED_FOR).iter())
-            .into_iter()
-            .flatten();
-        let mut addresses = prior
-            .map(HeaderValue::as_bytes)
-            .chain(client_ip.map(HeaderValue::as_bytes));
-        if let Some(first) = addresses.next() {
-            out.extend_from_slice(b"x-forwarded-for: ");
-            out.extend_from_slice(first);
-            for next in addresses {
-                out.extend_from_slice(b", ");
-                out.extend_from_slice(next);
+        if let Some(ip) = client_ip {
+            let joined = forwarded_for.get_or_insert_with(Vec::new);
+            if !joined.is_empty() {
+                joined.extend_from_slice(b", ");
             }
-            out.extend_from_slice(b"\r\n");
+            joined.extend_from_slice(ip.as_bytes());
         }
-        put_header(&mut out, "x-forwarded-proto", b"http");
-        if let Some(host) = original_host {
-            put_header(&mut out, "x-forwarded-host", host.as_bytes());
+        if let Some(joined) = forwarded_for
+            && let Ok(value) = HeaderValue::from_bytes(&joined)
+        {
+            out.insert(X_FORWARDED_FOR, value);
         }
-        for (name, value) in &trace {
-            put_header(&mut out, name.as_str(), value.as_bytes());
+        out.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        if let Some(host) = parts.headers.get(header::HOST) {
+            out.insert(X_FORWARDED_HOST, host.clone());
         }
-        let mut chunked = false;
-        if body.is_end_stream() {
-            if declared_length {
-                put_header(&mut out, "content-length", b"0");
+        for (name, value) in trace {
+            // An empty `tracestate` says nothing and some parsers refuse it.
+            if let Some(name) = name
+                && !value.is_empty()
+            {
+                out.insert(name, value);
             }
-        } else if let Some(length) = body.size_hint().exact() {
-            put_header(&mut out, "content-length", length.to_string().as_bytes());
-        } else {
-            put_header(&mut out, "transfer-encoding", b"chunked");
-            chunked = true;
         }
-        out.extend_from_slice(b"\r\n");
-        (out, chunked)
+        out
     }
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-fn put_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+/// Whether a header applies to one connection only (RFC 9110 §7.6.1), `Proxy-Connection` included.
+fn is_hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "proxy-connection"
+            | "keep-alive"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
 }
 
-/// The answer for a caller's body that could not be read: 413 past the body limit, else 400.
-fn body_error(error: axum::Error) -> ApiError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&error);
-    while let Some(e) = source {
-        if e.is::<http_body_util::LengthLimitError>() {
-            return ApiError::from_code(
-                Code::InvalidArgument,
-                service_kit::middleware::BODY_TOO_LARGE,
-            )
-            .with_http_status(StatusCode::PAYLOAD_TOO_LARGE);
+/// Headers the gateway forwards whatever a caller's `Connection` header lists.
+fn is_end_to_end_by_us(name: &str) -> bool {
+    [
+        "x-request-id",
+        "traceparent",
+        "tracestate",
+        "host",
+        "authorization",
+    ]
+    .iter()
+    .any(|ours| name.eq_ignore_ascii_case(ours))
+}
+
+/// Drops an upstream answer's hop-by-hop headers, and those its `Connection` header lists; the
+/// gateway's server frames the answer for the caller itself.
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let listed: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for name in listed {
+        if !is_end_to_end_by_us(name.as_str()) && name != header::CONTENT_LENGTH {
+            headers.remove(name);
         }
-        source = e.source();
     }
-    ApiError::from_code(
-        Code::InvalidArgument,
-        format!("body: could not be read: {error}"),
-    )
+    for name in [
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ] {
+        headers.remove(name);
+    }
 }
 
 /// The timer that bounds the calls of one caller connection, reused from call to call. A call's
 /// deadline is later than the one before it, and moving a registered timer later is one atomic
 /// update; a timer per call would be added to and removed from the runtime's timer wheel each time.
 #[derive(Default)]
-pub struct CallTimer(Option<Pin<Box<tokio::time::Sleep>>>);
+pub(crate) struct CallTimer(Option<Pin<Box<tokio::time::Sleep>>>);
 
 impl CallTimer {
     /// `work`'s output, or `None` if `deadline` passes first.
-    pub async fn within<F: Future>(
+    pub(crate) async fn within<F: Future>(
         &mut self,
         deadline: tokio::time::Instant,
         work: F,
@@ -436,80 +697,80 @@ impl CallTimer {
     }
 }
 
-/// A request ready to go: its head as bytes, and how it may be sent.
-struct Prepared {
-    head: Vec<u8>,
-    /// Whether the body goes chunk-encoded.
-    chunked: bool,
-    /// A HEAD request, whose answer has no body.
-    head_request: bool,
-    /// A GET or HEAD without a body: it may be sent again once it may have been written.
-    idempotent: bool,
-}
-
-/// Sends the request and reads the answer's head. Retries go on a fresh connection, and only where
+/// Sends the request and waits for the answer's head. Retries go on a fresh connection, and only where
 /// the service cannot have acted on the request: a connection that could not be made (for GET and
-/// HEAD, as with any proxy); a reused connection the upstream had closed before taking any of the
-/// request (any method: the request goes again whole); and a reused connection that failed
-/// afterwards, for a GET or HEAD without a body.
+/// HEAD, as with any proxy); a request hyper hands back unsent because its pooled connection had
+/// closed (any method: the request goes again whole, `try_send_request`); and a pooled connection that
+/// failed afterwards, for a GET or HEAD without a body.
 async fn send(
     upstream: &Upstream,
     pool: &Arc<ConnectionPool>,
-    request: &Prepared,
-    started: Instant,
-    body: Body,
-) -> Result<(client::Head, Connection), Failure> {
-    /// What is left to send: the body not yet read, or a whole request handed back unsent.
-    enum Pending {
-        Body(Body),
-        Whole(Vec<u8>),
-    }
-    let mut pending = Some(Pending::Body(body));
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let retry_allowed = attempt < 3;
-        let (mut connection, reused) = match pool.checkout(upstream, started).await {
+    request: hyper::Request<CallerBody>,
+    idempotent: bool,
+    progress: &BodyProgress,
+) -> Result<hyper::Response<hyper::body::Incoming>, Failure> {
+    // A bodiless GET or HEAD can be rebuilt from its head for a retry after it was sent.
+    let resend_head = idempotent.then(|| {
+        let mut head = hyper::Request::new(());
+        *head.method_mut() = request.method().clone();
+        *head.uri_mut() = request.uri().clone();
+        *head.headers_mut() = request.headers().clone();
+        head
+    });
+    let mut request = Some(request);
+    for attempt in 1..=3u64 {
+        let last = attempt == 3;
+        let next = match request.take() {
+            Some(request) => request,
+            None => match &resend_head {
+                Some(head) => {
+                    let mut again = hyper::Request::new(CallerBody::new(Body::empty()).0);
+                    *again.method_mut() = head.method().clone();
+                    *again.uri_mut() = head.uri().clone();
+                    *again.headers_mut() = head.headers().clone();
+                    again
+                }
+                None => break,
+            },
+        };
+        let (mut sender, reused) = match pool.checkout(upstream).await {
             Ok(connection) => connection,
-            Err(e) if request.idempotent && retry_allowed => {
+            Err(e) if idempotent && !last => {
                 tracing::debug!(upstream = upstream.id.name(), error = %e, "connect failed; retrying");
                 tokio::time::sleep(Duration::from_millis(25 * attempt)).await;
+                request = Some(next);
                 continue;
             }
-            Err(e) => return Err(Failure::Unreachable(e.to_string())),
+            Err(e) => return Err(Failure::Unreachable(e)),
         };
-        let written = match pending.take() {
-            Some(Pending::Body(body)) => {
-                connection
-                    .write_request(&request.head, body, request.chunked)
-                    .await
+        match sender.try_send_request(next).await {
+            Ok(response) => {
+                pool.checkin(sender);
+                return Ok(response);
             }
-            Some(Pending::Whole(bytes)) => connection.write_whole(bytes).await,
-            None => connection.write_whole(request.head.to_vec()).await,
-        };
-        let failure = match written {
-            Ok(()) => match connection.read_head(request.head_request).await {
-                Ok(head) => return Ok((head, connection)),
-                Err(e) => e,
-            },
-            Err(e) => e,
-        };
-        match failure {
-            CallError::NotSent(e, bytes) if reused && retry_allowed => {
-                tracing::debug!(upstream = upstream.id.name(), error = %e, "pooled connection was closed; sending again");
-                pool.clear();
-                pending = Some(Pending::Whole(bytes));
+            Err(mut e) => {
+                let unsent = e.take_message();
+                let error = e.into_error();
+                let caller_fault = matches!(progress.state(), TOO_LARGE | BROKEN);
+                match unsent {
+                    // Never written: safe to send again, whatever the method.
+                    Some(unsent) if !last && !caller_fault => {
+                        tracing::debug!(upstream = upstream.id.name(), %error, "pooled connection was closed; sending again");
+                        pool.clear();
+                        request = Some(unsent);
+                    }
+                    _ if reused && idempotent && !last && !caller_fault => {
+                        tracing::debug!(upstream = upstream.id.name(), %error, "pooled connection failed; sending again");
+                        pool.clear();
+                    }
+                    _ => return Err(Failure::Unreachable(error.to_string())),
+                }
             }
-            // A bodiless GET or HEAD is sent again from its head.
-            CallError::Upstream(why) if reused && retry_allowed && request.idempotent => {
-                tracing::debug!(upstream = upstream.id.name(), error = %why, "pooled connection failed; sending again");
-                pool.clear();
-            }
-            CallError::NotSent(e, _) => return Err(Failure::Unreachable(e.to_string())),
-            CallError::Upstream(why) => return Err(Failure::Unreachable(why)),
-            CallError::Body(e) => return Err(Failure::Body(e)),
         }
     }
+    Err(Failure::Unreachable(
+        "no connection could take the call".into(),
+    ))
 }
 
 #[cfg(test)]
@@ -524,21 +785,20 @@ mod tests {
             BreakerConfig {
                 failures: 1,
                 open_for: Duration::from_secs(1),
+                count_5xx: false,
             },
         )
         .unwrap()
     }
 
-    fn head_of(request: Request) -> (String, bool) {
+    fn headers_of(request: Request) -> HeaderMap {
         let f = Forwarder::new(Some(SecretString::new("inside")));
-        let (parts, body) = request.into_parts();
-        let (head, chunked) = f.request_head(
+        let (parts, _body) = request.into_parts();
+        f.forwarded_headers(
             &parts,
-            &body,
             &upstream(),
             Some(&HeaderValue::from_static("192.0.2.7")),
-        );
-        (String::from_utf8(head).unwrap(), chunked)
+        )
     }
 
     #[test]
@@ -553,23 +813,19 @@ mod tests {
             .header("x-request-id", "r-1")
             .body(Body::empty())
             .unwrap();
-        let (head, chunked) = head_of(request);
-        assert!(!chunked);
-        assert!(head.starts_with("GET /v1/kinds?x=1 HTTP/1.1\r\n"), "{head}");
-        assert!(head.ends_with("\r\n\r\n"), "{head}");
-        let lines: Vec<&str> = head.trim_end().lines().skip(1).collect();
-        for want in [
-            "authorization: Bearer inside",
-            "x-forwarded-for: 10.1.1.1, 192.0.2.7",
-            "x-forwarded-host: berth.example",
-            "x-forwarded-proto: http",
-            "host: registry:8082",
-            "x-request-id: r-1",
+        let headers = headers_of(request);
+        for (name, want) in [
+            ("authorization", "Bearer inside"),
+            ("x-forwarded-for", "10.1.1.1, 192.0.2.7"),
+            ("x-forwarded-host", "berth.example"),
+            ("x-forwarded-proto", "http"),
+            ("host", "registry:8082"),
+            ("x-request-id", "r-1"),
         ] {
-            assert!(lines.contains(&want), "{want} missing from {head}");
+            assert_eq!(headers.get(name).unwrap(), want, "{headers:?}");
+            assert_eq!(headers.get_all(name).iter().count(), 1, "{name}");
         }
-        assert_eq!(lines.len(), 6, "{head}");
-        assert!(!head.contains("user-token"));
+        assert_eq!(headers.len(), 6, "{headers:?}");
     }
 
     #[test]
@@ -577,58 +833,53 @@ mod tests {
         let request = Request::builder()
             .method("POST")
             .uri("/v1/volumes")
-            .header("connection", "keep-alive, x-private")
+            .header(
+                "connection",
+                "keep-alive, x-private, x-request-id, traceparent",
+            )
             .header("x-private", "1")
             .header("keep-alive", "timeout=5")
+            .header("proxy-connection", "keep-alive")
             .header("te", "trailers")
             .header("upgrade", "websocket")
             .header("proxy-authorization", "Basic eA==")
             .header("expect", "100-continue")
             .header("content-type", "application/json")
             .header("content-length", "2")
+            .header("x-request-id", "r-2")
             .body(Body::from("{}"))
             .unwrap();
-        let (head, chunked) = head_of(request);
-        assert!(!chunked);
+        let headers = headers_of(request);
         for gone in [
             "connection",
             "x-private",
             "keep-alive",
-            "te:",
+            "proxy-connection",
+            "te",
             "upgrade",
-            "proxy-",
+            "proxy-authorization",
             "expect",
+            "content-length",
         ] {
-            assert!(!head.contains(gone), "{gone} forwarded: {head}");
+            assert!(!headers.contains_key(gone), "{gone} forwarded: {headers:?}");
         }
-        assert!(head.contains("content-type: application/json\r\n"));
-        assert!(head.contains("content-length: 2\r\n"));
+        assert_eq!(headers["content-type"], "application/json");
+        assert_eq!(
+            headers["x-request-id"], "r-2",
+            "a Connection header cannot drop the request id"
+        );
     }
 
     #[test]
-    fn a_body_of_unknown_length_is_chunked_and_an_empty_one_keeps_its_zero() {
-        let stream = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from("a"))]);
-        let request = Request::builder()
-            .method("PUT")
-            .uri("/v1/x")
-            .header("transfer-encoding", "chunked")
-            .body(Body::from_stream(stream))
-            .unwrap();
-        let (head, chunked) = head_of(request);
-        assert!(chunked);
-        assert_eq!(
-            head.matches("transfer-encoding: chunked").count(),
-            1,
-            "{head}"
-        );
-        let request = Request::builder()
-            .method("POST")
-            .uri("/v1/x")
-            .header("content-length", "0")
-            .body(Body::empty())
-            .unwrap();
-        let (head, chunked) = head_of(request);
-        assert!(!chunked);
-        assert!(head.contains("content-length: 0\r\n"), "{head}");
+    fn answers_lose_their_hop_by_hop_headers() {
+        let mut headers = HeaderMap::new();
+        headers.insert("connection", HeaderValue::from_static("close, x-secret"));
+        headers.insert("x-secret", HeaderValue::from_static("1"));
+        headers.insert("keep-alive", HeaderValue::from_static("timeout=5"));
+        headers.insert("transfer-encoding", HeaderValue::from_static("chunked"));
+        headers.insert("content-type", HeaderValue::from_static("application/json"));
+        strip_hop_by_hop(&mut headers);
+        assert_eq!(headers.len(), 1, "{headers:?}");
+        assert!(headers.contains_key("content-type"));
     }
 }

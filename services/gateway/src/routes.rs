@@ -1,9 +1,8 @@
 //! Which upstream serves a path, which scope a call needs, and the route template it is counted under.
 //!
-//! Routing is by the first path segment after `/v1/` (DESIGN.md): `machines`, `volume-ids`, `providers`
-//! → machine-driver; `orchestrators`, `kinds` → registry; `volumes`, `orphans` → storage-ops. Reads
-//! need the `:read` scope of their family and writes the `:write` one; the driver's `:status`, `:list`
-//! and `volume-ids` are POSTs that only read, so they need `machines:read`.
+//! Routing is by exact method and path template (`ROUTES`): every route of the three services, and
+//! nothing else. Reads need the `:read` scope of their family and writes the `:write` one. A path with
+//! a dot-segment or an encoded slash is refused before routing ([`check_path`]).
 
 use std::fmt;
 
@@ -114,86 +113,236 @@ pub struct RouteInfo {
     pub template: &'static str,
 }
 
-fn is_read(method: &Method) -> bool {
-    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
+/// What the gateway makes of a request's method and path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Classified {
+    /// A route of an upstream.
+    Route(RouteInfo),
+    /// A route of an upstream, but not with this method: 405 with these methods in `Allow`.
+    MethodNotAllowed {
+        /// The route template.
+        template: &'static str,
+        /// The methods it takes, as `Allow` lists them.
+        allow: &'static str,
+    },
+    /// A path no upstream serves (the gateway's own routes, or nothing).
+    NotProxied,
+    /// A path refused before routing ([`check_path`]), with the rule it broke.
+    Refused(&'static str),
 }
 
-/// Classifies a request; `None` when no upstream serves the path.
-pub fn classify(method: &Method, path: &str) -> Option<RouteInfo> {
-    let rest = path.strip_prefix("/v1/")?;
-    // Byte scans rather than `split`: this runs on every proxied call, and `/` and `:` are ASCII,
-    // so the cuts fall on character boundaries.
-    let bytes = rest.as_bytes();
-    let first = &rest[..bytes.iter().position(|&b| b == b'/').unwrap_or(rest.len())];
-    let (family, verb) = match first.as_bytes().iter().position(|&b| b == b':') {
-        Some(at) => (&first[..at], Some(&first[at + 1..])),
-        None => (first, None),
-    };
-    let depth = 1 + bytes.iter().filter(|&&b| b == b'/').count();
-    let route = |upstream, scope, template| {
-        Some(RouteInfo {
-            upstream,
-            scope,
-            template,
-        })
-    };
-    match family {
-        "machines" => {
-            let (scope, template) = match (verb, depth) {
-                (Some("create"), 1) => (Scope::MachinesWrite, "/v1/machines:create"),
-                (Some("initialize"), 1) => (Scope::MachinesWrite, "/v1/machines:initialize"),
-                (Some("delete"), 1) => (Scope::MachinesWrite, "/v1/machines:delete"),
-                (Some("status"), 1) => (Scope::MachinesRead, "/v1/machines:status"),
-                (Some("list"), 1) => (Scope::MachinesRead, "/v1/machines:list"),
-                _ if is_read(method) => (Scope::MachinesRead, "/v1/machines*"),
-                _ => (Scope::MachinesWrite, "/v1/machines*"),
-            };
-            route(UpstreamId::MachineDriver, scope, template)
-        }
-        "volume-ids" => route(
-            UpstreamId::MachineDriver,
-            Scope::MachinesRead,
-            "/v1/volume-ids",
-        ),
-        "providers" => route(
-            UpstreamId::MachineDriver,
-            Scope::MachinesRead,
-            "/v1/providers",
-        ),
-        "orchestrators" | "kinds" => {
-            let scope = if is_read(method) {
-                Scope::OrchestratorsRead
-            } else {
-                Scope::OrchestratorsWrite
-            };
-            let template = match (family, verb, depth) {
-                ("kinds", None, 1) => "/v1/kinds",
-                ("orchestrators", None, 1) => "/v1/orchestrators",
-                ("orchestrators", Some("detect"), 1) => "/v1/orchestrators:detect",
-                ("orchestrators", Some("default"), 1) => "/v1/orchestrators:default",
-                ("orchestrators", None, 2) => "/v1/orchestrators/{name}",
-                _ => "/v1/orchestrators*",
-            };
-            route(UpstreamId::Registry, scope, template)
-        }
-        "volumes" | "orphans" => {
-            let scope = if is_read(method) {
-                Scope::VolumesRead
-            } else {
-                Scope::VolumesWrite
-            };
-            let stats = rest.ends_with("/stats");
-            let template = match (family, depth) {
-                ("orphans", 1) => "/v1/orphans",
-                ("volumes", 1) => "/v1/volumes",
-                ("volumes", 3) => "/v1/volumes/{namespace}/{name}",
-                ("volumes", 4) if stats => "/v1/volumes/{namespace}/{name}/stats",
-                _ => "/v1/volumes*",
-            };
-            route(UpstreamId::StorageOps, scope, template)
-        }
-        _ => None,
+/// One route the gateway forwards.
+struct Route {
+    /// The path template: a segment in braces matches one non-empty segment.
+    template: &'static str,
+    upstream: UpstreamId,
+    /// The methods it takes and the scope each needs. A GET route also takes HEAD, as the services
+    /// (axum) do.
+    methods: &'static [(Method, Scope)],
+    /// The `Allow` header of its 405.
+    allow: &'static str,
+}
+
+const fn route(
+    template: &'static str,
+    upstream: UpstreamId,
+    methods: &'static [(Method, Scope)],
+    allow: &'static str,
+) -> Route {
+    Route {
+        template,
+        upstream,
+        methods,
+        allow,
     }
+}
+
+/// Every route the gateway forwards. The driver's `:status`, `:list` and `volume-ids` are POSTs that
+/// only read, so they need `machines:read`.
+const ROUTES: &[Route] = {
+    use Scope::*;
+    use UpstreamId::*;
+    const POST: &str = "POST";
+    const GET: &str = "GET, HEAD";
+    &[
+        route(
+            "/v1/machines:create",
+            MachineDriver,
+            &[(Method::POST, MachinesWrite)],
+            POST,
+        ),
+        route(
+            "/v1/machines:initialize",
+            MachineDriver,
+            &[(Method::POST, MachinesWrite)],
+            POST,
+        ),
+        route(
+            "/v1/machines:delete",
+            MachineDriver,
+            &[(Method::POST, MachinesWrite)],
+            POST,
+        ),
+        route(
+            "/v1/machines:status",
+            MachineDriver,
+            &[(Method::POST, MachinesRead)],
+            POST,
+        ),
+        route(
+            "/v1/machines:list",
+            MachineDriver,
+            &[(Method::POST, MachinesRead)],
+            POST,
+        ),
+        route(
+            "/v1/volume-ids",
+            MachineDriver,
+            &[(Method::POST, MachinesRead)],
+            POST,
+        ),
+        route(
+            "/v1/providers",
+            MachineDriver,
+            &[(Method::GET, MachinesRead)],
+            GET,
+        ),
+        route(
+            "/v1/kinds",
+            Registry,
+            &[(Method::GET, OrchestratorsRead)],
+            GET,
+        ),
+        route(
+            "/v1/orchestrators",
+            Registry,
+            &[(Method::GET, OrchestratorsRead)],
+            GET,
+        ),
+        route(
+            "/v1/orchestrators:detect",
+            Registry,
+            &[(Method::GET, OrchestratorsRead)],
+            GET,
+        ),
+        route(
+            "/v1/orchestrators:default",
+            Registry,
+            &[(Method::GET, OrchestratorsRead)],
+            GET,
+        ),
+        route(
+            "/v1/orchestrators/{name}",
+            Registry,
+            &[
+                (Method::GET, OrchestratorsRead),
+                (Method::PUT, OrchestratorsWrite),
+                (Method::DELETE, OrchestratorsWrite),
+            ],
+            "GET, HEAD, PUT, DELETE",
+        ),
+        route(
+            "/v1/volumes",
+            StorageOps,
+            &[(Method::GET, VolumesRead), (Method::POST, VolumesWrite)],
+            "GET, HEAD, POST",
+        ),
+        route(
+            "/v1/volumes/{namespace}/{name}",
+            StorageOps,
+            &[(Method::GET, VolumesRead), (Method::DELETE, VolumesWrite)],
+            "GET, HEAD, DELETE",
+        ),
+        route(
+            "/v1/volumes/{namespace}/{name}/stats",
+            StorageOps,
+            &[(Method::GET, VolumesRead)],
+            GET,
+        ),
+        route(
+            "/v1/orphans",
+            StorageOps,
+            &[(Method::GET, VolumesRead)],
+            GET,
+        ),
+    ]
+};
+
+/// Whether `path` matches `template` segment by segment.
+fn matches(template: &str, path: &str) -> bool {
+    let mut wanted = template.split('/');
+    let mut given = path.split('/');
+    loop {
+        match (wanted.next(), given.next()) {
+            (None, None) => return true,
+            (Some(w), Some(g)) if w.starts_with('{') => {
+                if g.is_empty() {
+                    return false;
+                }
+            }
+            (Some(w), Some(g)) if w == g => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Classifies a request by exact method and path template. The path must have passed
+/// [`check_path`] first.
+pub fn classify(method: &Method, path: &str) -> Classified {
+    if !path.starts_with("/v1/") {
+        return Classified::NotProxied;
+    }
+    for route in ROUTES {
+        if !matches(route.template, path) {
+            continue;
+        }
+        let wanted = if *method == Method::HEAD {
+            &Method::GET
+        } else {
+            method
+        };
+        return match route.methods.iter().find(|(m, _)| m == wanted) {
+            Some((_, scope)) => Classified::Route(RouteInfo {
+                upstream: route.upstream,
+                scope: *scope,
+                template: route.template,
+            }),
+            None => Classified::MethodNotAllowed {
+                template: route.template,
+                allow: route.allow,
+            },
+        };
+    }
+    Classified::NotProxied
+}
+
+/// Why a path is refused before routing: a dot-segment, an empty segment, or an encoded slash,
+/// backslash or dot. The services and any proxy behind them could each read such a path differently
+/// from the gateway (`/v1/volume-ids/../machines:create`), so the gateway forwards none of them.
+pub fn check_path(path: &str) -> Result<(), &'static str> {
+    if path.len() > 1
+        && path
+            .split('/')
+            .skip(1)
+            .any(|segment| matches!(segment, "" | "." | ".."))
+    {
+        return Err("path: must not contain empty, `.` or `..` segments");
+    }
+    let lower = path.as_bytes();
+    for window in lower.windows(3) {
+        if window[0] == b'%'
+            && matches!(
+                (window[1], window[2].to_ascii_lowercase()),
+                (b'2', b'f') | (b'5', b'c') | (b'2', b'e')
+            )
+        {
+            return Err("path: must not contain an encoded `/`, `\\` or `.`");
+        }
+    }
+    if path.contains('\\') {
+        return Err("path: must not contain `\\`");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -319,16 +468,71 @@ mod tests {
             ),
         ];
         for (method, path, upstream, scope) in cases {
-            let r = classify(&method, path).unwrap_or_else(|| panic!("{method} {path}"));
+            let Classified::Route(r) = classify(&method, path) else {
+                panic!("{method} {path}")
+            };
             assert_eq!((r.upstream, r.scope), (upstream, scope), "{method} {path}");
         }
+        assert!(matches!(
+            classify(&Method::GET, "/v1/volumes/ns/v"),
+            Classified::Route(RouteInfo {
+                template: "/v1/volumes/{namespace}/{name}",
+                ..
+            })
+        ));
+        for path in [
+            "/v1/secrets",
+            "/v2/volumes",
+            "/v1/volumesx",
+            "/v1/volume-ids/x",
+            "/v1/volume-ids/x/y",
+            "/v1/providersx",
+            "/v1/providers/",
+            "/v1/volumes/ns",
+            "/v1/volumes/ns/v/stats/x",
+            "/v1/volumes//v",
+            "/v1/machines",
+            "/v1/machines:destroy",
+        ] {
+            assert_eq!(
+                classify(&Method::GET, path),
+                Classified::NotProxied,
+                "{path}"
+            );
+        }
         assert_eq!(
-            classify(&Method::GET, "/v1/volumes/ns/v").unwrap().template,
-            "/v1/volumes/{namespace}/{name}"
+            classify(&Method::GET, "/v1/volume-ids"),
+            Classified::MethodNotAllowed {
+                template: "/v1/volume-ids",
+                allow: "POST"
+            }
         );
-        assert!(classify(&Method::GET, "/v1/secrets").is_none());
-        assert!(classify(&Method::GET, "/v2/volumes").is_none());
-        assert!(classify(&Method::GET, "/v1/volumesx").is_none());
+        assert!(matches!(
+            classify(&Method::from_bytes(b"PURGE").unwrap(), "/v1/kinds"),
+            Classified::MethodNotAllowed { .. }
+        ));
+        for path in [
+            "/v1/volume-ids/../machines:create",
+            "/v1/./kinds",
+            "/v1/volumes/ns/..",
+            "/v1/volumes/ns/.",
+            "/v1//kinds",
+            "/v1/volumes/ns%2Fx/v",
+            "/v1/volumes/ns%2fx/v",
+            "/v1/volumes/%2e%2e/v",
+            "/v1/volumes/a%5Cb/v",
+            "/v1/volumes/a\\b/v",
+        ] {
+            assert!(check_path(path).is_err(), "{path}");
+        }
+        for path in [
+            "/",
+            "/v1/volumes/ns/v",
+            "/v1/orchestrators:detect",
+            "/healthz",
+        ] {
+            assert!(check_path(path).is_ok(), "{path}");
+        }
         for (position, id) in UpstreamId::ALL.into_iter().enumerate() {
             assert_eq!(id.index(), position, "{id:?}");
         }

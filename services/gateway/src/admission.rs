@@ -1,0 +1,141 @@
+//! The gateway's shared state, and the checks a proxied call passes before it is forwarded: a token
+//! is presented, known, scoped for the route, and within its rate. Failed authentications are limited
+//! per caller address as well, so guessing tokens is slow.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use axum::extract::Request;
+use axum::http::header;
+use domain::Code;
+use service_kit::ApiError;
+
+use crate::auth::{Remembered, TokenEntry, TokenStore};
+use crate::limits::{FailureLimiter, RateLimiter};
+use crate::openapi::OpenApiCache;
+use crate::proxy::{Forwarder, Upstream};
+use crate::routes::{RouteInfo, UpstreamId};
+
+/// What the gateway's handlers share.
+pub(crate) struct Gateway {
+    /// In [`UpstreamId::ALL`] order.
+    pub(crate) upstreams: Vec<Upstream>,
+    pub(crate) forwarder: Forwarder,
+    pub(crate) tokens: Arc<TokenStore>,
+    /// Per token; `None` when off.
+    pub(crate) limiter: Option<RateLimiter>,
+    /// Failed authentications per caller address; `None` when off.
+    pub(crate) failures: Option<FailureLimiter>,
+    pub(crate) openapi: OpenApiCache,
+}
+
+impl Gateway {
+    pub(crate) fn upstream(&self, id: UpstreamId) -> &Upstream {
+        &self.upstreams[id.index()]
+    }
+
+    /// The token checks for a proxied call from `peer`, in order: present, known, scoped, within its
+    /// rate. `memory` is what its connection remembers of the last token it presented.
+    pub(crate) fn admit(
+        &self,
+        request: &Request,
+        route: RouteInfo,
+        peer: IpAddr,
+        memory: &mut Option<Remembered>,
+    ) -> Result<(), ApiError> {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_token);
+        let admitted = match presented {
+            None => Err(ApiError::from_code(
+                Code::Unauthenticated,
+                "a bearer token is required (Authorization: Bearer <token>)",
+            )),
+            Some(token) => self
+                .tokens
+                .authenticate_remembering(token, memory, |entry| {
+                    self.authorize(entry, request, route)
+                })
+                .unwrap_or_else(|| {
+                    Err(ApiError::from_code(
+                        Code::Unauthenticated,
+                        "the bearer token is not known",
+                    ))
+                }),
+        };
+        match admitted {
+            Err(refusal) if refusal.status().code == Code::Unauthenticated => {
+                Err(self.limit_failures(peer).unwrap_or(refusal))
+            }
+            other => other,
+        }
+    }
+
+    /// A 429 in place of a 401 once `peer` has failed to authenticate too often.
+    fn limit_failures(&self, peer: IpAddr) -> Option<ApiError> {
+        let wait = self.failures.as_ref()?.check(&peer).err()?;
+        Some(
+            ApiError::from_code(
+                Code::ResourceExhausted,
+                "too many calls without a valid token from this address",
+            )
+            .with_retry_after(wait),
+        )
+    }
+
+    /// The checks on a known token: scoped, within its rate.
+    fn authorize(
+        &self,
+        entry: &TokenEntry,
+        request: &Request,
+        route: RouteInfo,
+    ) -> Result<(), ApiError> {
+        if !entry.allows(route.scope) {
+            return Err(ApiError::from_code(
+                Code::PermissionDenied,
+                format!(
+                    "token {:?} lacks the scope {} that {} {} needs",
+                    entry.name,
+                    route.scope,
+                    service_kit::metrics::method_label(request.method()),
+                    route.template
+                ),
+            ));
+        }
+        if let Some(limiter) = &self.limiter
+            && let Err(wait) = limiter.check(entry.identity())
+        {
+            return Err(ApiError::from_code(
+                Code::ResourceExhausted,
+                format!("token {:?} is over its rate limit", entry.name),
+            )
+            .with_retry_after(wait));
+        }
+        Ok(())
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive (RFC 9110
+/// §11.1).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_bearer_scheme_is_case_insensitive() {
+        for value in ["Bearer t", "bearer t", "BEARER t", "bEaReR   t "] {
+            assert_eq!(bearer_token(value), Some("t"), "{value}");
+        }
+        for value in ["Basic t", "Bearer", "Bearer ", "Bearert", ""] {
+            assert_eq!(bearer_token(value), None, "{value}");
+        }
+    }
+}

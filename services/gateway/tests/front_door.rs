@@ -1,0 +1,546 @@
+//! The gateway's front door against callers who try to take it down: a breaker that must always
+//! resolve, callers' faults that must not count against an upstream, metrics no caller can grow,
+//! a connection cap, room for the headers the gateway adds, and routes that match exactly.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use axum::routing::any;
+use common::*;
+use gateway::auth::tokens_file_line;
+use gateway::routes::Scope;
+use service_kit::testing::eventually;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads one answer from `stream`: its head (as text) and its body (by Content-Length).
+async fn read_answer(stream: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut head = Vec::new();
+    while !head.ends_with(b"\r\n\r\n") {
+        let mut byte = [0u8; 1];
+        if stream.read(&mut byte).await.unwrap() == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length: ")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.unwrap();
+    (head, body)
+}
+
+/// Sends raw bytes on a new connection and reads one answer.
+async fn raw(url: &str, request: &[u8]) -> (String, Vec<u8>) {
+    let addr = url.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    read_answer(&mut stream).await
+}
+
+fn status_of(head: &str) -> u16 {
+    head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+/// Takes the registry away (connections refused), so its breaker opens after one failure.
+async fn open_the_registrys_breaker(h: &mut Harness) -> (SocketAddr, tokio::net::TcpSocket) {
+    let registry = h.upstreams.remove(1);
+    let addr = registry.addr;
+    registry.shutdown().await;
+    let dead = hold_dead(addr);
+    let failed = call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await;
+    assert_eq!(failed.status(), 503);
+    let open = call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await;
+    assert_eq!(open.status(), 503);
+    let body: serde_json::Value = open.json().await.unwrap();
+    assert!(body["detail"].as_str().unwrap().contains("circuit breaker"));
+    (addr, dead)
+}
+
+/// Brings a registry back on `addr`: `/v1/kinds` answers at once, `/v1/kinds?slow` after 2 s.
+fn revive_registry(addr: SocketAddr, dead: tokio::net::TcpSocket) {
+    drop(dead);
+    let listener = std::net::TcpListener::bind(addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let router = axum::Router::new().fallback(any(|request: axum::extract::Request| async move {
+        if request.uri().query() == Some("slow") {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        axum::Json(serde_json::json!({"upstream": "back"}))
+    }));
+    tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
+}
+
+#[tokio::test]
+async fn a_trial_call_whose_caller_hangs_up_does_not_leave_the_breaker_half_open() {
+    let mut h = spawn_gateway(&[
+        ("BERTH_BREAKER_FAILURES", "1"),
+        ("BERTH_BREAKER_OPEN", "200ms"),
+        ("BERTH_UPSTREAM_TIMEOUT", "5s"),
+    ])
+    .await;
+    let (addr, dead) = open_the_registrys_breaker(&mut h).await;
+    revive_registry(addr, dead);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The trial call goes to a slow route, and its caller gives up after 0.3 s.
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .get(format!("{}/v1/kinds?slow", h.url))
+        .bearer_auth("tok-reader")
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the caller hung up");
+    // The next caller is the trial, and the registry answers it.
+    let url = h.url.clone();
+    eventually("the breaker closes", Duration::from_secs(2), || {
+        let url = url.clone();
+        async move {
+            (call(&url, "GET", "/v1/kinds", Some("tok-reader"))
+                .await
+                .status()
+                == 200)
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_trial_call_whose_body_breaks_does_not_leave_the_breaker_half_open() {
+    let mut h = spawn_gateway(&[
+        ("BERTH_BREAKER_FAILURES", "1"),
+        ("BERTH_BREAKER_OPEN", "200ms"),
+        ("BERTH_UPSTREAM_TIMEOUT", "5s"),
+    ])
+    .await;
+    let (addr, dead) = open_the_registrys_breaker(&mut h).await;
+    revive_registry(addr, dead);
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    // The trial: a PUT that promises 100 bytes, sends 3, and hangs up.
+    let target = h.url.trim_start_matches("http://").to_string();
+    let mut stream = TcpStream::connect(&target).await.unwrap();
+    stream
+        .write_all(
+            b"PUT /v1/orchestrators/x HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-writer\r\n\
+              content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"k",
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(stream);
+    let url = h.url.clone();
+    eventually("the breaker closes", Duration::from_secs(2), || {
+        let url = url.clone();
+        async move {
+            (call(&url, "GET", "/v1/kinds", Some("tok-reader"))
+                .await
+                .status()
+                == 200)
+                .then_some(())
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_caller_whose_body_never_comes_gets_408_and_the_upstream_is_not_blamed() {
+    let h = spawn_gateway(&[("BERTH_BREAKER_FAILURES", "2")]).await;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let (head, body) = raw(
+            &h.url,
+            b"GET /v1/volumes HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-reader\r\ncontent-length: 10\r\n\r\n",
+        )
+        .await;
+        assert_eq!(status_of(&head), 408, "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: application/problem+json"),
+            "{head}"
+        );
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            problem["detail"].as_str().unwrap().starts_with("body:"),
+            "{problem}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+    // Five slow callers later, storage-ops' breaker is still closed for everyone else.
+    assert_eq!(
+        call(&h.url, "GET", "/v1/volumes", Some("tok-reader"))
+            .await
+            .status(),
+        200
+    );
+}
+
+/// An upstream that answers every request 413 as soon as it has read the head, and closes without
+/// reading the body, as a service that refuses a body by its declared length does.
+async fn early_answering_upstream() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(1) => head.push(buf[0]),
+                        _ => return,
+                    }
+                }
+                let body = br#"{"title":"early","status":413}"#;
+                let answer = format!(
+                    "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/problem+json\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+                let _ = stream.write_all(body).await;
+                let _ = stream.flush().await;
+                // Read on a little so the close is orderly, as hyper's server does with a body it
+                // will not read, then go.
+                let mut sink = vec![0u8; 64 * 1024];
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(50), stream.read(&mut sink)).await;
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn an_upstream_answering_before_the_body_is_sent_is_heard_and_not_blamed() {
+    let upstream = early_answering_upstream().await;
+    let h = spawn_gateway_with(&[("BERTH_BREAKER_FAILURES", "2")], &[], Some(upstream)).await;
+    let client = reqwest::Client::new();
+    let body = vec![b'x'; 900 * 1024];
+    for round in 0..6 {
+        let answer = client
+            .post(format!("{}/v1/volumes", h.url))
+            .bearer_auth("tok-writer")
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            // The gateway may close before reqwest has written all of its body.
+            Err(e) => panic!("round {round}: no answer: {e}"),
+        };
+        assert_eq!(
+            answer.status(),
+            413,
+            "round {round}: the upstream's own answer"
+        );
+        let problem: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(problem["title"], "early", "round {round}: {problem}");
+    }
+}
+
+/// Fails if any `method` label is outside HTTP's methods and `OTHER`, or any `route` label is not a
+/// template (or `unmatched`).
+fn assert_labels_are_closed(page: &str) {
+    const METHODS: [&str; 10] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE", "OTHER",
+    ];
+    for line in page.lines().filter(|l| !l.starts_with('#')) {
+        for (label, value) in line
+            .split(['{', ',', '}'])
+            .filter_map(|pair| pair.split_once("=\""))
+        {
+            let value = value.trim_end_matches('"');
+            match label {
+                "method" => assert!(METHODS.contains(&value), "method label {value:?}: {line}"),
+                "route" => assert!(
+                    value == "unmatched"
+                        || !value
+                            .replacen("/v1/", "/", 1)
+                            .chars()
+                            .any(|c| c.is_ascii_digit()),
+                    "route label {value:?}: {line}"
+                ),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn twenty_thousand_random_methods_and_paths_do_not_grow_metrics() {
+    let h = spawn_gateway(&[]).await;
+    let scrape = || async {
+        reqwest::get(format!("{}/metrics", h.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let series = |page: &str| {
+        page.lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .count()
+    };
+    // Every kind of answer once first: the series a fixed set of routes and statuses makes.
+    let target = h.url.trim_start_matches("http://").to_string();
+    let warm = [
+        "GET /nowhere",
+        "FOO /nowhere",
+        "FOO /v1/kinds",
+        "GET /v1/kinds",
+        "FOO /v1/volumes/a/b",
+        "GET /v1/volumes/a/b",
+        "GET /v1/x/../y",
+        "FOO /v1/x/../y",
+    ];
+    for line in warm {
+        let _ = raw(
+            &h.url,
+            format!("{line} HTTP/1.1\r\nhost: g\r\nconnection: close\r\n\r\n").as_bytes(),
+        )
+        .await;
+    }
+    let _ = scrape().await;
+    let before = series(&scrape().await);
+    let mut stream = TcpStream::connect(&target).await.unwrap();
+    for i in 0..20_000u32 {
+        let path = match i % 4 {
+            0 => format!("/random/{i}"),
+            1 => format!("/v1/volumes/ns{i}/v{i}"),
+            2 => format!("/v1/{i}/../kinds"),
+            _ => "/v1/kinds".to_string(),
+        };
+        stream
+            .write_all(format!("X{i:X}Y {path} HTTP/1.1\r\nhost: g\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let (head, _) = read_answer(&mut stream).await;
+        assert!(status_of(&head) >= 400, "{head}");
+    }
+    let page = scrape().await;
+    // Other tests in this process add series of their own meanwhile: what must hold is that every
+    // label value is one of a closed set, and the page stays far below one series per request.
+    assert_labels_are_closed(&page);
+    assert!(
+        series(&page) < before + 1_000,
+        "20,000 random methods and paths grew /metrics from {before} to {} series",
+        series(&page)
+    );
+    assert!(!page.contains("X1FY"), "a caller's method became a label");
+    assert!(!page.contains("ns77"), "a caller's path became a label");
+}
+
+#[tokio::test]
+async fn over_the_connection_cap_the_oldest_idle_connection_makes_room() {
+    let h = spawn_gateway(&[("BERTH_GATEWAY_MAX_CONNECTIONS", "20")]).await;
+    let target = h.url.trim_start_matches("http://").to_string();
+    let mut idle = Vec::new();
+    for _ in 0..30 {
+        idle.push(TcpStream::connect(&target).await.unwrap());
+        // Let the acceptor take each in turn, so "oldest" is well defined.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = Instant::now();
+    let answer = call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await;
+    assert_eq!(answer.status(), 200);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // The first ten (and one more, for the call above) were closed to make room; the newest are open.
+    let mut closed = 0;
+    for stream in &mut idle {
+        let mut byte = [0u8; 1];
+        if let Ok(Ok(0)) =
+            tokio::time::timeout(Duration::from_millis(200), stream.read(&mut byte)).await
+        {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 10,
+        "only {closed} of the 30 idle connections were closed"
+    );
+    let mut newest = idle.pop().unwrap();
+    newest
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: g\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, _) = read_answer(&mut newest).await;
+    assert_eq!(status_of(&head), 200, "{head}");
+}
+
+/// A request with `count` header fields in all (`host` and `authorization` among them).
+fn with_headers(count: usize) -> Vec<u8> {
+    let mut request =
+        String::from("GET /v1/kinds HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-reader\r\n");
+    for i in 2..count {
+        request.push_str(&format!("x-h{i}: v\r\n"));
+    }
+    request.push_str("\r\n");
+    request.into_bytes()
+}
+
+#[tokio::test]
+async fn what_the_gateway_accepts_the_upstream_accepts_and_the_rest_is_a_problem() {
+    let h = spawn_gateway(&[]).await;
+    let (head, _) = raw(&h.url, &with_headers(92)).await;
+    assert_eq!(status_of(&head), 200, "{head}");
+    let before = h.seen[1].lock().unwrap().len();
+    for count in [93, 100, 150] {
+        let (head, body) = raw(&h.url, &with_headers(count)).await;
+        assert_eq!(status_of(&head), 431, "{count} headers: {head}");
+        let lower = head.to_ascii_lowercase();
+        assert!(
+            lower.contains("content-type: application/problem+json"),
+            "{head}"
+        );
+        assert!(lower.contains("x-request-id: "), "{head}");
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(problem["status"], 431);
+    }
+    assert_eq!(
+        h.seen[1].lock().unwrap().len(),
+        before,
+        "a refused request never reaches the upstream"
+    );
+}
+
+#[tokio::test]
+async fn routes_match_exactly_and_dot_segments_are_refused() {
+    let h = spawn_gateway(&[]).await;
+    // A read token cannot reach a write route through a dot-segment, encoded or not.
+    for path in [
+        "/v1/volume-ids/../machines:create",
+        "/v1/volume-ids/%2e%2e/machines:create",
+        "/v1/volumes/default%2Fx/y",
+        "/v1//kinds",
+    ] {
+        // Raw: an HTTP client library would resolve the dot-segments before sending.
+        let (head, body) = raw(
+            &h.url,
+            format!(
+                "POST {path} HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-reader\r\n\
+                 content-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+            )
+            .as_bytes(),
+        )
+        .await;
+        assert_eq!(status_of(&head), 400, "{path}: {head}");
+        let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert!(
+            problem["detail"].as_str().unwrap().starts_with("path:"),
+            "{problem}"
+        );
+    }
+    // Deeper paths and other methods are not routes.
+    for (method, path, status) in [
+        ("GET", "/v1/volume-ids/x", 404),
+        ("GET", "/v1/providers/x/y", 404),
+        ("GET", "/v1/providersx", 404),
+        ("DELETE", "/v1/volume-ids", 405),
+        ("GET", "/v1/machines:create", 405),
+        ("PATCH", "/v1/volumes/a/b", 405),
+    ] {
+        let answer = call(&h.url, method, path, Some("tok-root")).await;
+        assert_eq!(answer.status(), status, "{method} {path}");
+        if status == 405 {
+            assert!(answer.headers().contains_key("allow"), "{method} {path}");
+        }
+        assert_eq!(
+            answer.headers()["content-type"],
+            "application/problem+json",
+            "{method} {path}"
+        );
+    }
+    assert!(
+        h.seen[0].lock().unwrap().is_empty(),
+        "the machine driver saw none of it"
+    );
+}
+
+#[tokio::test]
+async fn connection_named_headers_cannot_drop_the_request_id_and_hop_by_hop_ones_stay_behind() {
+    let h = spawn_gateway(&[]).await;
+    let answer = reqwest::Client::new()
+        .get(format!("{}/v1/kinds", h.url))
+        .header("authorization", "bearer tok-reader")
+        .header("connection", "x-request-id, traceparent")
+        .header("proxy-connection", "keep-alive")
+        .header("x-request-id", "caller-id-1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        answer.status(),
+        200,
+        "a lower-case bearer scheme is accepted"
+    );
+    assert_eq!(answer.headers()["x-request-id"], "caller-id-1");
+    let seen = h.seen[1].lock().unwrap();
+    let (_, _, headers) = seen.last().unwrap();
+    assert_eq!(headers["x-request-id"], "caller-id-1");
+    assert!(!headers.contains_key("proxy-connection"));
+    if let Some(state) = headers.get("tracestate") {
+        assert!(!state.is_empty(), "no empty tracestate is sent");
+    }
+}
+
+#[tokio::test]
+async fn rate_limits_follow_the_token_not_its_name_and_failed_logins_are_limited_per_address() {
+    // Two tokens under one name.
+    let twins = [
+        tokens_file_line("twin", "tok-twin-a", &[Scope::Admin]),
+        tokens_file_line("twin", "tok-twin-b", &[Scope::Admin]),
+    ];
+    let h = spawn_gateway_with(
+        &[
+            ("BERTH_RATE_LIMIT_RPS", "0.5"),
+            ("BERTH_RATE_LIMIT_BURST", "1"),
+            ("BERTH_AUTH_FAILURE_RPS", "0.5"),
+            ("BERTH_AUTH_FAILURE_BURST", "3"),
+        ],
+        &twins,
+        None,
+    )
+    .await;
+    let status = |token: &'static str| {
+        let url = h.url.clone();
+        async move { call(&url, "GET", "/v1/kinds", Some(token)).await.status() }
+    };
+    assert_eq!(status("tok-twin-a").await, 200);
+    assert_eq!(status("tok-twin-a").await, 429);
+    assert_eq!(
+        status("tok-twin-b").await,
+        200,
+        "its own bucket despite the shared name"
+    );
+    // Guessing: three 401s, then 429 with Retry-After for this address.
+    for _ in 0..3 {
+        assert_eq!(status("tok-guess").await, 401);
+    }
+    let limited = call(&h.url, "GET", "/v1/kinds", Some("tok-guess")).await;
+    assert_eq!(limited.status(), 429);
+    assert!(limited.headers().contains_key("retry-after"));
+    let unauthenticated = call(&h.url, "GET", "/v1/kinds", None).await;
+    assert_eq!(
+        unauthenticated.status(),
+        429,
+        "no token counts as a failure too"
+    );
+}
