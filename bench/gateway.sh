@@ -46,8 +46,10 @@ sed -n 's/.*"tokensFileLine": "\(.*\)".*/\1/p' "$work/token.json" >"$work/tokens
 
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$REG BERTH_DATA_DIR=$work/registry DOCKER_HOST=tcp://127.0.0.1:1 \
   ./target/release/orchestrator-registry & pids+=($!)
+# The rate limit is on, as in production, with a limit far above the offered load: what it costs is
+# part of the figure.
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$GW BERTH_DATA_DIR=$work BERTH_TOKENS_FILE=$work/tokens \
-  BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=0 \
+  BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=1000000 \
   ./target/release/gateway & pids+=($!)
 gateway_pid=$!
 
