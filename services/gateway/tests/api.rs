@@ -356,6 +356,26 @@ async fn readiness_and_openapi_aggregate_the_upstreams() {
 }
 
 #[tokio::test]
+async fn readiness_says_a_slow_upstream_timed_out_rather_than_that_it_is_unreachable() {
+    // A storage-ops that is up, but whose own readiness hangs (its registry does).
+    let router = axum::Router::new().route(
+        "/readyz",
+        axum::routing::get(|| async {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            "late"
+        }),
+    );
+    let slow = service_kit::testing::spawn(router).await;
+    let h = spawn_gateway_with(&[], &[], Some(slow.url.clone())).await;
+    let resp = call(&h.url, "GET", "/readyz", None).await;
+    assert_eq!(resp.status(), 503);
+    let body: serde_json::Value = resp.json().await.unwrap();
+    let detail = body["detail"].as_str().unwrap();
+    assert!(detail.contains("storage-ops: timed out after 2s"), "{body}");
+    assert!(!detail.contains("unreachable"), "{body}");
+}
+
+#[tokio::test]
 async fn metrics_count_proxied_calls_by_route_template_and_upstream() {
     let h = spawn_gateway(&[]).await;
     assert_eq!(
