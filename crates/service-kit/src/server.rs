@@ -63,14 +63,73 @@ pub async fn bind(addr: SocketAddr, var: &str) -> std::io::Result<TcpListener> {
 /// The container health probe: GETs `http://<addr>/healthz` and says whether it answered 200. Images
 /// are `FROM scratch`, with no curl, so every binary carries this as a `healthcheck` subcommand.
 pub async fn healthcheck(addr: SocketAddr) -> bool {
+    probe(addr).await.is_ok()
+}
+
+/// [`healthcheck`], saying what went wrong when it fails.
+pub async fn probe(addr: SocketAddr) -> Result<(), String> {
     let url = format!("http://{addr}/healthz");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
-        .build();
-    match client {
-        Ok(c) => matches!(c.get(url).send().await, Ok(r) if r.status().is_success()),
-        Err(_) => false,
+        .build()
+        .map_err(|e| format!("could not build an HTTP client: {e}"))?;
+    match client.get(&url).send().await {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!("{url} answered {}", r.status())),
+        Err(e) if e.is_timeout() => Err(format!("{url} did not answer within 3s")),
+        Err(e) if e.is_connect() => Err(format!(
+            "nothing answers at {addr} (is the service running, and is BERTH_LISTEN the same here?)"
+        )),
+        Err(e) => Err(format!("{url} failed: {e}")),
     }
+}
+
+/// What a service binary does with its arguments.
+enum Invocation {
+    Serve,
+    Healthcheck,
+    Help,
+    Version,
+    Unknown(String),
+}
+
+fn invocation(mut args: impl Iterator<Item = String>) -> Invocation {
+    let Some(first) = args.next() else {
+        return Invocation::Serve;
+    };
+    let invocation = match first.as_str() {
+        "healthcheck" => Invocation::Healthcheck,
+        "-h" | "--help" | "help" => Invocation::Help,
+        "-V" | "--version" | "version" => Invocation::Version,
+        _ => return Invocation::Unknown(first),
+    };
+    match args.next() {
+        Some(extra) => Invocation::Unknown(extra),
+        None => invocation,
+    }
+}
+
+fn usage(name: &str, default_port: u16) -> String {
+    format!(
+        "{name} {version}: one of Berth's services.
+
+Usage:
+  {name}               serve until SIGINT or SIGTERM (then drain in-flight requests and exit 0)
+  {name} healthcheck   probe a running {name}'s /healthz; exit 0 if it answers 200, else say why and exit 1
+  {name} --help        print this
+  {name} --version     print the version
+
+Settings come from environment variables; the README's Configuration section lists every one. Those of
+every service:
+  BERTH_LISTEN            where to listen (default 127.0.0.1:{default_port})
+  BERTH_DATA_DIR          where state lives (default ./berth-data)
+  BERTH_INTERNAL_TOKEN    the credential the gateway sends; when set, calls without it are refused
+  BERTH_REQUEST_TIMEOUT   per-request limit (default 30s)
+  BERTH_BODY_LIMIT        largest request body (default 1Mi)
+  BERTH_LOG               log filter (default info); BERTH_LOG_FORMAT=json for JSON lines
+",
+        version = env!("CARGO_PKG_VERSION"),
+    )
 }
 
 /// A server other than [`serve`]: given the router, the listener and the shutdown signal, it serves
@@ -150,6 +209,21 @@ where
 {
     use std::process::ExitCode;
     let env = crate::Env::from_process();
+    match invocation(std::env::args().skip(1)) {
+        Invocation::Serve | Invocation::Healthcheck => {}
+        Invocation::Help => {
+            print!("{}", usage(name, default_port));
+            return ExitCode::SUCCESS;
+        }
+        Invocation::Version => {
+            println!("{name} {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Invocation::Unknown(argument) => {
+            eprintln!("{name}: unknown argument {argument:?}; `{name} --help` says what it takes");
+            return ExitCode::from(2);
+        }
+    }
     if std::env::args().nth(1).as_deref() == Some("healthcheck") {
         let addr = match crate::config::listen_addr(&env, default_port) {
             Ok(a) => a,
@@ -164,10 +238,12 @@ where
         } else {
             addr
         };
-        return if healthcheck(probe).await {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
+        return match self::probe(probe).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(why) => {
+                eprintln!("{name} healthcheck: {why}");
+                ExitCode::FAILURE
+            }
         };
     }
     let _telemetry = match crate::telemetry::init(name, &env) {

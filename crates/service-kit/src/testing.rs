@@ -107,3 +107,78 @@ where
         pause = (pause * 2).min(Duration::from_millis(200));
     }
 }
+
+/// Checks a service binary's command line: `--help` and `--version` answer and exit 0 without
+/// serving (nothing listens on the port `--help` would have taken), `healthcheck` against nothing
+/// says why it failed and exits 1, and an unknown argument exits 2. `binary` is the path Cargo gives
+/// a test (`env!("CARGO_BIN_EXE_<name>")`).
+pub fn check_service_binary(binary: &str, name: &str) {
+    use std::process::{Command, Stdio};
+    // A port nothing listens on: bound, read, and closed again.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let run = |args: &[&str]| {
+        let mut child = Command::new(binary)
+            .args(args)
+            .env("BERTH_LISTEN", &listen)
+            .env(
+                "BERTH_DATA_DIR",
+                std::env::temp_dir().join("berth-binary-check"),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary starts");
+        let started = Instant::now();
+        loop {
+            if child.try_wait().expect("wait").is_some() {
+                break;
+            }
+            if started.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                panic!(
+                    "`{name} {}` did not exit within 10s: it serves instead",
+                    args.join(" ")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.wait_with_output().expect("output")
+    };
+    for help in ["--help", "-h"] {
+        let out = run(&[help]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "`{name} {help}`: {out:?}");
+        assert!(
+            text.contains("Usage:") && text.contains("healthcheck"),
+            "{text}"
+        );
+        assert!(text.contains("BERTH_LISTEN"), "{text}");
+    }
+    assert!(
+        std::net::TcpStream::connect(&listen).is_err(),
+        "`{name} --help` left something listening"
+    );
+    let out = run(&["--version"]);
+    assert!(out.status.success(), "`{name} --version`: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with(&format!("{name} ")),
+        "{out:?}"
+    );
+    let out = run(&["healthcheck"]);
+    assert_eq!(out.status.code(), Some(1), "`{name} healthcheck`: {out:?}");
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        why.contains("nothing answers at"),
+        "`{name} healthcheck` says why: {why}"
+    );
+    let out = run(&["--bogus"]);
+    assert_eq!(out.status.code(), Some(2), "`{name} --bogus`: {out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--help"),
+        "{out:?}"
+    );
+}
