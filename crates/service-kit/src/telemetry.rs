@@ -149,9 +149,20 @@ pub(crate) fn request_span(
         // Request ids are checked to be printable ASCII before they get here.
         request_id = request_id.to_str().unwrap_or_default(),
         status = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+        span_id = tracing::field::Empty,
     );
     if !span.is_disabled() {
         let _ = span.set_parent(extract_context(request.headers()));
+        // The ids every log line of the request carries, so a line in the log leads to its trace.
+        let context = span.context();
+        let ids = opentelemetry::trace::TraceContextExt::span(&context)
+            .span_context()
+            .clone();
+        if ids.is_valid() {
+            span.record("trace_id", tracing::field::display(ids.trace_id()));
+            span.record("span_id", tracing::field::display(ids.span_id()));
+        }
     }
     span
 }
