@@ -16,6 +16,7 @@
 //! - `proxy`: forwarding to the upstreams over hyper's HTTP/1.1 client, pooled per worker: the
 //!   forwarded headers, the breaker, the timeout and retries.
 //! - `openapi`: the merged, scope-annotated OpenAPI document.
+//! - `docs`: `/docs`, a page that lists every operation of that document and tries them out.
 //! - this file: [`Config`], the gateway's own routes (probes, metrics, OpenAPI), and [`build`].
 //!
 //! Only [`Config`], [`build`], [`auth`] and [`routes`] are public: what `berth up`, the CLI and the
@@ -23,6 +24,7 @@
 
 mod admission;
 pub mod auth;
+mod docs;
 mod engine;
 mod limits;
 mod openapi;
@@ -41,7 +43,6 @@ use service_kit::health::Check;
 use service_kit::outbound::HttpClient;
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, SecretString, ServiceApp};
-use utoipa_axum::router::OpenApiRouter;
 
 use crate::admission::Gateway;
 use crate::auth::TokenStore;
@@ -217,7 +218,7 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
         failures: config.auth_failure_limit.map(FailureLimiter::new),
         openapi: OpenApiCache::new(http.clone(), sources.clone()),
     });
-    let mut app = ServiceApp::new(NAME, OpenApiRouter::new())
+    let mut app = ServiceApp::new(NAME, docs::routes())
         .http_config(config.http.clone())
         .openapi_route(get({
             let gateway = gateway.clone();
