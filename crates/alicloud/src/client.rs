@@ -10,6 +10,7 @@ use tracing::Instrument as _;
 
 use crate::config::{EcsConfig, SignatureVersion};
 use crate::credentials::Credentials;
+use crate::endpoint::Region;
 use crate::error::{ApiError, Error, parse_time_left};
 use crate::model::{
     DescribeDisks, DescribeInstances, DescribeNetworkInterfaces, Disk, Instance, NetworkInterface,
@@ -75,15 +76,16 @@ impl Ecs {
         &self.shared.config
     }
 
-    /// A client for `region` acting with `credentials`.
-    pub fn client(&self, region: impl Into<String>, credentials: Credentials) -> EcsClient {
-        let region = region.into();
-        let endpoint = crate::endpoint::resolve(&region, self.shared.config.endpoint.as_deref());
+    /// A client for `region` acting with `credentials`. The region is a parsed [`Region`], so the
+    /// endpoint is built from validated parts only.
+    pub fn client(&self, region: &Region, credentials: Credentials) -> EcsClient {
+        let endpoint = crate::endpoint::resolve(region, self.shared.config.endpoint.as_deref());
         let host = authority(&endpoint);
         let limiter = self
             .shared
             .limiters
-            .bucket(credentials.access_key_id(), &region);
+            .bucket(credentials.access_key_id(), region.as_str());
+        let region = region.clone();
         EcsClient {
             shared: self.shared.clone(),
             region,
@@ -114,7 +116,7 @@ fn authority(endpoint: &str) -> String {
 #[derive(Clone, Debug)]
 pub struct EcsClient {
     shared: Arc<Shared>,
-    region: String,
+    region: Region,
     endpoint: String,
     host: String,
     credentials: Arc<Credentials>,
@@ -129,7 +131,7 @@ pub fn deadline_in(timeout: Duration) -> Instant {
 impl EcsClient {
     /// The region this client acts in.
     pub fn region(&self) -> &str {
-        &self.region
+        self.region.as_str()
     }
 
     /// The base URL calls go to.
@@ -163,7 +165,7 @@ impl EcsClient {
             Some(t) => t.clone(),
             None => uuid::Uuid::new_v4().to_string(),
         };
-        let params = req.to_params(&self.region, &token);
+        let params = req.to_params(self.region(), &token);
         let body: wire::RunInstancesBody =
             self.call_typed("RunInstances", params, deadline).await?;
         Ok(RunInstancesResponse {
@@ -188,7 +190,7 @@ impl EcsClient {
         let body: wire::DescribeInstancesBody = self
             .call_typed(
                 "DescribeInstances",
-                filter.to_params(&self.region),
+                filter.to_params(self.region()),
                 deadline,
             )
             .await?;
@@ -285,7 +287,7 @@ impl EcsClient {
         deadline: Instant,
     ) -> Result<Page<Disk>, Error> {
         let body: wire::DescribeDisksBody = self
-            .call_typed("DescribeDisks", filter.to_params(&self.region), deadline)
+            .call_typed("DescribeDisks", filter.to_params(self.region()), deadline)
             .await?;
         Ok(Page {
             items: body.disks.disk.into_iter().map(Into::into).collect(),
@@ -327,7 +329,7 @@ impl EcsClient {
         let body: wire::DescribeNicsBody = self
             .call_typed(
                 "DescribeNetworkInterfaces",
-                filter.to_params(&self.region),
+                filter.to_params(self.region()),
                 deadline,
             )
             .await?;
@@ -367,9 +369,25 @@ impl EcsClient {
         deadline: Instant,
     ) -> Result<String, Error> {
         let mut p = Params::new();
-        p.set("RegionId", &self.region)
+        p.set("RegionId", self.region())
             .set("NetworkInterfaceId", network_interface_id);
         self.call_request_id("DeleteNetworkInterface", p, deadline)
+            .await
+    }
+
+    /// ModifyDiskAttribute's `DeleteWithInstance`: whether the disk is released with the instance it
+    /// is attached to. Returns ECS's request id.
+    pub async fn set_disk_delete_with_instance(
+        &self,
+        disk_id: &str,
+        delete_with_instance: bool,
+        deadline: Instant,
+    ) -> Result<String, Error> {
+        let mut p = Params::new();
+        p.set("RegionId", self.region())
+            .set("DiskId", disk_id)
+            .set("DeleteWithInstance", delete_with_instance);
+        self.call_request_id("ModifyDiskAttribute", p, deadline)
             .await
     }
 
@@ -764,7 +782,7 @@ mod tests {
     fn client_debug_never_shows_the_secret() {
         let ecs = Ecs::new(EcsConfig::default()).unwrap();
         let c = ecs.client(
-            "cn-shanghai",
+            &Region::parse("cn-shanghai").unwrap(),
             Credentials::new("AKID", "very-secret").with_security_token("sts-token"),
         );
         let text = format!("{c:?}");

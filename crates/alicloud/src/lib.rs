@@ -12,10 +12,11 @@
 //! ```no_run
 //! # async fn demo() -> Result<(), alicloud::Error> {
 //! use std::time::Duration;
-//! use alicloud::{Credentials, DescribeInstances, Ecs, EcsConfig, Tag, deadline_in};
+//! use alicloud::{Credentials, DescribeInstances, Ecs, EcsConfig, Region, Tag, deadline_in};
 //!
 //! let ecs = Ecs::new(EcsConfig::default())?;           // once per process
-//! let client = ecs.client("cn-shanghai", Credentials::new("AKID", "secret"));
+//! let region = Region::parse("cn-shanghai").expect("a region id");
+//! let client = ecs.client(&region, Credentials::new("AKID", "secret"));
 //! let filter = DescribeInstances {
 //!     tags: vec![Tag::new("kubernetes.io/cluster/shoot--a", "1")],
 //!     ..Default::default()
@@ -37,7 +38,8 @@
 //! - [`error`]: [`Error`], [`machine_code_for`] and the ResourceExhausted code list.
 //! - [`config`]: [`EcsConfig`], [`RetryPolicy`], the `BERTH_ALICLOUD_*` variables.
 //! - [`credentials`]: [`Credentials`] and [`Secret`], which never print their secret.
-//! - [`endpoint`]: regional endpoint resolution.
+//! - [`endpoint`]: [`Region`] (the region-id grammar, the only way a region reaches a URL) and
+//!   regional endpoint resolution.
 //! - [`ratelimit`]: the token bucket.
 
 pub mod client;
@@ -53,6 +55,7 @@ pub mod sign;
 pub use client::{API_VERSION, Ecs, EcsClient, deadline_in};
 pub use config::{ConfigError, EcsConfig, RetryPolicy, SignatureVersion};
 pub use credentials::{Credentials, Secret};
+pub use endpoint::{Region, RegionError};
 pub use error::{ApiError, Error, RESOURCE_EXHAUSTED_CODES, machine_code_for};
 pub use model::{
     DataDisk, DescribeDisks, DescribeInstances, DescribeNetworkInterfaces, Disk, Instance,

@@ -403,6 +403,17 @@ impl Instance {
             .find(|t| t.key == key)
             .map(|t| t.value.as_str())
     }
+
+    /// `CreationTime` as seconds since the Unix epoch, if ECS gave one in either of its formats
+    /// (`yyyy-MM-ddTHH:mmZ`, or with seconds). ECS reports minutes, so instances created in the same
+    /// minute compare equal.
+    pub fn creation_timestamp(&self) -> Option<i64> {
+        let text = self.creation_time.as_deref()?.trim();
+        ["%Y-%m-%dT%H:%MZ", "%Y-%m-%dT%H:%M:%SZ"]
+            .iter()
+            .find_map(|f| chrono::NaiveDateTime::parse_from_str(text, f).ok())
+            .map(|t| t.and_utc().timestamp())
+    }
 }
 
 /// Filters of DescribeDisks.
@@ -864,6 +875,22 @@ mod tests {
         assert!(!m.contains_key("DryRun"));
         // User data never shows in Debug.
         assert!(!format!("{req:?}").contains("echo hi"));
+    }
+
+    #[test]
+    fn creation_time_reads_both_ecs_formats() {
+        let body = serde_json::json!({"Instances": {"Instance": [
+            {"InstanceId": "i-1", "Status": "Running", "CreationTime": "2024-05-01T10:07Z"},
+            {"InstanceId": "i-2", "Status": "Running", "CreationTime": "2024-05-01T10:07:30Z"},
+            {"InstanceId": "i-3", "Status": "Running", "CreationTime": "yesterday"},
+            {"InstanceId": "i-4", "Status": "Running"}
+        ]}});
+        let b: wire::DescribeInstancesBody = serde_json::from_value(body).unwrap();
+        let v: Vec<Instance> = b.instances.instance.into_iter().map(Into::into).collect();
+        assert_eq!(v[0].creation_timestamp(), Some(1_714_558_020));
+        assert_eq!(v[1].creation_timestamp(), Some(1_714_558_050));
+        assert_eq!(v[2].creation_timestamp(), None);
+        assert_eq!(v[3].creation_timestamp(), None);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use alicloud::{
     Credentials, DataDisk, DescribeDisks, DescribeInstances, DescribeNetworkInterfaces, Ecs,
-    EcsClient, EcsConfig, Error, InstanceStatus, RetryPolicy, RunInstances, SignatureVersion, Tag,
-    deadline_in,
+    EcsClient, EcsConfig, Error, InstanceStatus, Region, RetryPolicy, RunInstances,
+    SignatureVersion, Tag, deadline_in,
 };
 use domain::Code;
 use ecs_emulator::{AccessKey, Config, Emulator, Faults, Seed};
@@ -56,8 +56,12 @@ fn config(h: &Harness, signature: SignatureVersion) -> EcsConfig {
     }
 }
 
+fn region() -> Region {
+    Region::parse(REGION).unwrap()
+}
+
 fn client_with(cfg: EcsConfig, creds: Credentials) -> EcsClient {
-    Ecs::new(cfg).unwrap().client(REGION, creds)
+    Ecs::new(cfg).unwrap().client(&region(), creds)
 }
 
 fn client(h: &Harness, signature: SignatureVersion) -> EcsClient {
@@ -539,6 +543,53 @@ async fn leftover_disks_and_nics_are_found_by_tag_and_deleted() {
 }
 
 #[tokio::test]
+async fn a_kept_disk_set_to_go_with_its_instance_goes_with_it() {
+    let h = spawn_default().await;
+    let c = client(&h, SignatureVersion::V3);
+    let mut run = machine("keep");
+    run.data_disks[0].delete_with_instance = Some(false);
+    let id = c
+        .run_instances(&run, deadline())
+        .await
+        .unwrap()
+        .instance_ids[0]
+        .clone();
+    let attached = |c: EcsClient, id: String| async move {
+        c.describe_all_disks(
+            &DescribeDisks {
+                instance_id: Some(id),
+                ..Default::default()
+            },
+            deadline(),
+        )
+        .await
+        .unwrap()
+    };
+    let kept: Vec<_> = attached(c.clone(), id.clone())
+        .await
+        .into_iter()
+        .filter(|d| d.delete_with_instance == Some(false))
+        .collect();
+    assert_eq!(kept.len(), 1);
+    c.set_disk_delete_with_instance(&kept[0].disk_id, true, deadline())
+        .await
+        .unwrap();
+    assert!(
+        attached(c.clone(), id.clone())
+            .await
+            .iter()
+            .all(|d| d.delete_with_instance == Some(true))
+    );
+    c.delete_instance(&id, true, deadline()).await.unwrap();
+    assert_eq!(h.emulator.disk_count(), 0);
+    let e = c
+        .set_disk_delete_with_instance(&kept[0].disk_id, true, deadline())
+        .await
+        .unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+}
+
+#[tokio::test]
 async fn the_caller_deadline_bounds_every_call() {
     let h = spawn_default().await;
     h.emulator
@@ -570,8 +621,8 @@ async fn the_rate_limit_is_shared_per_key_and_region() {
     let ecs = Ecs::new(cfg).unwrap();
     let started = std::time::Instant::now();
     // Two clients for the same key and region share one bucket.
-    let a = ecs.client(REGION, Credentials::new(KEY_ID, SECRET));
-    let b = ecs.client(REGION, Credentials::new(KEY_ID, SECRET));
+    let a = ecs.client(&region(), Credentials::new(KEY_ID, SECRET));
+    let b = ecs.client(&region(), Credentials::new(KEY_ID, SECRET));
     for n in 0..10 {
         let c = if n % 2 == 0 { &a } else { &b };
         c.describe_instances(&DescribeInstances::default(), deadline())

@@ -14,13 +14,14 @@ use crate::state::{Disk, Instance, Nic, State, Status, Tags, ecs_time, glob, tag
 use crate::wire::EcsError;
 
 /// The actions the emulator implements.
-pub const ACTIONS: [&str; 10] = [
+pub const ACTIONS: [&str; 11] = [
     "RunInstances",
     "DescribeInstances",
     "DeleteInstance",
     "StartInstance",
     "StopInstance",
     "DescribeDisks",
+    "ModifyDiskAttribute",
     "DeleteDisk",
     "DescribeNetworkInterfaces",
     "DeleteNetworkInterface",
@@ -66,6 +67,7 @@ pub(crate) fn dispatch(
         "StartInstance" => start_instance(state, ctx, p),
         "StopInstance" => stop_instance(state, ctx, p),
         "DescribeDisks" => describe_disks(state, p),
+        "ModifyDiskAttribute" => modify_disk_attribute(state, p),
         "DeleteDisk" => delete_disk(state, p),
         "DescribeNetworkInterfaces" => describe_nics(state, p),
         "DeleteNetworkInterface" => delete_nic(state, p),
@@ -663,15 +665,42 @@ fn describe_disks(state: &mut State, p: &Params) -> Result<Value, EcsError> {
     }))
 }
 
+fn disk_not_found() -> EcsError {
+    EcsError::new(
+        404,
+        "InvalidDiskId.NotFound",
+        "The specified disk does not exist.",
+    )
+}
+
+/// ModifyDiskAttribute for one `DiskId`: `DeleteWithInstance`, `DiskName`, `Description`.
+fn modify_disk_attribute(state: &mut State, p: &Params) -> Result<Value, EcsError> {
+    let id = required(p, "DiskId")?;
+    let delete_with_instance = boolean(p, "DeleteWithInstance")?;
+    let d = state.disks.get_mut(id).ok_or_else(disk_not_found)?;
+    if let Some(value) = delete_with_instance {
+        // As on ECS: a local (ephemeral) disk always goes with its instance.
+        if d.category == "DiskEphemeralSSD" && !value {
+            return Err(EcsError::new(
+                403,
+                "InvalidDiskCategory.NotSupported",
+                "The specified disk category does not support this operation.",
+            ));
+        }
+        d.delete_with_instance = value;
+    }
+    if let Some(name) = opt(p, "DiskName") {
+        d.name = name.to_owned();
+    }
+    if let Some(description) = opt(p, "Description") {
+        d.description = description.to_owned();
+    }
+    Ok(json!({}))
+}
+
 fn delete_disk(state: &mut State, p: &Params) -> Result<Value, EcsError> {
     let id = required(p, "DiskId")?;
-    let d = state.disks.get(id).ok_or_else(|| {
-        EcsError::new(
-            404,
-            "InvalidDiskId.NotFound",
-            "The specified disk does not exist.",
-        )
-    })?;
+    let d = state.disks.get(id).ok_or_else(disk_not_found)?;
     if !d.instance_id.is_empty() {
         return Err(EcsError::new(
             403,
@@ -965,6 +994,51 @@ mod tests {
             .call("DeleteInstance", &[("InstanceId", &id), ("Force", "true")])
             .unwrap_err();
         assert_eq!(err.code, "InvalidInstanceId.NotFound");
+    }
+
+    #[test]
+    fn a_disk_modified_to_go_with_its_instance_goes() {
+        let mut e = Env::new();
+        let id = e.run(&[
+            ("DataDisk.1.Size", "100"),
+            ("DataDisk.1.DeleteWithInstance", "false"),
+        ]);
+        let kept = e
+            .state
+            .disks
+            .values()
+            .find(|d| !d.delete_with_instance)
+            .unwrap()
+            .id
+            .clone();
+        e.call(
+            "ModifyDiskAttribute",
+            &[
+                ("RegionId", "cn-shanghai"),
+                ("DiskId", &kept),
+                ("DeleteWithInstance", "true"),
+                ("DiskName", "renamed"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(e.state.disks[&kept].name, "renamed");
+        e.call("DeleteInstance", &[("InstanceId", &id), ("Force", "true")])
+            .unwrap();
+        assert!(e.state.disks.is_empty());
+        let err = e
+            .call(
+                "ModifyDiskAttribute",
+                &[("DiskId", &kept), ("DeleteWithInstance", "true")],
+            )
+            .unwrap_err();
+        assert_eq!(err.code, "InvalidDiskId.NotFound");
+        let err = e
+            .call(
+                "ModifyDiskAttribute",
+                &[("DiskId", "d-x"), ("DeleteWithInstance", "x")],
+            )
+            .unwrap_err();
+        assert!(err.code.starts_with("InvalidParameter"), "{}", err.code);
     }
 
     #[test]

@@ -90,7 +90,8 @@ fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
 }
 
 /// CreateMachine: makes the VM backing `machine` from `machineClass`, or adopts the one that already
-/// does, so a retry never makes a second VM.
+/// does, so a retry never makes a second VM. One name is one VM: when the name's VM was made for
+/// another machine (another UID), the answer is AlreadyExists naming that owner.
 #[utoipa::path(
     post,
     path = "/v1/machines:create",
@@ -98,9 +99,9 @@ fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
     request_body = MachineRequest,
     responses(
         (status = 200, description = "The VM exists (created now or adopted)", body = CreateMachineResponse),
-        (status = 400, description = "Unknown provider, bad spec field or missing secret key (code 3), naming it", body = Problem),
+        (status = 400, description = "Unknown provider, bad spec field (a region outside ECS's region-id grammar or the allowed regions included), bad providerID or UID, or missing secret key (code 3), naming it", body = Problem),
         (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
-        (status = 409, description = "Several VMs back the machine (code 11)", body = Problem),
+        (status = 409, description = "The machine name's VM belongs to another machine UID (code 6, naming the owner), or several VMs without a recorded owner carry the name (code 11)", body = Problem),
         (status = 429, description = "No capacity or quota in the zone (code 8)", body = Problem),
         (status = 503, description = "The cloud is throttling or unavailable; retry (code 14)", body = Problem),
     )

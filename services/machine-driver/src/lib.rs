@@ -36,6 +36,11 @@ pub const DEFAULT_PORT: u16 = 8081;
 /// id, besides `diskplugin.csi.alibabacloud.com`.
 pub const ENV_CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
 
+/// `BERTH_ALICLOUD_REGIONS`: comma-separated region ids the Alicloud provider may use (the
+/// operator's allow-list). Unset: any region ECS is known to serve, or, with
+/// `BERTH_ALICLOUD_ENDPOINT` set, any well-formed region id.
+pub const ENV_REGIONS: &str = "BERTH_ALICLOUD_REGIONS";
+
 /// The `BERTH_ALICLOUD_*` variables the ECS client reads (its own parser decides what they mean).
 const ECS_VARS: [&str; 5] = [
     ::alicloud::config::ENV_ENDPOINT,
@@ -62,6 +67,8 @@ pub struct Config {
     pub ecs: ::alicloud::EcsConfig,
     /// Extra CSI driver names mapped by GetVolumeIDs (`BERTH_ALICLOUD_CSI_DRIVERS`).
     pub csi_drivers: Vec<String>,
+    /// The regions the Alicloud provider may use (`BERTH_ALICLOUD_REGIONS`); empty = the default.
+    pub regions: Vec<::alicloud::Region>,
 }
 
 impl Config {
@@ -84,11 +91,26 @@ impl Config {
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect();
+        let regions = env
+            .get(ENV_REGIONS)
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|r| {
+                ::alicloud::Region::parse(r).map_err(|e| ConfigError {
+                    var: ENV_REGIONS.to_string(),
+                    value: env.get(ENV_REGIONS).unwrap_or_default().to_string(),
+                    problem: format!("an entry {e}"),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Config {
             listen: listen_addr(env, DEFAULT_PORT)?,
             http: HttpConfig::from_env(env)?,
             ecs,
             csi_drivers,
+            regions,
         })
     }
 
@@ -104,11 +126,10 @@ impl Config {
 /// The provider plugins the configuration asks for.
 pub fn providers(config: &Config) -> Result<Providers, ::alicloud::Error> {
     let ecs = ::alicloud::Ecs::new(config.ecs.clone())?;
-    Ok(Providers::new().with(Arc::new(alicloud::Alicloud::new(
-        ecs,
-        &config.csi_drivers,
-        config.operation_timeout(),
-    ))))
+    Ok(Providers::new().with(Arc::new(
+        alicloud::Alicloud::new(ecs, &config.csi_drivers, config.operation_timeout())
+            .with_allowed_regions(config.regions.iter().cloned()),
+    )))
 }
 
 /// The service's router over these providers.
@@ -158,5 +179,18 @@ mod tests {
         let d = Config::from_env(&Env::default()).unwrap();
         assert_eq!(d.ecs, ::alicloud::EcsConfig::default());
         assert!(d.csi_drivers.is_empty());
+        assert!(d.regions.is_empty());
+    }
+
+    #[test]
+    fn the_region_allow_list_holds_region_ids_only() {
+        let c = Config::from_env(&Env::default().with(ENV_REGIONS, "cn-shanghai, eu-central-1,"))
+            .unwrap();
+        let regions: Vec<&str> = c.regions.iter().map(|r| r.as_str()).collect();
+        assert_eq!(regions, ["cn-shanghai", "eu-central-1"]);
+        let e = Config::from_env(&Env::default().with(ENV_REGIONS, "cn-shanghai,x@127.0.0.1:1/"))
+            .unwrap_err();
+        assert_eq!(e.var, ENV_REGIONS);
+        assert!(e.problem.contains("is not an ECS region id"), "{e:?}");
     }
 }

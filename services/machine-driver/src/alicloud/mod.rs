@@ -3,18 +3,25 @@
 //!
 //! - CreateMachine is idempotent: it adopts the instance that already backs the machine (by
 //!   `spec.providerID`, else by name within the cluster's tag), and otherwise sends RunInstances with a
-//!   `ClientToken` derived from the machine's UID, so no retry, lost answer or concurrent duplicate
-//!   can make a second VM.
+//!   `ClientToken` derived from the machine's UID, so no retry or lost answer can make a second VM.
+//! - One name is one VM, across driver replicas: every instance records the UID it was made for
+//!   (`berth.io/machine-uid`). When creates for one name race (different UIDs, or one without), each
+//!   creator looks again after RunInstances and every replica reaches the same verdict from the same
+//!   DescribeInstances answer ([`decide`]): the earliest instance keeps the name, ties broken by the
+//!   smallest instance id. A loser releases what it made and answers AlreadyExists naming the owner.
 //! - Every lookup is scoped to the class's `kubernetes.io/cluster/...` tag: a same-named VM of another
-//!   cluster in the account is never seen, adopted or deleted.
+//!   cluster in the account is never seen, adopted or deleted. A lookup by name also skips instances
+//!   made for another UID, so a losing machine neither adopts nor deletes the winner's VM.
+//! - The region (of the spec and of a providerID) is a [`alicloud::Region`] the [`RegionPolicy`]
+//!   admits before any client exists, so a caller can never aim a call at another host.
 //! - DeleteMachine answers OK for a missing VM (the MCM contract), Unavailable while the VM is
 //!   between states, and releases the disks and network interfaces the machine left behind (found
 //!   by the `berth.io/machine` tag the driver puts on everything it creates).
 //! - InitializeMachine starts a Stopped instance and says Uninitialized until it runs.
 //!
 //! # Layout
-//! - [`spec`]: the provider spec, its validation, the secret's keys, naming helpers.
-//! - this file: [`Alicloud`], the [`Provider`] implementation.
+//! - [`spec`]: the provider spec, its validation, the region policy, owners, naming helpers.
+//! - this file: [`Alicloud`], the [`Provider`] implementation, and [`decide`], the race verdict.
 
 pub mod spec;
 
@@ -23,7 +30,7 @@ use std::time::Duration;
 
 use alicloud::{
     DescribeDisks, DescribeInstances, DescribeNetworkInterfaces, Ecs, EcsClient, Instance,
-    InstanceStatus, Tag,
+    InstanceStatus, Region, Tag,
 };
 use async_trait::async_trait;
 use domain::machine::{
@@ -35,7 +42,7 @@ use domain::{Code, Status};
 use tracing::Instrument as _;
 
 use crate::provider::Provider;
-use spec::{MACHINE_TAG, ProviderSpec};
+use spec::{MACHINE_TAG, Owner, ProviderSpec, RegionPolicy};
 
 /// The provider's name (`MachineClass.provider`).
 pub const NAME: &str = "Alicloud";
@@ -49,6 +56,7 @@ pub struct Alicloud {
     ecs: Ecs,
     csi_drivers: BTreeSet<String>,
     operation_timeout: Duration,
+    regions: RegionPolicy,
 }
 
 /// One instance found for a machine, with the client (region) it lives in.
@@ -57,37 +65,166 @@ struct Found {
     instance: Instance,
 }
 
+/// What a request's `spec.providerID` led to.
+enum ByProviderId {
+    /// No providerID.
+    Unset,
+    /// The instance it names, in the cluster.
+    Found(Box<Found>),
+    /// It names no instance of the cluster.
+    Missing,
+}
+
+/// A request's checked spec, region and credentials.
+struct Prepared {
+    spec: ProviderSpec,
+    region: Region,
+    credentials: alicloud::Credentials,
+}
+
+impl Prepared {
+    /// A client for the class's region.
+    fn home(&self, ecs: &Ecs) -> EcsClient {
+        ecs.client(&self.region, self.credentials.clone())
+    }
+}
+
+/// Who keeps a machine name, decided from one DescribeInstances answer ([`decide`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Instances of this owner that lost and must be released.
+    pub release: Vec<String>,
+    /// What is left for the caller.
+    pub outcome: Outcome,
+}
+
+/// The caller's side of a [`Verdict`]; indexes point into the instances [`decide`] was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// No instance carries the name.
+    Free,
+    /// The name's VM is the caller's (made for its UID, or for no recorded owner).
+    Adopt(usize),
+    /// The name's VM was made for another owner.
+    Taken(usize, Owner),
+    /// Several instances without a recorded owner carry the name; none can be picked.
+    Ambiguous(Vec<String>),
+}
+
+/// The order that decides who keeps a name: the earliest `CreationTime` (instances without one
+/// last), then the smallest instance id. Every replica computes it from the same listing alike.
+fn rank(i: &Instance) -> (bool, i64, &str) {
+    let created = i.creation_timestamp();
+    (
+        created.is_none(),
+        created.unwrap_or_default(),
+        i.instance_id.as_str(),
+    )
+}
+
+/// Decides, for a caller speaking for `me`, what the instances carrying one machine name (in one
+/// cluster) mean. The first in [`rank`] order keeps the name. The caller's other instances lost:
+/// they are to be released (a replica that made them crashed, or lost a race). Instances of other
+/// owners are never the caller's to release; their creators release them the same way.
+///
+/// Instances without an owner tag (made before Berth recorded owners, or outside it) are adopted as
+/// before, as long as only one of them carries the name.
+pub fn decide(seen: &[Instance], me: &Owner) -> Verdict {
+    let Some(winner) = (0..seen.len()).min_by(|a, b| rank(&seen[*a]).cmp(&rank(&seen[*b]))) else {
+        return Verdict {
+            release: Vec::new(),
+            outcome: Outcome::Free,
+        };
+    };
+    let release: Vec<String> = seen
+        .iter()
+        .enumerate()
+        .filter(|(n, i)| *n != winner && Owner::of_instance(i).as_ref() == Some(me))
+        .map(|(_, i)| i.instance_id.clone())
+        .collect();
+    let outcome = match Owner::of_instance(&seen[winner]) {
+        Some(owner) if &owner == me => Outcome::Adopt(winner),
+        Some(owner) => Outcome::Taken(winner, owner),
+        None => {
+            let unowned: Vec<String> = seen
+                .iter()
+                .filter(|i| Owner::of_instance(i).is_none())
+                .map(|i| i.instance_id.clone())
+                .collect();
+            if unowned.len() == 1 {
+                Outcome::Adopt(winner)
+            } else {
+                Outcome::Ambiguous(unowned)
+            }
+        }
+    };
+    Verdict { release, outcome }
+}
+
+/// Whether a by-name lookup for `owner` may take this instance as the machine's: made for the same
+/// owner, or with no recorded owner.
+fn belongs_to(i: &Instance, owner: &Owner) -> bool {
+    Owner::of_instance(i).is_none_or(|o| &o == owner)
+}
+
+/// The machine's AlreadyExists: the name's VM is another owner's.
+fn taken(name: &str, instance_id: &str, owner: &Owner) -> Status {
+    Status::new(
+        Code::AlreadyExists,
+        format!(
+            "ECS instance {instance_id} already backs machine name {name:?} in this cluster, for {owner}; one name is one VM"
+        ),
+    )
+}
+
 impl Alicloud {
     /// A provider calling ECS through `ecs`. `extra_csi_drivers` are CSI driver names whose
     /// `volumeHandle` is an ECS disk id besides `diskplugin.csi.alibabacloud.com`;
     /// `operation_timeout` bounds each driver call (every ECS attempt, backoff and rate-limit wait).
+    /// Regions must be ones ECS is known to serve unless `ecs` has an endpoint override; see
+    /// [`Alicloud::with_allowed_regions`].
     pub fn new(ecs: Ecs, extra_csi_drivers: &[String], operation_timeout: Duration) -> Self {
+        let regions = RegionPolicy {
+            allowed: BTreeSet::new(),
+            known_only: ecs.config().endpoint.is_none(),
+        };
         Alicloud {
             ecs,
             csi_drivers: spec::csi_drivers(extra_csi_drivers),
             operation_timeout,
+            regions,
         }
+    }
+
+    /// Allows only these regions (the operator's allow-list); an empty list keeps the default.
+    pub fn with_allowed_regions(mut self, regions: impl IntoIterator<Item = Region>) -> Self {
+        self.regions.allowed = regions.into_iter().collect();
+        self
     }
 
     fn deadline(&self) -> alicloud::Instant {
         alicloud::deadline_in(self.operation_timeout)
     }
 
-    /// The spec and credentials of a request, checked for `purpose`.
+    /// The spec, region and credentials of a request, checked (all of them for a create).
     fn prepare(
         &self,
         class: &domain::machine::MachineClass,
         secret: &domain::machine::Secret,
         for_create: bool,
-    ) -> Result<(ProviderSpec, alicloud::Credentials), Status> {
+    ) -> Result<Prepared, Status> {
         let spec = ProviderSpec::decode(&class.provider_spec)?;
-        if for_create {
-            spec.validate_for_create()?;
+        let region = if for_create {
+            spec.validate_for_create(&self.regions)?
         } else {
-            spec.validate_scope()?;
-        }
+            spec.validate_scope(&self.regions)?
+        };
         let credentials = spec::credentials(secret)?;
-        Ok((spec, credentials))
+        Ok(Prepared {
+            spec,
+            region,
+            credentials,
+        })
     }
 
     /// The instance with this id in `region`, if it exists and carries the cluster tags.
@@ -110,7 +247,7 @@ impl Alicloud {
         Ok(found.into_iter().find(|i| i.instance_id == instance_id))
     }
 
-    /// Instances named exactly `name` carrying the cluster tags.
+    /// Instances named exactly `name` carrying the cluster tags, whoever they were made for.
     async fn by_name(
         &self,
         client: &EcsClient,
@@ -133,43 +270,129 @@ impl Alicloud {
             .collect())
     }
 
-    /// The instances backing a machine: the one `spec.providerID` names (in its own region), else,
-    /// when `name_fallback` allows, those named like the machine in the class's region.
+    /// The instance `spec.providerID` names, looked up in its own region (checked against the
+    /// policy before any client is made) within the cluster.
+    async fn by_provider_id(
+        &self,
+        req: &MachineRequest,
+        p: &Prepared,
+        deadline: alicloud::Instant,
+    ) -> Result<ByProviderId, Status> {
+        let provider_id = req.machine.spec.provider_id.as_str();
+        if provider_id.is_empty() {
+            return Ok(ByProviderId::Unset);
+        }
+        let (region, id) = spec::decode_provider_id(provider_id, &self.regions)?;
+        let client = match region {
+            Some(r) if r != p.region => self.ecs.client(&r, p.credentials.clone()),
+            _ => p.home(&self.ecs),
+        };
+        match self
+            .by_id(&client, id, &p.spec.cluster_tags(), deadline)
+            .await?
+        {
+            Some(instance) => Ok(ByProviderId::Found(Box::new(Found { client, instance }))),
+            None => {
+                tracing::debug!(instance_id = id, "no instance for providerID");
+                Ok(ByProviderId::Missing)
+            }
+        }
+    }
+
+    /// The instances backing a machine: the one `spec.providerID` names, else, when `name_fallback`
+    /// allows, those named like the machine in the class's region that belong to `owner`.
     async fn find(
         &self,
         req: &MachineRequest,
-        spec: &ProviderSpec,
-        credentials: &alicloud::Credentials,
+        p: &Prepared,
         name: &str,
+        owner: &Owner,
         name_fallback: bool,
         deadline: alicloud::Instant,
     ) -> Result<Vec<Found>, Status> {
-        let scope = spec.cluster_tags();
-        let home = self.ecs.client(&spec.region, credentials.clone());
-        let provider_id = req.machine.spec.provider_id.trim();
-        if !provider_id.is_empty() {
-            let (region, id) = spec::decode_provider_id(provider_id)?;
-            let client = match region {
-                Some(r) if r != spec.region => self.ecs.client(r, credentials.clone()),
-                _ => home.clone(),
-            };
-            if let Some(instance) = self.by_id(&client, id, &scope, deadline).await? {
-                return Ok(vec![Found { client, instance }]);
-            }
-            tracing::debug!(instance_id = id, "no instance for providerID");
-            if !name_fallback {
-                return Ok(Vec::new());
-            }
+        match self.by_provider_id(req, p, deadline).await? {
+            ByProviderId::Found(f) => return Ok(vec![*f]),
+            ByProviderId::Missing if !name_fallback => return Ok(Vec::new()),
+            ByProviderId::Missing | ByProviderId::Unset => {}
         }
+        let home = p.home(&self.ecs);
         Ok(self
-            .by_name(&home, name, &scope, deadline)
+            .by_name(&home, name, &p.spec.cluster_tags(), deadline)
             .await?
             .into_iter()
+            .filter(|i| belongs_to(i, owner))
             .map(|instance| Found {
                 client: home.clone(),
                 instance,
             })
             .collect())
+    }
+
+    /// Applies [`decide`] to the instances carrying `name`: releases this owner's losing instances,
+    /// then answers with the name's VM when it is the caller's, `None` when there is none, and
+    /// AlreadyExists (another owner's) or OutOfRange (several without owner) otherwise.
+    async fn settle(
+        &self,
+        client: &EcsClient,
+        seen: Vec<Instance>,
+        owner: &Owner,
+        name: &str,
+        deadline: alicloud::Instant,
+    ) -> Result<Option<Instance>, Status> {
+        let verdict = decide(&seen, owner);
+        for id in &verdict.release {
+            tracing::info!(instance_id = %id, "releasing an instance that lost the machine name");
+            self.release_lost(client, id, deadline)
+                .await
+                .map_err(|e| {
+                    Status::unavailable(format!(
+                        "ECS instance {id} was made for machine {name:?} but another instance keeps the name, and releasing it failed ({e}); retry to release it"
+                    ))
+                })?;
+        }
+        match verdict.outcome {
+            Outcome::Free => Ok(None),
+            Outcome::Adopt(n) => Ok(Some(seen[n].clone())),
+            Outcome::Taken(n, other) => Err(taken(name, &seen[n].instance_id, &other)),
+            Outcome::Ambiguous(ids) => Err(multiple(&ids)),
+        }
+    }
+
+    /// Releases an instance a create of this machine made but that lost the name. It was never
+    /// used, so the data disks the spec keeps (`deleteWithInstance: false`) go with it too.
+    async fn release_lost(
+        &self,
+        client: &EcsClient,
+        instance_id: &str,
+        deadline: alicloud::Instant,
+    ) -> Result<(), alicloud::Error> {
+        let disks = client
+            .describe_all_disks(
+                &DescribeDisks {
+                    instance_id: Some(instance_id.to_owned()),
+                    ..DescribeDisks::default()
+                },
+                deadline,
+            )
+            .await?;
+        for d in disks
+            .iter()
+            .filter(|d| d.delete_with_instance == Some(false))
+        {
+            match client
+                .set_disk_delete_with_instance(&d.disk_id, true, deadline)
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match client.delete_instance(instance_id, true, deadline).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// After RunInstances: the instance it answered with, looked at a few times, since a cloud may
@@ -305,24 +528,43 @@ fn addresses(i: &Instance) -> Vec<NodeAddress> {
     out
 }
 
+/// MCM's OutOfRange for several instances backing one machine.
+fn multiple(ids: &[String]) -> Status {
+    Status::new(
+        Code::OutOfRange,
+        format!(
+            "multiple VM instances found backing this machine object. IDs for all backing VMs - [{}]",
+            ids.join(" ")
+        ),
+    )
+}
+
 /// Exactly one instance, or MCM's NotFound / OutOfRange.
 fn exactly_one(found: Vec<Found>, name: &str) -> Result<Found, Status> {
-    match found.len() {
-        0 => Err(Status::not_found(format!(
+    let mut found = found.into_iter();
+    match (found.next(), found.next()) {
+        (None, _) => Err(Status::not_found(format!(
             "VM instance not found backing this machine object {name:?}"
         ))),
-        1 => Ok(found.into_iter().next().expect("one")),
-        _ => Err(Status::new(
-            Code::OutOfRange,
-            format!(
-                "multiple VM instances found backing this machine object. IDs for all backing VMs - [{}]",
-                found
-                    .iter()
-                    .map(|f| f.instance.instance_id.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ),
-        )),
+        (Some(one), None) => Ok(one),
+        (Some(a), Some(b)) => {
+            let ids: Vec<String> = [a, b]
+                .into_iter()
+                .chain(found)
+                .map(|f| f.instance.instance_id)
+                .collect();
+            Err(multiple(&ids))
+        }
+    }
+}
+
+/// CreateMachine's answer for an instance that backs the machine.
+fn create_answer(region: &str, i: &Instance, last_known_state: String) -> CreateMachineResponse {
+    CreateMachineResponse {
+        provider_id: spec::provider_id(region, &i.instance_id),
+        node_name: spec::node_name(&i.instance_id),
+        last_known_state,
+        addresses: addresses(i),
     }
 }
 
@@ -376,29 +618,37 @@ impl Provider for Alicloud {
 
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
         let name = spec::machine_name(&req.machine, true)?;
+        let owner = Owner::of(&req.machine)?;
         let span = tracing::info_span!("alicloud.create_machine", machine = %name);
         async {
-            let (spec, credentials) = self.prepare(&req.machine_class, &req.secret, true)?;
+            let p = self.prepare(&req.machine_class, &req.secret, true)?;
             let user_data = spec::user_data(&req.secret)?;
             let deadline = self.deadline();
-            let found = self
-                .find(req, &spec, &credentials, &name, true, deadline)
-                .await?;
-            if !found.is_empty() {
-                let f = exactly_one(found, &name)?;
+            if let ByProviderId::Found(f) = self.by_provider_id(req, &p, deadline).await? {
                 let id = &f.instance.instance_id;
-                tracing::info!(instance_id = %id, "adopting the existing instance");
-                return Ok(CreateMachineResponse {
-                    provider_id: provider_id_of(&f),
-                    node_name: spec::node_name(id),
-                    last_known_state: format!(
-                        "ECS instance {id} already backs machine {name}; adopted"
-                    ),
-                    addresses: addresses(&f.instance),
-                });
+                if let Some(other) = Owner::of_instance(&f.instance).filter(|o| o != &owner) {
+                    return Err(taken(&name, id, &other));
+                }
+                tracing::info!(instance_id = %id, "adopting the instance providerID names");
+                return Ok(create_answer(
+                    f.client.region(),
+                    &f.instance,
+                    format!("ECS instance {id} already backs machine {name}; adopted"),
+                ));
             }
-            let client = self.ecs.client(&spec.region, credentials);
-            let mut run = spec.run_instances(&name, user_data);
+            let client = p.home(&self.ecs);
+            let scope = p.spec.cluster_tags();
+            let seen = self.by_name(&client, &name, &scope, deadline).await?;
+            if let Some(i) = self.settle(&client, seen, &owner, &name, deadline).await? {
+                let id = &i.instance_id;
+                tracing::info!(instance_id = %id, "adopting the existing instance");
+                return Ok(create_answer(
+                    client.region(),
+                    &i,
+                    format!("ECS instance {id} already backs machine {name}; adopted"),
+                ));
+            }
+            let mut run = p.spec.run_instances(&name, &owner, user_data);
             let mut stale: Option<String> = None;
             for _ in 0..MAX_TOKEN_HOPS {
                 run.client_token = Some(spec::client_token(&req.machine, stale.as_deref()));
@@ -412,30 +662,49 @@ impl Provider for Alicloud {
                     ))
                 })?;
                 match self.confirm(&client, &id, deadline).await? {
-                    Some(instance) => {
-                        tracing::info!(instance_id = %id, "instance created");
-                        return Ok(CreateMachineResponse {
-                            provider_id: spec::provider_id(client.region(), &id),
-                            node_name: spec::node_name(&id),
-                            last_known_state: format!(
-                                "ECS instance {id} created for machine {name}"
-                            ),
-                            addresses: addresses(&instance),
-                        });
+                    Some(made) => {
+                        // Other creators (other UIDs, other replicas) may have made an instance for
+                        // this name meanwhile: look again and settle who keeps it. Every creator
+                        // reaches the same verdict, so exactly one instance stays.
+                        let mut seen = self.by_name(&client, &name, &scope, deadline).await?;
+                        if !seen.iter().any(|i| i.instance_id == id) {
+                            seen.push(made);
+                        }
+                        return match self.settle(&client, seen, &owner, &name, deadline).await? {
+                            Some(kept) if kept.instance_id == id => {
+                                tracing::info!(instance_id = %id, "instance created");
+                                Ok(create_answer(
+                                    client.region(),
+                                    &kept,
+                                    format!("ECS instance {id} created for machine {name}"),
+                                ))
+                            }
+                            // An earlier instance of this same machine keeps the name (a replica
+                            // made it meanwhile); ours was released.
+                            Some(kept) => {
+                                let kept_id = &kept.instance_id;
+                                tracing::info!(instance_id = %kept_id, "adopting the instance that keeps the name");
+                                Ok(create_answer(
+                                    client.region(),
+                                    &kept,
+                                    format!("ECS instance {kept_id} already backs machine {name}; adopted"),
+                                ))
+                            }
+                            None => Err(Status::internal(format!(
+                                "ECS instance {id} of machine {name:?} vanished while settling who keeps the name"
+                            ))),
+                        };
                     }
-                    // A machine with a UID gets a token no earlier machine had, so the instance is new
-                    // and only not listed yet (ECS lists new instances with a delay): trust RunInstances.
-                    // Chaining to a fresh token here could make a second VM.
+                    // A machine with a UID gets a token no earlier machine had, so the instance is
+                    // new and only not listed yet (ECS lists new instances with a delay). Without a
+                    // listing the race cannot be settled, so say "retry": the retry gets the same
+                    // instance back from the same token and settles then. Chaining to a fresh token
+                    // here could make a second VM.
                     None if !req.machine.metadata.uid.is_empty() => {
-                        tracing::warn!(instance_id = %id, "created instance not listed yet; trusting RunInstances");
-                        return Ok(CreateMachineResponse {
-                            provider_id: spec::provider_id(client.region(), &id),
-                            node_name: spec::node_name(&id),
-                            last_known_state: format!(
-                                "ECS instance {id} created for machine {name}; not listed yet"
-                            ),
-                            addresses: Vec::new(),
-                        });
+                        tracing::warn!(instance_id = %id, "created instance not listed yet");
+                        return Err(Status::unavailable(format!(
+                            "ECS instance {id} was created for machine {name:?} but is not listed yet; retry to confirm it is the only one"
+                        )));
                     }
                     // Without a UID the token comes from namespace/name, which a machine created again
                     // after its VM was released shares with the old one: ECS then answers with the
@@ -462,13 +731,12 @@ impl Provider for Alicloud {
         req: &MachineRequest,
     ) -> Result<InitializeMachineResponse, Status> {
         let name = spec::machine_name(&req.machine, false)?;
+        let owner = Owner::of(&req.machine)?;
         let span = tracing::info_span!("alicloud.initialize_machine", machine = %name);
         async {
-            let (spec, credentials) = self.prepare(&req.machine_class, &req.secret, false)?;
+            let p = self.prepare(&req.machine_class, &req.secret, false)?;
             let deadline = self.deadline();
-            let found = self
-                .find(req, &spec, &credentials, &name, true, deadline)
-                .await?;
+            let found = self.find(req, &p, &name, &owner, true, deadline).await?;
             let f = exactly_one(found, &name)?;
             let id = f.instance.instance_id.clone();
             let waiting = |what: String| Err(Status::new(Code::Uninitialized, what));
@@ -501,19 +769,19 @@ impl Provider for Alicloud {
 
     async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status> {
         let name = spec::machine_name(&req.machine, false)?;
+        let owner = Owner::of(&req.machine)?;
         let span = tracing::info_span!("alicloud.delete_machine", machine = %name);
         async {
-            let (spec, credentials) = self.prepare(&req.machine_class, &req.secret, false)?;
+            let p = self.prepare(&req.machine_class, &req.secret, false)?;
             let deadline = self.deadline();
             // With a providerID, only that instance: the orphan collector sends the name of a live
-            // machine with the id of an orphan, and the live machine's VM must survive.
-            let found = self
-                .find(req, &spec, &credentials, &name, false, deadline)
-                .await?;
+            // machine with the id of an orphan, and the live machine's VM must survive. By name,
+            // only this owner's instances: a machine that lost its name never takes the winner's.
+            let found = self.find(req, &p, &name, &owner, false, deadline).await?;
             let client = found
                 .first()
                 .map(|f| f.client.clone())
-                .unwrap_or_else(|| self.ecs.client(&spec.region, credentials.clone()));
+                .unwrap_or_else(|| p.home(&self.ecs));
             let mut released = Vec::new();
             let mut busy = Vec::new();
             for f in &found {
@@ -537,7 +805,7 @@ impl Provider for Alicloud {
                 )));
             }
             let (disks, nics, detaching) = self
-                .clean_leftovers(&client, &spec.cluster_tags(), &name, &released, deadline)
+                .clean_leftovers(&client, &p.spec.cluster_tags(), &name, &released, deadline)
                 .await?;
             if detaching > 0 {
                 return Err(Status::unavailable(format!(
@@ -572,11 +840,12 @@ impl Provider for Alicloud {
         req: &MachineRequest,
     ) -> Result<GetMachineStatusResponse, Status> {
         let name = spec::machine_name(&req.machine, false)?;
+        let owner = Owner::of(&req.machine)?;
         let span = tracing::debug_span!("alicloud.get_machine_status", machine = %name);
         async {
-            let (spec, credentials) = self.prepare(&req.machine_class, &req.secret, false)?;
+            let p = self.prepare(&req.machine_class, &req.secret, false)?;
             let found = self
-                .find(req, &spec, &credentials, &name, true, self.deadline())
+                .find(req, &p, &name, &owner, true, self.deadline())
                 .await?;
             let f = exactly_one(found, &name)?;
             Ok(GetMachineStatusResponse {
@@ -596,10 +865,10 @@ impl Provider for Alicloud {
     ) -> Result<ListMachinesResponse, Status> {
         let span = tracing::debug_span!("alicloud.list_machines", class = %req.machine_class.metadata.name);
         async {
-            let (spec, credentials) = self.prepare(&req.machine_class, &req.secret, false)?;
-            let client = self.ecs.client(&spec.region, credentials);
+            let p = self.prepare(&req.machine_class, &req.secret, false)?;
+            let client = p.home(&self.ecs);
             let filter = DescribeInstances {
-                tags: spec.list_tags(),
+                tags: p.spec.list_tags(),
                 ..DescribeInstances::default()
             };
             let instances = client
@@ -612,7 +881,7 @@ impl Provider for Alicloud {
                     .into_iter()
                     .map(|i| {
                         (
-                            spec::provider_id(&spec.region, &i.instance_id),
+                            spec::provider_id(client.region(), &i.instance_id),
                             i.instance_name,
                         )
                     })
@@ -646,5 +915,151 @@ impl Provider for Alicloud {
             })
             .collect();
         Ok(GetVolumeIdsResponse { volume_ids })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::machine::Machine;
+
+    /// An instance as DescribeInstances lists it: id, `CreationTime`, and the owner tag if any.
+    fn instance(id: &str, created: Option<&str>, owner: Option<&str>) -> Instance {
+        Instance {
+            instance_id: id.into(),
+            instance_name: "m-1".into(),
+            host_name: None,
+            status: InstanceStatus::Running,
+            region_id: None,
+            zone_id: None,
+            instance_type: None,
+            image_id: None,
+            creation_time: created.map(str::to_owned),
+            start_time: None,
+            private_ip_addresses: Vec::new(),
+            public_ip_addresses: Vec::new(),
+            vpc_id: None,
+            v_switch_id: None,
+            network_interfaces: Vec::new(),
+            tags: owner
+                .map(|o| vec![Tag::new(spec::OWNER_TAG, o)])
+                .unwrap_or_default(),
+            key_pair_name: None,
+            spot_strategy: None,
+            operation_locks: Vec::new(),
+        }
+    }
+
+    fn owner(uid: &str) -> Owner {
+        let mut m = Machine::default();
+        m.metadata.uid = uid.into();
+        Owner::of(&m).unwrap()
+    }
+
+    const T0: Option<&str> = Some("2024-05-01T10:00Z");
+    const T1: Option<&str> = Some("2024-05-01T10:01Z");
+
+    #[test]
+    fn nothing_named_is_free_and_one_of_mine_is_mine() {
+        let me = owner("a");
+        assert_eq!(decide(&[], &me).outcome, Outcome::Free);
+        let v = decide(&[instance("i-1", T0, Some("a"))], &me);
+        assert_eq!(v.outcome, Outcome::Adopt(0));
+        assert!(v.release.is_empty());
+    }
+
+    #[test]
+    fn the_earliest_instance_keeps_the_name_and_the_smallest_id_breaks_ties() {
+        let seen = [
+            instance("i-3", T0, Some("b")),
+            instance("i-1", T1, Some("a")),
+            instance("i-2", T0, Some("c")),
+        ];
+        // i-2 and i-3 were made in the same minute, before i-1: i-2 (c) keeps the name.
+        let v = decide(&seen, &owner("a"));
+        assert_eq!(v.outcome, Outcome::Taken(2, owner("c")));
+        assert_eq!(v.release, ["i-1"]);
+        let v = decide(&seen, &owner("b"));
+        assert_eq!(v.outcome, Outcome::Taken(2, owner("c")));
+        assert_eq!(v.release, ["i-3"]);
+        let v = decide(&seen, &owner("c"));
+        assert_eq!(v.outcome, Outcome::Adopt(2));
+        assert!(v.release.is_empty());
+        // Someone else entirely releases nothing and is told who owns the name.
+        let v = decide(&seen, &owner(""));
+        assert_eq!(v.outcome, Outcome::Taken(2, owner("c")));
+        assert!(v.release.is_empty());
+    }
+
+    #[test]
+    fn every_replica_reaches_the_same_verdict_whatever_the_listing_order() {
+        let mut seen = vec![
+            instance("i-40", T1, Some("x")),
+            instance("i-07", T0, Some("")),
+            instance("i-19", T0, Some("y")),
+            instance("i-99", None, Some("z")),
+        ];
+        for _ in 0..seen.len() {
+            seen.rotate_left(1);
+            let kept: Vec<&str> = ["x", "", "y", "z"]
+                .iter()
+                .map(|uid| match decide(&seen, &owner(uid)).outcome {
+                    Outcome::Adopt(n) | Outcome::Taken(n, _) => seen[n].instance_id.as_str(),
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            assert_eq!(kept, ["i-07"; 4]);
+        }
+    }
+
+    #[test]
+    fn an_instance_without_a_creation_time_never_wins_over_one_with() {
+        let seen = [
+            instance("i-1", None, Some("a")),
+            instance("i-2", T1, Some("b")),
+        ];
+        assert_eq!(decide(&seen, &owner("b")).outcome, Outcome::Adopt(1));
+        assert_eq!(decide(&seen, &owner("a")).release, ["i-1"]);
+    }
+
+    #[test]
+    fn my_own_duplicates_are_released_and_the_earliest_kept() {
+        let seen = [
+            instance("i-5", T0, Some("a")),
+            instance("i-4", T0, Some("a")),
+        ];
+        let v = decide(&seen, &owner("a"));
+        assert_eq!(v.outcome, Outcome::Adopt(1));
+        assert_eq!(v.release, ["i-5"]);
+    }
+
+    #[test]
+    fn instances_without_an_owner_are_adopted_alone_and_never_released() {
+        let me = owner("a");
+        let v = decide(&[instance("i-1", T0, None)], &me);
+        assert_eq!(v.outcome, Outcome::Adopt(0));
+        // An unowned instance made first keeps the name; my later one goes.
+        let v = decide(
+            &[instance("i-1", T0, None), instance("i-2", T1, Some("a"))],
+            &me,
+        );
+        assert_eq!(v.outcome, Outcome::Adopt(0));
+        assert_eq!(v.release, ["i-2"]);
+        // Two unowned: no pick, nothing released (they are nobody's to release).
+        let v = decide(&[instance("i-1", T0, None), instance("i-2", T0, None)], &me);
+        assert_eq!(
+            v.outcome,
+            Outcome::Ambiguous(vec!["i-1".into(), "i-2".into()])
+        );
+        assert!(v.release.is_empty());
+    }
+
+    #[test]
+    fn a_lookup_by_name_takes_only_the_callers_or_unowned_instances() {
+        assert!(belongs_to(&instance("i-1", T0, Some("a")), &owner("a")));
+        assert!(belongs_to(&instance("i-1", T0, None), &owner("a")));
+        assert!(!belongs_to(&instance("i-1", T0, Some("b")), &owner("a")));
+        assert!(!belongs_to(&instance("i-1", T0, Some("")), &owner("a")));
+        assert!(belongs_to(&instance("i-1", T0, Some("")), &owner("")));
     }
 }

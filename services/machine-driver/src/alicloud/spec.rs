@@ -6,10 +6,14 @@
 //! The rules are the historical in-tree ones (MCM's deleted `alicloudmachineclass.go`), with their
 //! messages, plus what ECS itself would refuse later (enums, ranges, tag limits), so a bad class is
 //! an InvalidArgument naming the field instead of an ECS error minutes later.
+//!
+//! Two caller values pick where the driver connects: `providerSpec.region` and the region part of
+//! `machine.spec.providerID`. Both become a [`Region`] (ECS's region-id grammar) and must pass the
+//! [`RegionPolicy`] before any client is made, so neither can point a request at another host.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use alicloud::{Credentials, DataDisk, RunInstances, SystemDisk, Tag};
+use alicloud::{Credentials, DataDisk, Instance, Region, RunInstances, SystemDisk, Tag};
 use domain::machine::{Machine, Secret};
 use domain::{Code, Status, names};
 use serde::{Deserialize, Deserializer};
@@ -25,8 +29,13 @@ pub const ROLE_TAG: &str = "kubernetes.io/role/";
 /// The tag Berth adds to every instance (and, through ECS, its disks and NICs): the machine's name.
 /// Leftover disks and network interfaces are found by it after the instance is gone.
 pub const MACHINE_TAG: &str = "berth.io/machine";
-/// ECS allows 20 tags on a resource; one is [`MACHINE_TAG`].
-const MAX_SPEC_TAGS: usize = 19;
+/// The tag Berth adds to every instance: the UID of the machine it was created for (empty for a
+/// machine without one). It decides who a machine name's VM belongs to when creates race.
+pub const OWNER_TAG: &str = "berth.io/machine-uid";
+/// ECS allows 20 tags on a resource; two are [`MACHINE_TAG`] and [`OWNER_TAG`].
+const MAX_SPEC_TAGS: usize = 18;
+/// The longest machine UID accepted: an ECS tag value's limit (Kubernetes UIDs have 36 characters).
+const MAX_UID_LEN: usize = 128;
 /// ECS's largest `UserData`, base64-encoded.
 const MAX_USER_DATA_BASE64: usize = 32 * 1024;
 
@@ -212,19 +221,20 @@ impl ProviderSpec {
         })
     }
 
-    /// The checks every method needs: a region to talk to and the cluster and role tags that scope
-    /// what this class may see and touch.
-    pub fn validate_scope(&self) -> Result<(), Status> {
+    /// The checks every method needs: a region this driver may talk to and the cluster and role tags
+    /// that scope what this class may see and touch. Returns the region.
+    pub fn validate_scope(&self, regions: &RegionPolicy) -> Result<Region, Status> {
         let mut v = Violations::default();
-        self.check_scope(&mut v);
-        v.into_result()
+        let region = self.check_scope(&mut v, regions);
+        v.into_result()?;
+        region.ok_or_else(|| Status::invalid(&format!("{SPEC}.region"), "Region is required"))
     }
 
-    /// Every rule, for CreateMachine.
-    pub fn validate_for_create(&self) -> Result<(), Status> {
+    /// Every rule, for CreateMachine. Returns the region.
+    pub fn validate_for_create(&self, regions: &RegionPolicy) -> Result<Region, Status> {
         let mut v = Violations::default();
         v.required(&self.image_id, "imageID", "ImageID is required");
-        self.check_scope(&mut v);
+        let region = self.check_scope(&mut v, regions);
         v.required(&self.zone_id, "zoneID", "ZoneID is required");
         v.required(
             &self.instance_type,
@@ -266,11 +276,24 @@ impl ProviderSpec {
         }
         self.check_data_disks(&mut v);
         self.check_tag_limits(&mut v);
-        v.into_result()
+        v.into_result()?;
+        region.ok_or_else(|| Status::invalid(&format!("{SPEC}.region"), "Region is required"))
     }
 
-    fn check_scope(&self, v: &mut Violations) {
-        v.required(&self.region, "region", "Region is required");
+    /// The region and tag rules; the region when it passes.
+    fn check_scope(&self, v: &mut Violations, regions: &RegionPolicy) -> Option<Region> {
+        let region = if self.region.is_empty() {
+            v.add(&format!("{SPEC}.region"), "Region is required");
+            None
+        } else {
+            match regions.admit(&self.region) {
+                Ok(r) => Some(r),
+                Err(rule) => {
+                    v.add(&format!("{SPEC}.region"), rule);
+                    None
+                }
+            }
+        };
         match &self.tags {
             None => v.add(
                 &format!("{SPEC}.tags"),
@@ -295,6 +318,7 @@ impl ProviderSpec {
                 }
             }
         }
+        region
     }
 
     fn check_data_disks(&self, v: &mut Violations) {
@@ -351,7 +375,7 @@ impl ProviderSpec {
             v.add(
                 &format!("{SPEC}.tags"),
                 format!(
-                    "has {} tags; at most {MAX_SPEC_TAGS} are allowed (ECS takes 20 and Berth adds {MACHINE_TAG})",
+                    "has {} tags; at most {MAX_SPEC_TAGS} are allowed (ECS takes 20 and Berth adds {MACHINE_TAG} and {OWNER_TAG})",
                     tags.len()
                 ),
             );
@@ -366,6 +390,9 @@ impl ProviderSpec {
             }
             if k == MACHINE_TAG {
                 v.add(&field, "is set by the driver to the machine's name");
+            }
+            if k == OWNER_TAG {
+                v.add(&field, "is set by the driver to the machine's UID");
             }
             if value.len() > 128 {
                 v.add(&field, "a tag value must be at most 128 characters");
@@ -392,9 +419,14 @@ impl ProviderSpec {
             .collect()
     }
 
-    /// RunInstances for `machine_name`, as MCM's request builder makes it, plus the machine tag.
-    /// The client token is left for the caller.
-    pub fn run_instances(&self, machine_name: &str, user_data: Option<Vec<u8>>) -> RunInstances {
+    /// RunInstances for `machine_name`, as MCM's request builder makes it, plus the machine and owner
+    /// tags. The client token is left for the caller.
+    pub fn run_instances(
+        &self,
+        machine_name: &str,
+        owner: &Owner,
+        user_data: Option<Vec<u8>>,
+    ) -> RunInstances {
         let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
         let mut tags: Vec<Tag> = self
             .tags
@@ -403,6 +435,7 @@ impl ProviderSpec {
             .map(|(k, v)| Tag::new(k, v))
             .collect();
         tags.push(Tag::new(MACHINE_TAG, machine_name));
+        tags.push(Tag::new(OWNER_TAG, owner.tag_value()));
         RunInstances {
             image_id: self.image_id.clone(),
             instance_type: self.instance_type.clone(),
@@ -527,19 +560,130 @@ pub fn provider_id(region: &str, instance_id: &str) -> String {
     format!("{region}.{instance_id}")
 }
 
-/// Splits a provider id into (region, instance id); MCM keeps what follows the last `.`.
-pub fn decode_provider_id(provider_id: &str) -> Result<(Option<&str>, &str), Status> {
+/// Whether `id` looks like an ECS instance id: `i-` and lower-case letters and digits.
+fn is_instance_id(id: &str) -> bool {
+    id.len() <= 64
+        && id.strip_prefix("i-").is_some_and(|rest| {
+            !rest.is_empty()
+                && rest
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        })
+}
+
+/// Splits a provider id into (region, instance id) as MCM does (the id follows the last `.`), and
+/// checks both parts: the region is a [`Region`] the policy admits (it picks the endpoint the
+/// instance is looked up at), the id an ECS instance id. A bare instance id means the class's
+/// region. Errors name the field, never repeat the value.
+pub fn decode_provider_id<'p>(
+    provider_id: &'p str,
+    regions: &RegionPolicy,
+) -> Result<(Option<Region>, &'p str), Status> {
+    const FIELD: &str = "machine.spec.providerID";
+    let malformed = || {
+        Status::invalid(
+            FIELD,
+            "is not of the form <region>.<instanceId> (an ECS region id, a dot, and an instance id such as i-bp67acfmxazb4p)",
+        )
+    };
     let (region, id) = match provider_id.rsplit_once('.') {
-        Some((region, id)) => (Some(region).filter(|r| !r.is_empty()), id),
+        Some((region, id)) => (Some(region), id),
         None => (None, provider_id),
     };
-    if id.is_empty() || id.contains(|c: char| c.is_whitespace() || c == '*') {
-        return Err(Status::invalid(
-            "machine.spec.providerID",
-            format!("{provider_id:?} is not of the form <region>.<instanceId>"),
-        ));
+    if !is_instance_id(id) {
+        return Err(malformed());
     }
+    let region = match region {
+        None => None,
+        Some(r) => Some(regions.admit(r).map_err(|rule| match Region::parse(r) {
+            // A well-formed region the policy refuses: say so (the value is safe to name).
+            Ok(_) => Status::invalid(FIELD, format!("names region {r:?}, which {rule}")),
+            Err(_) => malformed(),
+        })?),
+    };
     Ok((region, id))
+}
+
+/// Which regions the driver may call: ECS's grammar always; then the operator's allow-list when
+/// there is one (`BERTH_ALICLOUD_REGIONS`), else, when calls go to the regional endpoints, the
+/// regions ECS is known to serve. With an endpoint override (an emulator) any well-formed region
+/// goes, since the region then picks no host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegionPolicy {
+    /// The operator's allow-list; empty means none.
+    pub allowed: BTreeSet<Region>,
+    /// Whether a region must be one ECS is known to serve (no endpoint override).
+    pub known_only: bool,
+}
+
+impl RegionPolicy {
+    /// Parses `value` and checks it against the policy; the error is the rule that failed, without
+    /// the value.
+    pub fn admit(&self, value: &str) -> Result<Region, String> {
+        let region = Region::parse(value).map_err(|e| e.to_string())?;
+        if !self.allowed.is_empty() {
+            if !self.allowed.contains(&region) {
+                return Err(
+                    "is not a region this driver is allowed to use (the operator's allow-list)"
+                        .into(),
+                );
+            }
+        } else if self.known_only && !region.is_known() {
+            return Err(
+                "is not a region ECS is known to serve (an operator can allow it with the driver's region allow-list)"
+                    .into(),
+            );
+        }
+        Ok(region)
+    }
+}
+
+/// Who a VM is made for: the machine's UID, or a machine without one. Recorded on the instance as
+/// [`OWNER_TAG`] (the UID, or an empty value), so every driver replica can tell whose a VM is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner(String);
+
+impl Owner {
+    /// The owner a request speaks for. A UID is at most 128 characters (an ECS tag value) of ASCII
+    /// letters, digits, `-`, `_` and `.`, as Kubernetes UIDs (UUIDs) are.
+    pub fn of(machine: &Machine) -> Result<Owner, Status> {
+        let uid = machine.metadata.uid.as_str();
+        let ok = uid.len() <= MAX_UID_LEN
+            && uid
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            && !uid.starts_with("aliyun");
+        if !ok {
+            return Err(Status::invalid(
+                "machine.metadata.uid",
+                format!(
+                    "must be at most {MAX_UID_LEN} ASCII letters, digits, '-', '_' or '.' (a Kubernetes UID)"
+                ),
+            ));
+        }
+        Ok(Owner(uid.to_owned()))
+    }
+
+    /// Whom an instance was made for; `None` for an instance without the owner tag (made outside
+    /// Berth, or before Berth recorded owners).
+    pub fn of_instance(instance: &Instance) -> Option<Owner> {
+        instance.tag(OWNER_TAG).map(|v| Owner(v.to_owned()))
+    }
+
+    /// The value of [`OWNER_TAG`].
+    pub fn tag_value(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            f.write_str("a machine without a UID")
+        } else {
+            write!(f, "machine UID {:?}", self.0)
+        }
+    }
 }
 
 /// The node name of an instance: its default ECS host name, lower-cased (`i-abc` → `izabcz`).
@@ -581,6 +725,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The policy of a driver calling the regional endpoints, without an allow-list.
+    fn policy() -> RegionPolicy {
+        RegionPolicy {
+            allowed: BTreeSet::new(),
+            known_only: true,
+        }
+    }
+
     fn valid() -> serde_json::Value {
         json!({
             "apiVersion": "mcm.gardener.cloud/v1alpha1",
@@ -614,7 +766,7 @@ mod tests {
         assert_eq!(s.image_id, "m-image");
         assert_eq!(s.io_optimized, "optimized");
         assert_eq!(s.data_disks[1].delete_with_instance, Some(false));
-        s.validate_for_create().unwrap();
+        s.validate_for_create(&policy()).unwrap();
         assert_eq!(s.cluster_tags().len(), 1);
         assert_eq!(s.list_tags().len(), 2);
         let mut v = valid();
@@ -642,7 +794,7 @@ mod tests {
     #[test]
     fn historical_rules_with_their_messages() {
         let s = ProviderSpec::decode(&json!({"tags": {}})).unwrap();
-        let msg = s.validate_for_create().unwrap_err().message;
+        let msg = s.validate_for_create(&policy()).unwrap_err().message;
         for want in [
             "machineClass.providerSpec.imageID: ImageID is required",
             "machineClass.providerSpec.region: Region is required",
@@ -658,7 +810,7 @@ mod tests {
         v["tags"] = json!({"kubernetes.io/cluster/x": "1"});
         let msg = ProviderSpec::decode(&v)
             .unwrap()
-            .validate_scope()
+            .validate_scope(&policy())
             .unwrap_err()
             .message;
         assert_eq!(
@@ -668,7 +820,7 @@ mod tests {
         v["tags"] = json!({"kubernetes.io/role/x": "1"});
         let msg = ProviderSpec::decode(&v)
             .unwrap()
-            .validate_scope()
+            .validate_scope(&policy())
             .unwrap_err()
             .message;
         assert!(msg.contains("kubernetes.io/cluster/****"), "{msg}");
@@ -686,7 +838,7 @@ mod tests {
         ]);
         let msg = ProviderSpec::decode(&v)
             .unwrap()
-            .validate_for_create()
+            .validate_for_create(&policy())
             .unwrap_err()
             .message;
         for want in [
@@ -706,15 +858,88 @@ mod tests {
     }
 
     #[test]
+    fn regions_follow_the_grammar_then_the_policy() {
+        let with_region = |r: &str| {
+            let mut v = valid();
+            v["region"] = json!(r);
+            ProviderSpec::decode(&v).unwrap()
+        };
+        assert_eq!(
+            with_region("eu-central-1")
+                .validate_scope(&policy())
+                .unwrap()
+                .as_str(),
+            "eu-central-1"
+        );
+        for bad in ["x@127.0.0.1:9/", "../x", "CN-SHANGHAI", "cn-shanghai/"] {
+            let msg = with_region(bad)
+                .validate_for_create(&policy())
+                .unwrap_err()
+                .message;
+            assert!(
+                msg.starts_with("machineClass.providerSpec.region: is not an ECS region id"),
+                "{bad:?}: {msg}"
+            );
+            assert!(!msg.contains("127.0.0.1"), "{msg}");
+        }
+        let unknown = with_region("xx-nowhere-1");
+        let msg = unknown.validate_scope(&policy()).unwrap_err().message;
+        assert!(
+            msg.contains("is not a region ECS is known to serve"),
+            "{msg}"
+        );
+        // With an endpoint override any well-formed region goes; an allow-list narrows either way.
+        let lenient = RegionPolicy::default();
+        assert!(unknown.validate_scope(&lenient).is_ok());
+        let listed = RegionPolicy {
+            allowed: [Region::parse("xx-nowhere-1").unwrap()].into(),
+            known_only: true,
+        };
+        assert!(unknown.validate_scope(&listed).is_ok());
+        let msg = with_region("cn-shanghai")
+            .validate_scope(&listed)
+            .unwrap_err()
+            .message;
+        assert!(msg.contains("the operator's allow-list"), "{msg}");
+    }
+
+    #[test]
+    fn owners_are_uids_or_none() {
+        let mut m = Machine::default();
+        assert_eq!(Owner::of(&m).unwrap().tag_value(), "");
+        assert_eq!(
+            Owner::of(&m).unwrap().to_string(),
+            "a machine without a UID"
+        );
+        m.metadata.uid = "0b7e2c1a-5f7d-4c1e-9a57-6f0f8e1d2c3b".into();
+        let owner = Owner::of(&m).unwrap();
+        assert_eq!(
+            owner.to_string(),
+            "machine UID \"0b7e2c1a-5f7d-4c1e-9a57-6f0f8e1d2c3b\""
+        );
+        for bad in [
+            "a b".to_string(),
+            "x:y".into(),
+            "u".repeat(129),
+            "aliyun-x".into(),
+        ] {
+            m.metadata.uid = bad.clone();
+            let e = Owner::of(&m).unwrap_err();
+            assert!(e.message.starts_with("machine.metadata.uid:"), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn enums_and_tag_limits() {
         let mut v = valid();
         v["spotStrategy"] = json!("Cheap");
         v["IoOptimized"] = json!("yes");
         v["tags"][MACHINE_TAG] = json!("x");
+        v["tags"][OWNER_TAG] = json!("x");
         v["tags"]["aliyun:x"] = json!("y");
         let msg = ProviderSpec::decode(&v)
             .unwrap()
-            .validate_for_create()
+            .validate_for_create(&policy())
             .unwrap_err()
             .message;
         assert!(
@@ -722,14 +947,24 @@ mod tests {
             "{msg}"
         );
         assert!(msg.contains("IoOptimized: Unsupported value"), "{msg}");
-        assert!(msg.contains("is set by the driver"), "{msg}");
+        assert!(
+            msg.contains("is set by the driver to the machine's name"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("is set by the driver to the machine's UID"),
+            "{msg}"
+        );
         assert!(msg.contains("may not start with 'aliyun'"), "{msg}");
     }
 
     #[test]
     fn run_instances_is_built_as_mcm_builds_it() {
         let s = ProviderSpec::decode(&valid()).unwrap();
-        let r = s.run_instances("m-1", Some(b"#!/bin/sh".to_vec()));
+        let mut m = Machine::default();
+        m.metadata.uid = "u-1".into();
+        let owner = Owner::of(&m).unwrap();
+        let r = s.run_instances("m-1", &owner, Some(b"#!/bin/sh".to_vec()));
         let p = r.to_params("cn-shanghai", "tok");
         let get = |k: &str| p.get(k).map(str::to_owned);
         assert_eq!(get("InstanceName").as_deref(), Some("m-1"));
@@ -754,7 +989,7 @@ mod tests {
         assert_eq!(get("DataDisk.3.DeleteWithInstance"), None);
         assert_eq!(get("IoOptimized").as_deref(), Some("optimized"));
         assert_eq!(get("UserData").as_deref(), Some("IyEvYmluL3No"));
-        let tags: Vec<(String, String)> = (1..=4)
+        let tags: Vec<(String, String)> = (1..=5)
             .map(|n| {
                 (
                     get(&format!("Tag.{n}.Key")).unwrap(),
@@ -763,6 +998,7 @@ mod tests {
             })
             .collect();
         assert!(tags.contains(&(MACHINE_TAG.into(), "m-1".into())));
+        assert!(tags.contains(&(OWNER_TAG.into(), "u-1".into())));
         assert!(tags.contains(&("kubernetes.io/cluster/shoot--mcm".into(), "1".into())));
     }
 
@@ -803,11 +1039,44 @@ mod tests {
             "cn-shanghai.i-mockinstanceid"
         );
         assert_eq!(
-            decode_provider_id("cn-shanghai.i-1").unwrap(),
-            (Some("cn-shanghai"), "i-1")
+            decode_provider_id("cn-shanghai.i-1", &policy()).unwrap(),
+            (Some(Region::parse("cn-shanghai").unwrap()), "i-1")
         );
-        assert_eq!(decode_provider_id("i-1").unwrap(), (None, "i-1"));
-        assert!(decode_provider_id("cn-shanghai.").is_err());
+        assert_eq!(decode_provider_id("i-1", &policy()).unwrap(), (None, "i-1"));
+        for bad in [
+            "cn-shanghai.",
+            "",
+            " cn-shanghai.i-1",
+            "cn-shanghai.i-1 ",
+            "cn-shanghai.I-1",
+            "cn-shanghai.i-",
+            "cn-shanghai.x-1",
+            "cn-shanghai.i-1*",
+            "x@127.0.0.1:9/.i-1",
+            "../x.i-1",
+            ".i-1",
+        ] {
+            let e = decode_provider_id(bad, &policy()).unwrap_err();
+            assert!(
+                e.message
+                    .starts_with("machine.spec.providerID: is not of the form"),
+                "{bad:?}: {}",
+                e.message
+            );
+            assert!(
+                !bad.contains('@') || !e.message.contains('@'),
+                "{}",
+                e.message
+            );
+        }
+        let e = decode_provider_id("xx-nowhere-1.i-1", &policy()).unwrap_err();
+        assert!(
+            e.message.contains(
+                "names region \"xx-nowhere-1\", which is not a region ECS is known to serve"
+            ),
+            "{}",
+            e.message
+        );
         let mut m = Machine::default();
         m.metadata.name = "m".into();
         m.metadata.namespace = "ns".into();
