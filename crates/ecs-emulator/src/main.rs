@@ -11,6 +11,12 @@
 //! endpoints under `/_emulator/` are unauthenticated: keep the default loopback host unless the
 //! emulator runs in an isolated network (a compose stack).
 
+/// The binary picks the allocator, not a library it links: mimalloc, since under load the services
+/// allocate small, short-lived buffers on many threads, where glibc's allocator showed up as the
+/// gateway's largest cost (arena lock contention, in a `perf` profile of `bench/gateway.sh`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::{IpAddr, SocketAddr};
 use std::process::ExitCode;
 

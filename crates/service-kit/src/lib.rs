@@ -26,12 +26,6 @@
 //!   axum's server or by an engine of the service's own ([`server::Engine`]).
 //! - [`testing`]: spawning any router on `127.0.0.1:0` and quiet-by-default test logs.
 
-/// Every Berth binary links service-kit, so this one line gives them all mimalloc. Under load the
-/// services allocate small, short-lived buffers on many threads, where glibc's allocator showed up as
-/// the gateway's largest cost (arena lock contention, in a `perf` profile of `bench/gateway.sh`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 pub mod app;
 pub mod config;
 pub mod error;

@@ -1,6 +1,12 @@
 //! The `gateway` binary: `gateway` serves, `gateway healthcheck` probes a running one.
 //! Settings come from `BERTH_*` variables (see the README).
 
+/// The binary picks the allocator, not a library it links: mimalloc, since under load the services
+/// allocate small, short-lived buffers on many threads, where glibc's allocator showed up as the
+/// gateway's largest cost (arena lock contention, in a `perf` profile of `bench/gateway.sh`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     service_kit::server::run_binary(gateway::NAME, gateway::DEFAULT_PORT, |env| async move {
