@@ -237,23 +237,23 @@ pub enum VolumeCommand {
         /// A volume profile in YAML or JSON (`name`, `namespace`, `capacity`, …) instead of flags.
         #[arg(short = 'f', long = "filename", conflicts_with = "name")]
         file: Option<PathBuf>,
-        /// The namespace (default: `default`).
+        /// The namespace (default: `default`); with -f, must agree with the profile's.
         #[arg(short, long)]
         namespace: Option<String>,
         /// The capacity (`10Gi`, `500M`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "file")]
         capacity: Option<String>,
         /// The orchestrator to hold it (the default orchestrator when absent).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "file")]
         orchestrator: Option<String>,
         /// How many replicas.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "file")]
         replicas: Option<u32>,
         /// A label `key=value` (repeatable).
-        #[arg(short, long = "label", value_parser = parse_pair)]
+        #[arg(short, long = "label", value_parser = parse_pair, conflicts_with = "file")]
         labels: Vec<(String, String)>,
         /// A backend parameter `key=value` (repeatable): `format=file`, `reclaimPolicy=Retain`.
-        #[arg(short = 'p', long = "param", value_parser = parse_pair)]
+        #[arg(short = 'p', long = "param", value_parser = parse_pair, conflicts_with = "file")]
         params: Vec<(String, String)>,
         /// Waiting until the volume is Ready (fails if it ends Failed).
         #[command(flatten)]

@@ -183,6 +183,17 @@ fn volumes_and_orchestrators_through_the_cli() {
     let out = stack.berth(&["volume", "get", "missing", "--no-such-flag"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 
+    // With -f the file says everything: a flag that would be ignored, or a namespace that
+    // disagrees with the file's, is a usage error.
+    let profile = stack.data.path().join("profile.yaml");
+    std::fs::write(&profile, "name: p\nnamespace: team-a\ncapacity: 1Mi\n").unwrap();
+    let profile = profile.to_str().unwrap();
+    let out = stack.berth(&["volume", "create", "-f", profile, "--capacity", "2Gi"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = stack.berth(&["volume", "create", "-f", profile, "-n", "team-b"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("-n/--namespace"), "{}", stderr(&out));
+
     let out = stack.berth(&["volume", "create", "Bad_Name", "--capacity", "1Gi"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -391,6 +402,9 @@ fn machines_through_the_cli_against_the_embedded_emulator() {
     std::fs::write(&file, manifest).unwrap();
     let f = file.to_str().unwrap();
 
+    // Instances stay Pending, then Starting, for 3 s each (not `up`'s 1 s), so the calls below
+    // surely meet the VM between states even on a loaded machine.
+    set_emulator_lifecycle(stack.base + 10, 3000);
     let out = stack.berth(&["machine", "create", "-f", f]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
@@ -418,6 +432,16 @@ fn machines_through_the_cli_against_the_embedded_emulator() {
             && err.contains("retry in ")
             && err.contains("add --wait to keep retrying until it is gone"),
         "{err}"
+    );
+
+    // Initialising it before it runs is "come back later" too (exit 3), saying how to wait.
+    let out = stack.berth(&["machine", "init", "-f", f]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("error: Uninitialized: ")
+            && stderr(&out).contains("machine create --wait"),
+        "{}",
+        stderr(&out)
     );
 
     // Creating again adopts the same VM.
@@ -500,6 +524,22 @@ fn machines_through_the_cli_against_the_embedded_emulator() {
     let out = stack.berth(&["machine", "list", "-f", bare.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no Secret"), "{}", stderr(&out));
+}
+
+/// Sets how long the embedded emulator keeps instances Pending and Starting, through its admin API.
+fn set_emulator_lifecycle(port: u16, ms: u64) {
+    use std::io::Write;
+    let body = format!("{{\"pendingMs\":{ms},\"startingMs\":{ms},\"stoppingMs\":{ms}}}");
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "PUT /_emulator/lifecycle HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
 /// Issue 14, point 5: `--wait` waits as long as `Retry-After` says, no shorter, and gives up at

@@ -225,6 +225,8 @@ fn up_takes_only_the_options_it_reads_and_honours_them() {
     for read in ["--data-dir", "--port-base", "--bind", "BERTH_DATA_DIR"] {
         assert!(help.contains(read), "{read} missing: {help}");
     }
+    // A variable's value is not shown: `[env: BERTH_DATA_DIR=]` read as a setting left empty.
+    assert!(!help.contains("BERTH_DATA_DIR="), "{help}");
     for ignored in ["--server", "--token", "--output", "--timeout", "BERTH_URL"] {
         assert!(!help.contains(ignored), "{ignored} shown: {help}");
     }

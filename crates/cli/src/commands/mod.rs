@@ -28,8 +28,8 @@ pub const EXIT_REFUSED: u8 = 1;
 /// Exit code of a command line that cannot be run as written: unknown flags, conflicting options, an
 /// unreadable file, no token. The same code clap uses for its own usage errors.
 pub const EXIT_USAGE: u8 = 2;
-/// Exit code of a server that failed, could not be reached, asked to come back later, or did not
-/// finish within `--timeout`. Retrying may help.
+/// Exit code of a server that failed, could not be reached, asked to come back later (429, 503, a VM
+/// not initialised yet), or did not finish within `--timeout`. Retrying may help.
 pub const EXIT_FAILED: u8 = 3;
 
 /// Why a command failed; decides the exit code and the one line printed.
@@ -74,6 +74,8 @@ impl CliError {
                 }
             }
             CliError::Call(e) => match e.http_status {
+                // A VM not running yet is "come back later", though its status is a 409.
+                Some(_) if e.code() == Code::Uninitialized => EXIT_FAILED,
                 // What the server said decides: 4xx refused, except "too slow" and "too many".
                 Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => EXIT_REFUSED,
                 Some(_) => EXIT_FAILED,
@@ -139,6 +141,9 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
              admin token on its first start, and `berth token create --admin --data-dir <dir>` \
              adds a new one"
                 .into(),
+        ),
+        Some(_) if e.code() == Code::Uninitialized => Some(
+            "retry once the VM runs (`berth machine create --wait` returns when it does)".into(),
         ),
         Some(403) => Some(
             "the token lacks the scope this needs; make one with `berth token create --scopes …`"

@@ -34,7 +34,18 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<
                             docs.len()
                         )));
                     }
-                    decode::<VolumeProvisionerProfile>("profile", docs.remove(0))?
+                    let mut profile: VolumeProvisionerProfile = decode("profile", docs.remove(0))?;
+                    match (&profile.namespace, namespace) {
+                        (Some(inside), Some(flag)) if inside != flag => {
+                            return Err(CliError::Usage(format!(
+                                "{} says namespace {inside:?} but -n/--namespace says {flag:?}; give one of them",
+                                path.display()
+                            )));
+                        }
+                        (None, Some(flag)) => profile.namespace = Some(flag.clone()),
+                        _ => {}
+                    }
+                    profile
                 }
                 None => {
                     let name = name.as_deref().ok_or_else(|| {
