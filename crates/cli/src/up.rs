@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::args::UpArgs;
 
-/// The ports of one run, in DESIGN.md's order.
+/// The ports of one run, in the order of docs/architecture.md's table.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
     /// The gateway.
