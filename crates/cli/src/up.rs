@@ -201,11 +201,12 @@ fn without_colour_unless_terminal() {
     let Ok(exe) = std::env::current_exe() else {
         return;
     };
-    let error = std::process::Command::new(exe)
+    // `exec` returns only when it failed; then this process goes on, logs coloured, which is no
+    // reason to stop it (nothing is set up yet that could report the failure).
+    let _failed = std::process::Command::new(exe)
         .args(std::env::args_os().skip(1))
         .env(NO_COLOR, "1")
         .exec();
-    tracing::debug!(%error, "could not re-run without colours");
 }
 
 /// Writes one banner line; a stdout nobody reads (`berth up | head -3`) does not stop the stack.
