@@ -1,33 +1,59 @@
 //! The command tree.
+//!
+//! The options that say how to reach the gateway and how to print ([`Connection`], [`Format`]) belong
+//! to the commands that call it, not to the whole program: `berth up --help` then shows only what `up`
+//! reads, and `berth up --server …` is refused instead of silently ignored. They are `global` below
+//! their command, so `berth volume list -o json` and `berth volume -o json list` both work.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
 
 /// Berth: machines and storage volumes behind one REST control plane.
 #[derive(Debug, Parser)]
-#[command(name = "berth", version, about, propagate_version = true)]
+#[command(
+    name = "berth",
+    version,
+    about,
+    propagate_version = true,
+    after_help = "Exit codes: 0 done; 1 the request was refused (not found, invalid, not allowed); \
+                  2 the command line is wrong (usage); 3 the server failed, could not be reached, \
+                  or did not finish in time (retrying may help)."
+)]
 pub struct Cli {
-    /// The gateway's URL.
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// How to reach the gateway.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Connection options")]
+pub struct Connection {
+    /// The gateway's URL; `host:port` means `http://host:port`.
     #[arg(
         long,
         global = true,
         env = "BERTH_URL",
+        hide_env_values = true,
         default_value = "http://127.0.0.1:8080"
     )]
     pub server: String,
-    /// A bearer token (`berth up` prints an admin token on first start).
+    /// A bearer token (`berth up` prints an admin token on its first start).
     #[arg(long, global = true, env = "BERTH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// How long one call to the gateway may take.
+    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+}
+
+/// How to print results.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Format {
     /// How to print results.
     #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
-    /// How long one call may take.
-    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration)]
-    pub timeout: std::time::Duration,
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
 }
 
 /// Output formats.
@@ -35,41 +61,72 @@ pub struct Cli {
 pub enum Output {
     /// Aligned columns for people.
     Table,
+    /// The table with more columns (labels, replicas, location).
+    Wide,
     /// The API's JSON.
     Json,
     /// The API's objects as YAML.
     Yaml,
 }
 
+impl Output {
+    /// Whether this is one of the two table forms.
+    pub fn is_table(self) -> bool {
+        matches!(self, Output::Table | Output::Wide)
+    }
+}
+
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the whole stack (gateway, machine driver, registry, storage ops, ECS emulator) in one process.
+    /// Run Berth on this machine: the gateway and every service in one process, state in one directory.
+    #[command(
+        after_help = "The services also read their own BERTH_* settings from the environment (log \
+                      level, rate limits, timeouts: see the README's Configuration section), except \
+                      what `up` decides itself: listen addresses, upstream URLs, the data directory, \
+                      the tokens file and the internal credential."
+    )]
     Up(UpArgs),
-    /// Create, inspect, list and delete machines (the MCM driver contract).
-    #[command(subcommand)]
-    Machine(MachineCommand),
+    /// Create, inspect, list and delete machines (VMs) on a cloud.
+    #[command(visible_alias = "machines")]
+    Machine(Group<MachineCommand>),
     /// Create, inspect, list and delete storage volumes.
-    #[command(subcommand)]
-    Volume(VolumeCommand),
-    /// Register, inspect and remove orchestrators.
-    #[command(subcommand)]
-    Orchestrator(OrchestratorCommand),
-    /// Manage gateway tokens.
+    #[command(visible_aliases = ["volumes", "vol"])]
+    Volume(Group<VolumeCommand>),
+    /// Register, inspect and remove the orchestrators that hold volumes.
+    #[command(visible_aliases = ["orchestrators", "orch"])]
+    Orchestrator(Group<OrchestratorCommand>),
+    /// Show volumes or orchestrators, kubectl-style: `berth get volumes`, `berth get volume data`.
+    Get(Group<GetCommand>),
+    /// Make tokens for the gateway.
     #[command(subcommand)]
     Token(TokenCommand),
-    /// Print a shell completion script.
+    /// Print a shell completion script (`berth completions bash > /etc/bash_completion.d/berth`).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
     },
 }
 
+/// A command that talks to the gateway: its connection and output options, and its subcommand.
+#[derive(Debug, clap::Args)]
+pub struct Group<C: Subcommand> {
+    /// How to reach the gateway.
+    #[command(flatten)]
+    pub connection: Connection,
+    /// How to print.
+    #[command(flatten)]
+    pub format: Format,
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: C,
+}
+
 /// `berth up`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
     /// Where all state goes: SQLite files, local volumes, the tokens file.
-    #[arg(long, env = "BERTH_DATA_DIR", default_value = service_kit::config::DEFAULT_DATA_DIR)]
+    #[arg(long, env = "BERTH_DATA_DIR", hide_env_values = true, default_value = service_kit::config::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
     /// The gateway's port; the services take the next ones (+1 machine-driver, +2 registry,
     /// +3 storage-ops, +10 ECS emulator).
@@ -89,95 +146,144 @@ pub struct MachineFiles {
     pub files: Vec<PathBuf>,
 }
 
+/// Waiting for an operation to finish.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Wait {
+    /// Wait until it is done, retrying as the server asks (Retry-After) while it settles.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: how long to wait before giving up (exit 3).
+    #[arg(long, requires = "wait", default_value = "5m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
 /// Machine commands.
 #[derive(Debug, Subcommand)]
 pub enum MachineCommand {
-    /// CreateMachine: make (or adopt) the VM backing a Machine.
-    Create(MachineFiles),
-    /// GetMachineStatus.
+    /// Create the VM backing a machine, or adopt the one that already does; --wait until it runs.
+    Create {
+        /// The machine's files.
+        #[command(flatten)]
+        files: MachineFiles,
+        /// Waiting until the VM runs.
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Show whether a VM backs a machine, and its state and addresses.
     Status(MachineFiles),
-    /// DeleteMachine.
-    Delete(MachineFiles),
-    /// InitializeMachine.
+    /// Delete the VM backing a machine and what it left behind; --wait until it is gone.
+    #[command(visible_alias = "rm")]
+    Delete {
+        /// The machine's files.
+        #[command(flatten)]
+        files: MachineFiles,
+        /// Waiting until the VM is gone.
+        #[command(flatten)]
+        wait: Wait,
+    },
+    /// Finish setting up a machine's VM once it runs (fails with Uninitialized until then).
     Init(MachineFiles),
-    /// ListMachines: the VMs a MachineClass's tags identify (needs the class and secret).
+    /// List the VMs a machine class owns (needs the class and secret).
+    #[command(visible_alias = "ls")]
     List(MachineFiles),
+    /// List the cloud providers machines can be made on.
+    Providers,
+    /// Show the cloud volume ids behind persistent volumes (the ones the provider can map).
+    VolumeIds {
+        /// YAML or JSON files holding PersistentVolumes (`kind: PersistentVolume`), bare
+        /// PersistentVolume specs, or one `{pvSpecs: [...]}` body.
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<PathBuf>,
+    },
+}
+
+/// Which volumes to list.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VolumeQuery {
+    /// The namespace (default: `default`).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// List volumes in every namespace.
+    #[arg(short = 'A', long, conflicts_with = "namespace")]
+    pub all_namespaces: bool,
+    /// A label selector (`app=db,tier in (a,b)`).
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+    /// At most this many volumes (one page); all pages when absent.
+    #[arg(long)]
+    pub limit: Option<u32>,
+    /// After listing, keep printing changes until interrupted (Ctrl-C).
+    #[arg(short, long)]
+    pub watch: bool,
+}
+
+/// Which volume.
+#[derive(Debug, Clone, clap::Args)]
+pub struct VolumeName {
+    /// `name` or `namespace/name`.
+    pub name: String,
+    /// The namespace (default: `default`); must agree with a `namespace/` in the name.
+    #[arg(short, long)]
+    pub namespace: Option<String>,
 }
 
 /// Volume commands.
 #[derive(Debug, Subcommand)]
 pub enum VolumeCommand {
-    /// AddStorage.
+    /// Create a volume (the same request again changes nothing).
     Create {
-        /// The volume's name (or give `-f`).
+        /// The volume's name, or `namespace/name` (or give `-f`).
         name: Option<String>,
-        /// A VolumeProvisionerProfile in YAML or JSON instead of flags.
+        /// A volume profile in YAML or JSON (`name`, `namespace`, `capacity`, …) instead of flags.
         #[arg(short = 'f', long = "filename", conflicts_with = "name")]
         file: Option<PathBuf>,
-        /// The namespace.
+        /// The namespace (default: `default`); with -f, must agree with the profile's.
         #[arg(short, long)]
         namespace: Option<String>,
         /// The capacity (`10Gi`, `500M`).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "file")]
         capacity: Option<String>,
-        /// The orchestrator (the registry's default when absent).
-        #[arg(long)]
+        /// The orchestrator to hold it (the default orchestrator when absent).
+        #[arg(long, conflicts_with = "file")]
         orchestrator: Option<String>,
-        /// Replicas.
-        #[arg(long)]
+        /// How many replicas.
+        #[arg(long, conflicts_with = "file")]
         replicas: Option<u32>,
         /// A label `key=value` (repeatable).
-        #[arg(short, long = "label", value_parser = parse_pair)]
+        #[arg(short, long = "label", value_parser = parse_pair, conflicts_with = "file")]
         labels: Vec<(String, String)>,
         /// A backend parameter `key=value` (repeatable): `format=file`, `reclaimPolicy=Retain`.
-        #[arg(short = 'p', long = "param", value_parser = parse_pair)]
+        #[arg(short = 'p', long = "param", value_parser = parse_pair, conflicts_with = "file")]
         params: Vec<(String, String)>,
-        /// Wait until the volume is Ready (fails if it ends Failed).
-        #[arg(long)]
-        wait: bool,
+        /// Waiting until the volume is Ready (fails if it ends Failed).
+        #[command(flatten)]
+        wait: Wait,
     },
-    /// ReadStorage.
+    /// Show a volume.
     Get {
-        /// `name` or `namespace/name`.
-        name: String,
-        /// The namespace.
+        /// Which volume.
+        #[command(flatten)]
+        volume: VolumeName,
+        /// After showing it, keep printing its changes until interrupted (Ctrl-C).
         #[arg(short, long)]
-        namespace: Option<String>,
+        watch: bool,
     },
-    /// ListStorage (every page).
-    List {
-        /// Only this namespace.
-        #[arg(short, long)]
-        namespace: Option<String>,
-        /// A label selector (`app=db,tier in (a,b)`).
-        #[arg(short = 'l', long)]
-        selector: Option<String>,
-        /// At most this many volumes (one page); all pages when absent.
-        #[arg(long)]
-        limit: Option<u32>,
-    },
-    /// DeleteStorage.
-    Delete {
-        /// `name` or `namespace/name`.
-        name: String,
-        /// The namespace.
-        #[arg(short, long)]
-        namespace: Option<String>,
-    },
-    /// Capacity and bytes used.
-    Stats {
-        /// `name` or `namespace/name`.
-        name: String,
-        /// The namespace.
-        #[arg(short, long)]
-        namespace: Option<String>,
-    },
+    /// List volumes (in the namespace `default` unless -n or -A says otherwise).
+    #[command(visible_alias = "ls")]
+    List(VolumeQuery),
+    /// Delete a volume (and, unless it says `reclaimPolicy=Retain`, its data).
+    #[command(visible_alias = "rm")]
+    Delete(VolumeName),
+    /// Show a volume's capacity and how much of it is used.
+    Stats(VolumeName),
+    /// List storage Berth made that no volume owns any more (left by a crash or a manual change).
+    Orphans,
 }
 
 /// Orchestrator commands.
 #[derive(Debug, Subcommand)]
 pub enum OrchestratorCommand {
-    /// RegisterOrchestrator (idempotent; replaces a different registration).
+    /// Register an orchestrator, or change one (the same request again changes nothing).
     Register {
         /// The orchestrator's name.
         name: String,
@@ -193,40 +299,88 @@ pub enum OrchestratorCommand {
         /// A config entry `key=value` (repeatable): `basePath=/srv/vols`, `capacity=100Gi`, `host=unix:///var/run/docker.sock`.
         #[arg(short, long = "config", value_parser = parse_pair)]
         config: Vec<(String, String)>,
-        /// Make it the default orchestrator.
+        /// Make it the default orchestrator (the one new volumes go to).
         #[arg(long)]
         default: bool,
     },
-    /// GetOrchestrator.
+    /// Show an orchestrator.
     Get {
         /// The name.
         name: String,
+        /// After showing it, keep printing its changes until interrupted (Ctrl-C).
+        #[arg(short, long)]
+        watch: bool,
     },
-    /// Every registered orchestrator.
-    List,
-    /// Deregister.
+    /// List orchestrators.
+    #[command(visible_alias = "ls")]
+    List {
+        /// After listing, keep printing changes until interrupted (Ctrl-C).
+        #[arg(short, long)]
+        watch: bool,
+    },
+    /// Remove an orchestrator (its volumes stay where they are).
+    #[command(visible_alias = "rm")]
     Delete {
         /// The name.
         name: String,
     },
-    /// Which kind the registry's environment implies.
+    /// Show which orchestrator kind the registry's environment implies, and why.
     Detect,
-    /// The kinds the registry can build.
+    /// List the kinds of orchestrator Berth can use, and which can hold volumes.
     Kinds,
+}
+
+/// `berth get …`.
+#[derive(Debug, Subcommand)]
+pub enum GetCommand {
+    /// Volumes: one by name, or a list.
+    #[command(visible_aliases = ["volume", "vol"])]
+    Volumes {
+        /// `name` or `namespace/name`: show this one instead of a list.
+        name: Option<String>,
+        /// Which volumes.
+        #[command(flatten)]
+        query: VolumeQuery,
+    },
+    /// Orchestrators: one by name, or a list.
+    #[command(visible_aliases = ["orchestrator", "orch"])]
+    Orchestrators {
+        /// Show this one instead of a list.
+        name: Option<String>,
+        /// After listing, keep printing changes until interrupted (Ctrl-C).
+        #[arg(short, long)]
+        watch: bool,
+    },
 }
 
 /// Token commands.
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
-    /// Make a new token: prints it once, and the line for the gateway's tokens file.
+    /// Make a new token: print it once, with the line for the gateway's tokens file.
+    ///
+    /// With --data-dir (or --tokens-file) the line is also added to the file, which a running
+    /// gateway picks up within a second: the way back in when the admin token is lost.
+    #[command(group(ArgGroup::new("grant").required(true).args(["scopes", "admin"])))]
     Create {
         /// Comma-separated scopes: machines:read, machines:write, volumes:read, volumes:write,
         /// orchestrators:read, orchestrators:write, admin.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',')]
         scopes: Vec<String>,
-        /// A name for the token in logs.
-        #[arg(long, default_value = "token")]
-        name: String,
+        /// The `admin` scope: everything (the same as `--scopes admin`).
+        #[arg(long)]
+        admin: bool,
+        /// A name for the token in logs (default: `admin` with --admin, else `token`).
+        #[arg(long)]
+        name: Option<String>,
+        /// Add the token to `<DATA_DIR>/tokens`, the file `berth up --data-dir DATA_DIR` serves.
+        #[arg(long, conflicts_with = "tokens_file")]
+        data_dir: Option<PathBuf>,
+        /// Add the token to this tokens file (a gateway's BERTH_TOKENS_FILE).
+        #[arg(long)]
+        tokens_file: Option<PathBuf>,
+        /// How to print the result.
+        #[command(flatten)]
+        format: Format,
     },
 }
 
@@ -236,7 +390,78 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
         .ok_or_else(|| format!("{s:?} is not key=value"))
 }
 
-fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, String> {
     service_kit::config::parse_duration(s)
-        .ok_or_else(|| format!("{s:?} is not a duration like 30s"))
+        .ok_or_else(|| format!("{s:?} is not a duration like 30s or 5m"))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every command, subcommands included, depth first.
+    fn every_command(cmd: &clap::Command) -> Vec<clap::Command> {
+        let mut all = vec![cmd.clone()];
+        for sub in cmd.get_subcommands() {
+            all.extend(every_command(sub));
+        }
+        all
+    }
+
+    #[test]
+    fn the_tree_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_option_a_variable_can_supply_is_required() {
+        let mut cli = Cli::command();
+        cli.build();
+        for cmd in every_command(&cli) {
+            for arg in cmd.get_arguments() {
+                if arg.get_env().is_some() {
+                    assert!(
+                        !arg.is_required_set(),
+                        "{} --{} has a variable and is required",
+                        cmd.get_name(),
+                        arg.get_id()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn help_says_what_a_command_does_not_which_method_it_calls() {
+        const METHODS: [&str; 13] = [
+            "AddStorage",
+            "ReadStorage",
+            "ListStorage",
+            "DeleteStorage",
+            "CreateMachine",
+            "GetMachineStatus",
+            "DeleteMachine",
+            "InitializeMachine",
+            "ListMachines",
+            "GetVolumeIDs",
+            "RegisterOrchestrator",
+            "GetOrchestrator",
+            "Deregister",
+        ];
+        let mut cli = Cli::command();
+        cli.build();
+        for cmd in every_command(&cli) {
+            let about = cmd.get_about().map(|a| a.to_string()).unwrap_or_default();
+            assert!(!about.is_empty(), "{} has no help", cmd.get_name());
+            for method in METHODS {
+                assert!(
+                    !about.contains(method),
+                    "{}: {about:?} names {method}",
+                    cmd.get_name()
+                );
+            }
+        }
+    }
 }

@@ -3,10 +3,14 @@
 //!
 //! # Layout
 //! - [`args`]: the clap command tree.
-//! - [`commands`]: machine, volume, orchestrator and token commands, over the typed clients.
-//! - [`output`]: tables, JSON, YAML, and the one-line error.
+//! - [`commands`]: machine, volume, orchestrator, `get` and token commands over the typed clients;
+//!   errors, exit codes and hints; `--wait` and `--watch`.
+//! - [`output`]: tables, JSON, YAML; sizes and ages for people.
 //! - [`up`]: `berth up` — every service on its own listener, still talking HTTP, state under one
 //!   data directory.
+//!
+//! Exit codes: 0 done, [`commands::EXIT_REFUSED`] (1), [`commands::EXIT_USAGE`] (2),
+//! [`commands::EXIT_FAILED`] (3).
 
 pub mod args;
 pub mod commands;
@@ -18,10 +22,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
-/// Exit code for a refused request (bad input, not found, no permission).
-pub const EXIT_CLIENT_ERROR: u8 = 2;
-/// Exit code for a failure on the server side or an unreachable server.
-pub const EXIT_SERVER_ERROR: u8 = 3;
+use crate::args::{Command, GetCommand, MachineCommand, VolumeCommand, VolumeName};
+use crate::commands::{CliError, Ctx, EXIT_USAGE, HintContext};
 
 /// Parses `argv` and runs the command.
 pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
@@ -30,33 +32,109 @@ pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
         Err(e) => {
             let _ = e.print();
             return if e.use_stderr() {
-                ExitCode::from(EXIT_CLIENT_ERROR)
+                ExitCode::from(EXIT_USAGE)
             } else {
                 ExitCode::SUCCESS
             };
         }
     };
+    let mut context = HintContext::default();
     let result = match &cli.command {
-        args::Command::Up(up_args) => return up::run(up_args.clone()).await,
-        args::Command::Completions { shell } => {
-            clap_complete::generate(
-                *shell,
-                &mut args::Cli::command(),
-                "berth",
-                &mut std::io::stdout(),
-            );
+        Command::Up(up_args) => return up::run(up_args.clone()).await,
+        Command::Completions { shell } => {
+            // Rendered whole first: clap_complete panics on a failed write, and a reader that stops
+            // early (`| head -1`) is not a failure.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut args::Cli::command(), "berth", &mut script);
+            let _ = output::write_stdout(&String::from_utf8_lossy(&script));
             Ok(())
         }
-        args::Command::Machine(c) => commands::machine(&cli, c).await,
-        args::Command::Volume(c) => commands::volume(&cli, c).await,
-        args::Command::Orchestrator(c) => commands::orchestrator(&cli, c).await,
-        args::Command::Token(c) => commands::token(&cli, c),
+        Command::Token(c) => commands::token::run(c),
+        Command::Machine(group) => {
+            context.wait_for = match &group.command {
+                MachineCommand::Create { wait, .. } if !wait.wait => Some("until it runs"),
+                MachineCommand::Delete { wait, .. } if !wait.wait => Some("until it is gone"),
+                _ => None,
+            };
+            connected(&group.connection, &mut context, |ctx| async move {
+                commands::machine::run(&ctx, &group.format, &group.command).await
+            })
+            .await
+        }
+        Command::Volume(group) => {
+            context.wait_for = match &group.command {
+                VolumeCommand::Create { wait, .. } if !wait.wait => Some("until it is Ready"),
+                _ => None,
+            };
+            connected(&group.connection, &mut context, |ctx| async move {
+                commands::volume::run(&ctx, &group.format, &group.command).await
+            })
+            .await
+        }
+        Command::Orchestrator(group) => {
+            connected(&group.connection, &mut context, |ctx| async move {
+                commands::orchestrator::run(&ctx, &group.format, &group.command).await
+            })
+            .await
+        }
+        Command::Get(group) => {
+            connected(&group.connection, &mut context, |ctx| async move {
+                get(&ctx, group.format.output, &group.command).await
+            })
+            .await
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("{}", e.line());
+            eprintln!("{}", e.line(&context));
             ExitCode::from(e.exit_code())
+        }
+    }
+}
+
+/// Checks the connection options, then runs `command` with them.
+async fn connected<F, Fut>(
+    connection: &args::Connection,
+    context: &mut HintContext,
+    command: F,
+) -> Result<(), CliError>
+where
+    F: FnOnce(Ctx) -> Fut,
+    Fut: Future<Output = Result<(), CliError>>,
+{
+    let ctx = Ctx::new(connection)?;
+    context.server = Some(ctx.server.clone());
+    command(ctx).await
+}
+
+/// `berth get volumes|orchestrators [NAME]`: a name shows one, no name lists.
+async fn get(ctx: &Ctx, output: args::Output, command: &GetCommand) -> Result<(), CliError> {
+    match command {
+        GetCommand::Volumes { name, query } => {
+            let storage = client::storage::Client::new(ctx.client());
+            match name {
+                Some(name) => {
+                    if query.all_namespaces || query.selector.is_some() || query.limit.is_some() {
+                        return Err(CliError::Usage(
+                            "-A, -l and --limit select a list; with a NAME, give only -n".into(),
+                        ));
+                    }
+                    let volume = VolumeName {
+                        name: name.clone(),
+                        namespace: query.namespace.clone(),
+                    };
+                    commands::volume::get(&storage, &volume, query.watch, output).await
+                }
+                None => commands::volume::list(&storage, query, output).await,
+            }
+        }
+        GetCommand::Orchestrators { name, watch } => {
+            let registry = client::registry::Client::new(ctx.client());
+            match name {
+                Some(name) => commands::orchestrator::get(&registry, name, *watch, output).await,
+                None => commands::orchestrator::list(&registry, *watch, output).await,
+            }
         }
     }
 }

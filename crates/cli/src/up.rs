@@ -4,6 +4,10 @@
 //! The services get their configuration the way their binaries do, as `BERTH_*` variables: the
 //! process's own, overridden by what `up` decides (ports, data directory, upstream URLs, a fresh
 //! internal credential shared by the services of this run).
+//!
+//! Credentials are written only once every listener is bound: a start that fails (a port in use)
+//! leaves no admin token behind that nobody was shown. The banner says where everything is, which
+//! orchestrator new volumes go to and why that one, and how to get back in when the token is lost.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -16,7 +20,7 @@ use tokio::sync::watch;
 
 use crate::args::UpArgs;
 
-/// The ports of one run, in DESIGN.md's order.
+/// The ports of one run, in the order of docs/architecture.md's table.
 #[derive(Debug, Clone, Copy)]
 pub struct Ports {
     /// The gateway.
@@ -45,51 +49,46 @@ impl Ports {
 }
 
 fn random_token() -> String {
-    crate::commands::new_token()
+    crate::commands::token::new_token()
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// What `up` tells the person who started it.
-pub struct Banner {
-    /// The admin token, when this start created it (shown once).
-    pub new_admin_token: Option<String>,
-    /// The tokens file.
+/// A stack whose every listener is bound, not yet serving.
+pub struct Built {
+    /// The services, by name, in start order (the gateway last).
+    pub apps: Vec<(&'static str, Application)>,
+    /// The data directory, absolute.
+    pub data_dir: std::path::PathBuf,
+    /// The tokens file the gateway serves.
     pub tokens_file: std::path::PathBuf,
     /// The emulator's throwaway access key (id, secret).
     pub emulator_key: (String, String),
+    /// The credential the services of this run share; `up` uses it to ask the registry for the banner.
+    internal_token: String,
+    /// The registry's URL.
+    registry_url: String,
 }
 
-/// Creates the tokens file with one admin token on first start (mode 0600, only the hash stored), and
-/// returns the token to show once; later starts return `None`.
+/// Creates the tokens file with one admin token when there is none yet (mode 0600, only the hash
+/// stored), and returns the token to show once; `None` when the file already exists.
 pub fn ensure_admin_token(path: &std::path::Path) -> Result<Option<String>, BoxError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     if path.exists() {
         return Ok(None);
     }
     let token = random_token();
     let line = gateway::auth::tokens_file_line("admin", &token, &[gateway::routes::Scope::Admin]);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot create the tokens file {}: {e}", path.display()))?;
-    writeln!(
-        file,
-        "# Berth gateway tokens: <name> sha256:<hash> <scopes>. Add lines with `berth token create`."
-    )?;
-    writeln!(file, "{line}")?;
-    file.sync_all()?;
-    Ok(Some(token))
+    match crate::commands::token::create_file(path, &line) {
+        Ok(()) => Ok(Some(token)),
+        // Another process made it between the check and here: theirs stands.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(format!("cannot create the tokens file {}: {e}", path.display()).into()),
+    }
 }
 
-/// Builds every service of the stack, bound and ready to serve.
-pub async fn build_stack(
-    args: &UpArgs,
-    base_env: &Env,
-) -> Result<(Vec<(&'static str, Application)>, Banner), BoxError> {
+/// Builds every service of the stack, each bound to its port and ready to serve. Writes no
+/// credentials: that is for the caller, once this has succeeded.
+pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxError> {
     let ports = Ports::from_base(args.port_base)
         .ok_or("--port-base leaves no room for the ports above it")?;
     std::fs::create_dir_all(&args.data_dir).map_err(|e| {
@@ -99,13 +98,13 @@ pub async fn build_stack(
         )
     })?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
-    let tokens_file = data_dir.join("tokens");
-    let new_admin_token = ensure_admin_token(&tokens_file)?;
+    let tokens_file = crate::commands::token::tokens_file_in(&data_dir);
     // The emulator's key is throwaway and local: fresh each start, printed in the banner.
     let emulator_key = (
         format!("LTAI{}", &random_token()[6..22]),
         random_token()[6..38].to_string(),
     );
+    let internal_token = random_token();
     let at = |port: u16| SocketAddr::new(args.bind, port).to_string();
     let url = |port: u16| {
         let host = if args.bind.is_unspecified() {
@@ -121,7 +120,7 @@ pub async fn build_stack(
     let shared = base_env
         .clone()
         .with(vars::DATA_DIR, data_dir.display().to_string())
-        .with(vars::INTERNAL_TOKEN, random_token())
+        .with(vars::INTERNAL_TOKEN, internal_token.clone())
         .with("BERTH_REGISTRY_URL", url(ports.registry))
         .with("BERTH_STORAGE_OPS_URL", url(ports.storage_ops))
         .with("BERTH_MACHINE_DRIVER_URL", url(ports.machine_driver))
@@ -174,18 +173,131 @@ pub async fn build_stack(
         gateway::NAME,
         gateway::build(gateway::Config::from_env(&env_for(ports.gateway))?).await?,
     ));
-    Ok((
+    Ok(Built {
         apps,
-        Banner {
-            new_admin_token,
-            tokens_file,
-            emulator_key,
+        data_dir,
+        tokens_file,
+        emulator_key,
+        internal_token,
+        registry_url: url(ports.registry),
+    })
+}
+
+/// The variable that turns colours off in the services' logs (<https://no-color.org>).
+const NO_COLOR: &str = "NO_COLOR";
+
+/// When stderr is not a terminal, runs this same command again with `NO_COLOR=1`, so the services'
+/// logs carry no colour codes into a file or a pipe. The log setup (service-kit's) decides colours
+/// from that variable alone, and a running process can only change its own environment unsafely, so
+/// the variable is given to a fresh image of the same process (same pid, same descriptors). Returns
+/// when nothing needs doing or the exec failed (then logs keep their colours).
+fn without_colour_unless_terminal() {
+    use std::io::IsTerminal;
+    use std::os::unix::process::CommandExt;
+    if std::io::stderr().is_terminal() || std::env::var_os(NO_COLOR).is_some_and(|v| !v.is_empty())
+    {
+        return;
+    }
+    let Ok(exe) = std::env::current_exe() else {
+        return;
+    };
+    // `exec` returns only when it failed; then this process goes on, logs coloured, which is no
+    // reason to stop it (nothing is set up yet that could report the failure).
+    let _failed = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(NO_COLOR, "1")
+        .exec();
+}
+
+/// Writes one banner line; a stdout nobody reads (`berth up | head -3`) does not stop the stack.
+fn say(line: impl AsRef<str>) {
+    let _ = crate::output::write_stdout(&format!("{}\n", line.as_ref()));
+}
+
+/// The banner's orchestrator lines: which one new volumes go to, what the registry detects in this
+/// environment and why, and how to choose otherwise.
+async fn orchestrator_lines(built: &Built) -> Vec<String> {
+    let registry = client::registry::Client::new(client::ServiceClient::new(
+        &built.registry_url,
+        client::ClientOptions {
+            timeout: Duration::from_secs(5),
+            bearer: Some(service_kit::SecretString::new(built.internal_token.clone())),
+            attempts: 3,
         },
-    ))
+    ));
+    let mut lines = Vec::new();
+    let default = registry.default_orchestrator().await;
+    match &default {
+        Ok(o) => lines.push(format!(
+            "default orchestrator: {} (kind {}); new volumes go there unless --orchestrator names another",
+            o.name, o.kind
+        )),
+        Err(e) => lines.push(format!("default orchestrator: none ({})", e.status.message)),
+    }
+    match registry.detect().await {
+        Ok(d) => lines.push(format!(
+            "  detected kind: {}, because {} (checked in order: KUBERNETES_SERVICE_HOST, NOMAD_ADDR, a Docker Engine, else local directories)",
+            d.kind, d.reason
+        )),
+        Err(e) => lines.push(format!("  detection failed: {}", e.status.message)),
+    }
+    if !matches!(&default, Ok(o) if o.kind == domain::OrchestratorKind::Local) {
+        lines.push(format!(
+            "  to keep volumes in local directories instead: berth orchestrator register local --kind local --config basePath={} --default",
+            built.data_dir.join("volumes").display()
+        ));
+    }
+    lines
+}
+
+/// Waits (a few seconds at most) until the gateway accepts a token just written to its tokens file,
+/// which it re-reads once a second, so the token works as soon as the banner ends.
+async fn until_gateway_accepts(gateway_url: &str, token: &str) {
+    let registry = client::registry::Client::new(client::ServiceClient::new(
+        gateway_url,
+        client::ClientOptions {
+            timeout: Duration::from_secs(2),
+            bearer: Some(service_kit::SecretString::new(token)),
+            attempts: 1,
+        },
+    ));
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        match registry.kinds().await {
+            Err(e) if e.code() == domain::Code::Unauthenticated => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            _ => return,
+        }
+    }
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM, listened for from the moment this is made.
+struct StopSignals {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn listen() -> std::io::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(StopSignals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.interrupt.recv() => tracing::info!("SIGINT received; draining"),
+            _ = self.terminate.recv() => tracing::info!("SIGTERM received; draining"),
+        }
+    }
 }
 
 /// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
 pub async fn run(args: UpArgs) -> ExitCode {
+    without_colour_unless_terminal();
     let env = Env::from_process();
     let _telemetry = match service_kit::telemetry::init("berth", &env) {
         Ok(g) => g,
@@ -194,46 +306,44 @@ pub async fn run(args: UpArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (apps, banner) = match build_stack(&args, &env).await {
+    let mut built = match build_stack(&args, &env).await {
         Ok(built) => built,
         Err(e) => {
             eprintln!("berth up: {e}");
             return ExitCode::FAILURE;
         }
     };
-    println!("Berth is up. State lives in {}", args.data_dir.display());
-    for (name, app) in &apps {
-        println!("  {name:<22} http://{}", app.local_addr());
-    }
-    let gateway_url = apps
+    // Every listener is bound: from here on the stack will serve, so a token made now will be shown.
+    let new_admin_token = match ensure_admin_token(&built.tokens_file) {
+        Ok(token) => token,
+        Err(e) => {
+            eprintln!("berth up: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let addresses: Vec<(&'static str, SocketAddr)> = built
+        .apps
+        .iter()
+        .map(|(name, app)| (*name, app.local_addr()))
+        .collect();
+    let gateway_url = addresses
         .iter()
         .find(|(n, _)| *n == gateway::NAME)
-        .map(|(_, a)| format!("http://{}", a.local_addr()))
+        .map(|(_, a)| format!("http://{a}"))
         .unwrap_or_default();
-    println!("gateway url: {gateway_url}");
-    match &banner.new_admin_token {
-        Some(token) => {
-            println!("admin token: {token}");
-            println!(
-                "  (shown once; only its hash is kept, in {})",
-                banner.tokens_file.display()
-            );
-        }
-        None => println!(
-            "tokens file: {} (the admin token was printed when it was created; `berth token create` makes more)",
-            banner.tokens_file.display()
-        ),
-    }
-    println!(
-        "Machines go to a SIMULATED Alibaba Cloud: the embedded ECS emulator, not a real cloud."
-    );
-    println!("emulator access key id: {}", banner.emulator_key.0);
-    println!("emulator access key secret: {}", banner.emulator_key.1);
-    println!("  (throwaway local credentials for the emulator; put them in your machine Secret)");
-    println!("The gateway is the front door; Ctrl-C stops everything.");
 
+    // Listening for Ctrl-C and SIGTERM starts before the banner: whoever reads "Ctrl-C stops
+    // everything" and presses it at once must get a drained stop, not the default kill.
+    let mut stop_signals = match StopSignals::listen() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("berth up: cannot listen for Ctrl-C: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut tasks = Vec::new();
+    let apps = std::mem::take(&mut built.apps);
     for (name, app) in apps {
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
@@ -245,14 +355,55 @@ pub async fn run(args: UpArgs) -> ExitCode {
             }
         }));
     }
-    service_kit::shutdown_signal().await;
-    println!("Stopping: draining in-flight requests…");
+
+    say(format!(
+        "Berth is up. State lives in {}",
+        args.data_dir.display()
+    ));
+    for (name, addr) in &addresses {
+        say(format!("  {name:<22} http://{addr}"));
+    }
+    say(format!("gateway url: {gateway_url}"));
+    match &new_admin_token {
+        Some(token) => {
+            say(format!("admin token: {token}"));
+            say(format!(
+                "  (shown once; only its hash is kept, in {})",
+                built.tokens_file.display()
+            ));
+        }
+        None => say(format!(
+            "tokens file: {} (the admin token was shown when it was created; lost it? `berth token create --admin --data-dir {}` adds a new one)",
+            built.tokens_file.display(),
+            args.data_dir.display()
+        )),
+    }
+    say(format!(
+        "  for the CLI and curl: export BERTH_URL={gateway_url} BERTH_TOKEN=<the admin token>"
+    ));
+    for line in orchestrator_lines(&built).await {
+        say(line);
+    }
+    say("Machines go to a SIMULATED Alibaba Cloud: the embedded ECS emulator, not a real cloud.");
+    say(format!("emulator access key id: {}", built.emulator_key.0));
+    say(format!(
+        "emulator access key secret: {}",
+        built.emulator_key.1
+    ));
+    say("  (throwaway local credentials for the emulator; put them in your machine Secret)");
+    if let Some(token) = &new_admin_token {
+        until_gateway_accepts(&gateway_url, token).await;
+    }
+    say("The gateway is the front door; Ctrl-C stops everything.");
+
+    stop_signals.recv().await;
+    say("Stopping: draining in-flight requests…");
     let _ = stop_tx.send(true);
     let drained =
         tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks)).await;
     if drained.is_err() {
         eprintln!("berth up: some requests did not finish within 30s; exiting anyway");
     }
-    println!("Stopped.");
+    say("Stopped.");
     ExitCode::SUCCESS
 }

@@ -1,26 +1,40 @@
-//! The CLI against a real `berth up`: table and JSON output, and exit codes (0 ok, 2 refused, 3 server
-//! or unreachable).
+//! The CLI against a real `berth up` (and, for answers a real stack does not give on demand, a
+//! scripted stand-in): tables, JSON, waiting, watching, and exit codes (0 done, 1 refused, 2 usage,
+//! 3 server failed or unreachable).
 
 mod common;
 
-use common::{Stack, berth_with, stderr, stdout};
+use std::io::Read;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{
+    Stack, berth_command, berth_with, expect_line, fake_server, http_response, interrupt, lines_of,
+    ok_json, problem, stderr, stdout,
+};
+
+/// Registers a `local` orchestrator under the stack's data directory (whatever the registry
+/// detected), so volumes are plain directories.
+fn local_orchestrator(stack: &Stack, name: &str) {
+    let base_path = stack.data.path().join(name);
+    let out = stack.berth(&[
+        "orchestrator",
+        "register",
+        name,
+        "--kind",
+        "local",
+        "--config",
+        &format!("basePath={}", base_path.to_str().unwrap()),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
 
 #[test]
 fn volumes_and_orchestrators_through_the_cli() {
     let stack = Stack::start();
-    let base_path = stack.data.path().join("cli-volumes");
-    let base_path = base_path.to_str().unwrap();
+    local_orchestrator(&stack, "local-test");
 
-    // Register a local orchestrator under the test's own directory (whatever the registry detected).
-    let out = stack.berth(&[
-        "orchestrator",
-        "register",
-        "local-test",
-        "--kind",
-        "local",
-        "--config",
-        &format!("basePath={base_path}"),
-    ]);
+    let out = stack.berth(&["orchestrator", "get", "local-test"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
     let header = table.lines().next().unwrap();
@@ -32,6 +46,8 @@ fn volumes_and_orchestrators_through_the_cli() {
         table.lines().nth(1).unwrap().starts_with("local-test"),
         "{table}"
     );
+    let out = stack.berth(&["orchestrator", "get", "local-test", "-o", "wide"]);
+    assert!(stdout(&out).contains("basePath="), "{}", stdout(&out));
 
     let out = stack.berth(&["orchestrator", "list", "-o", "json"]);
     assert!(out.status.success());
@@ -47,13 +63,27 @@ fn volumes_and_orchestrators_through_the_cli() {
     let out = stack.berth(&["orchestrator", "kinds"]);
     assert!(stdout(&out).contains("local"), "{}", stdout(&out));
 
+    // Issue 14, point 6: an empty list says so, on stderr, naming the namespace.
+    let out = stack.berth(&["volume", "list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "");
+    assert_eq!(
+        stderr(&out).trim(),
+        "No volumes found in namespace default."
+    );
+    let out = stack.berth(&["volume", "list", "-n", "team-a"]);
+    assert_eq!(stderr(&out).trim(), "No volumes found in namespace team-a.");
+    let out = stack.berth(&["volume", "list", "-o", "json"]);
+    let empty: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(empty["items"], serde_json::json!([]));
+
     // Create a volume and wait for it.
     let out = stack.berth(&[
         "volume",
         "create",
         "data",
         "--capacity",
-        "64Mi",
+        "1536Mi",
         "--orchestrator",
         "local-test",
         "-l",
@@ -65,12 +95,14 @@ fn volumes_and_orchestrators_through_the_cli() {
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 2, "{table}");
     assert!(lines[0].starts_with("NAMESPACE   NAME"), "{table}");
+    assert!(lines[0].ends_with("AGE"), "{table}");
     let cells: Vec<&str> = lines[1].split_whitespace().collect();
     assert_eq!(
         &cells[..5],
-        &["default", "data", "64Mi", "local-test", "Ready"],
+        &["default", "data", "1536Mi", "local-test", "Ready"],
         "{table}"
     );
+    assert!(cells[5].ends_with('s'), "an age like 0s: {table}");
     // The columns line up: every cell starts where its header does.
     let phase_at = lines[0].find("PHASE").unwrap();
     assert_eq!(&lines[1][phase_at..phase_at + 5], "Ready", "{table}");
@@ -78,7 +110,53 @@ fn volumes_and_orchestrators_through_the_cli() {
     let out = stack.berth(&["volume", "get", "default/data", "-o", "json"]);
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(v["status"]["phase"], "Ready");
-    assert_eq!(v["spec"]["capacityBytes"], 64 << 20);
+    assert_eq!(v["spec"]["capacityBytes"], 1536u64 << 20);
+
+    // Point 10: one size format: get and stats both say 1536Mi.
+    let out = stack.berth(&["volume", "get", "data"]);
+    assert!(stdout(&out).contains(" 1536Mi "), "{}", stdout(&out));
+    let out = stack.berth(&["volume", "stats", "data"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stats = stdout(&out);
+    assert!(
+        stats.lines().nth(1).unwrap().contains(" 1536Mi "),
+        "{stats}"
+    );
+    assert!(!stats.contains("GiB") && !stats.contains("MiB"), "{stats}");
+
+    // Point 6: wide adds LABELS; the aliases work.
+    let out = stack.berth(&["volume", "list", "-o", "wide"]);
+    let wide = stdout(&out);
+    let header = wide.lines().next().unwrap();
+    assert!(
+        header.contains("AGE") && header.ends_with("LABELS"),
+        "{wide}"
+    );
+    assert!(wide.lines().nth(1).unwrap().ends_with("app=db"), "{wide}");
+    for alias in [
+        vec!["volume", "ls"],
+        vec!["volumes", "list"],
+        vec!["get", "volumes"],
+        vec!["get", "volume", "data"],
+        vec!["get", "vol", "default/data"],
+    ] {
+        let out = stack.berth(&alias);
+        assert!(out.status.success(), "{alias:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let row: Vec<&str> = text
+            .lines()
+            .nth(1)
+            .map(|l| l.split_whitespace().take(2).collect())
+            .unwrap_or_default();
+        assert_eq!(row, ["default", "data"], "{alias:?}: {text}");
+    }
+    let out = stack.berth(&["get", "orchestrators"]);
+    assert!(stdout(&out).contains("local-test"), "{}", stdout(&out));
+
+    // Point 6: a namespace in the name and a different -n is a usage error, not one silently winning.
+    let out = stack.berth(&["volume", "get", "default/data", "-n", "other"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("-n/--namespace"), "{}", stderr(&out));
 
     let out = stack.berth(&["volume", "list", "-l", "app=db", "-o", "yaml"]);
     assert!(stdout(&out).contains("name: data"), "{}", stdout(&out));
@@ -86,61 +164,148 @@ fn volumes_and_orchestrators_through_the_cli() {
     let empty: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(empty["items"], serde_json::json!([]));
 
-    let out = stack.berth(&["volume", "stats", "data"]);
+    // Point 9: orphans are reachable.
+    let out = stack.berth(&["volume", "orphans", "-o", "json"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("64.0 MiB"), "{}", stdout(&out));
+    let orphans: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(orphans["items"].is_array(), "{orphans}");
+    assert_eq!(orphans["policy"], "report");
 
-    // Refusals exit 2 with one line naming the code and the request id.
+    // Point 8: refusals exit 1 with one line naming the code and the request id; usage errors 2.
     let out = stack.berth(&["volume", "get", "missing"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
         err.starts_with("error: NotFound: ") && err.contains("(request id: "),
         "{err}"
     );
+    let out = stack.berth(&["volume", "get", "missing", "--no-such-flag"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // With -f the file says everything: a flag that would be ignored, or a namespace that
+    // disagrees with the file's, is a usage error.
+    let profile = stack.data.path().join("profile.yaml");
+    std::fs::write(&profile, "name: p\nnamespace: team-a\ncapacity: 1Mi\n").unwrap();
+    let profile = profile.to_str().unwrap();
+    let out = stack.berth(&["volume", "create", "-f", profile, "--capacity", "2Gi"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = stack.berth(&["volume", "create", "-f", profile, "-n", "team-b"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("-n/--namespace"), "{}", stderr(&out));
 
     let out = stack.berth(&["volume", "create", "Bad_Name", "--capacity", "1Gi"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).starts_with("error: InvalidArgument: name: "),
         "{}",
         stderr(&out)
     );
 
+    // Point 8: no token names both ways to give one; a wrong one says what to do.
     let out = berth_with(&stack.url, None, &["volume", "list"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).starts_with("error: Unauthenticated: "),
+        stderr(&out).contains("BERTH_TOKEN") && stderr(&out).contains("--token"),
+        "{}",
+        stderr(&out)
+    );
+    let out = berth_with(&stack.url, Some("berth_wrong"), &["volume", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with("error: Unauthenticated: ")
+            && stderr(&out).contains("berth token create --admin"),
         "{}",
         stderr(&out)
     );
 
-    // An unreachable server exits 3.
+    // Point 8: a URL without a scheme is http.
+    let bare = format!("127.0.0.1:{}", stack.base);
+    let out = berth_with(&bare, Some(&stack.admin_token), &["volume", "get", "data"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // An unreachable server exits 3 and says what to check.
     let out = berth_with("http://127.0.0.1:9", Some("x"), &["volume", "list"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
-        stderr(&out).starts_with("error: Unavailable: "),
+        stderr(&out).starts_with("error: Unavailable: ") && stderr(&out).contains("berth up"),
         "{}",
         stderr(&out)
     );
 
-    let out = stack.berth(&["volume", "delete", "data"]);
+    let out = stack.berth(&["volume", "rm", "data"]);
     assert!(out.status.success());
     assert!(stdout(&out).contains("deleted"));
     let out = stack.berth(&["volume", "delete", "data", "-o", "json"]);
     let r: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(r["deleted"], false);
 
-    let out = stack.berth(&["orchestrator", "delete", "local-test"]);
+    let out = stack.berth(&["orchestrator", "rm", "local-test"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let out = stack.berth(&["orchestrator", "get", "local-test"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("'local-test' is not a registered orchestration provider"),
         "{}",
         stderr(&out)
     );
+}
+
+/// Issue 14, point 6: `--watch` prints the list, then every change, until Ctrl-C.
+#[test]
+fn watch_prints_changes_until_interrupted() {
+    let stack = Stack::start();
+    local_orchestrator(&stack, "local-watch");
+    let mut child = berth_command(
+        &stack.url,
+        Some(&stack.admin_token),
+        &["volume", "list", "-n", "watched", "--watch"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let lines = lines_of(child.stdout.take().unwrap());
+    let header = expect_line(&lines, Duration::from_secs(30), |_| true);
+    assert_eq!(
+        header.split_whitespace().take(3).collect::<Vec<_>>(),
+        ["EVENT", "NAMESPACE", "NAME"],
+        "{header}"
+    );
+
+    let out = stack.berth(&[
+        "volume",
+        "create",
+        "watched/w1",
+        "--capacity",
+        "1Mi",
+        "--orchestrator",
+        "local-watch",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let added = expect_line(&lines, Duration::from_secs(10), |l| l.contains(" w1 "));
+    assert!(added.starts_with("ADDED "), "{added}");
+    let out = stack.berth(&["volume", "delete", "w1", "-n", "watched"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let deleted = expect_line(&lines, Duration::from_secs(10), |l| {
+        l.starts_with("DELETED ")
+    });
+    assert!(deleted.contains(" w1 "), "{deleted}");
+
+    interrupt(&child);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{status:?}: {err}");
+
+    // Watching one volume that does not exist is refused at once.
+    let out = stack.berth(&["volume", "get", "nothing", "-w"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
 }
 
 #[test]
@@ -184,6 +349,44 @@ fn tokens_and_completions_work_offline() {
     }
 }
 
+/// Issue 14, point 10: `berth completions bash | head -1` panicked on the closed pipe.
+#[test]
+fn a_reader_that_stops_early_is_not_a_panic() {
+    // The reading end is closed before the script is written: every write fails with EPIPE.
+    let mut child = berth_command("http://127.0.0.1:9", None, &["completions", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(status.success(), "{status:?}: {err}");
+
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "{} completions bash | head -1 >/dev/null",
+            common::bin()
+        ))
+        .output()
+        .unwrap();
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+
+    // Help and errors written to a pipe carry no colour codes.
+    let out = berth_with("http://127.0.0.1:9", None, &["volume", "--help"]);
+    assert!(!stdout(&out).contains('\u{1b}'));
+    let out = berth_with("http://127.0.0.1:9", None, &["volume", "list", "--nope"]);
+    assert!(!stderr(&out).contains('\u{1b}'), "{}", stderr(&out));
+}
+
 #[test]
 fn machines_through_the_cli_against_the_embedded_emulator() {
     let stack = Stack::start();
@@ -199,6 +402,9 @@ fn machines_through_the_cli_against_the_embedded_emulator() {
     std::fs::write(&file, manifest).unwrap();
     let f = file.to_str().unwrap();
 
+    // Instances stay Pending, then Starting, for 3 s each (not `up`'s 1 s), so the calls below
+    // surely meet the VM between states even on a loaded machine.
+    set_emulator_lifecycle(stack.base + 10, 3000);
     let out = stack.berth(&["machine", "create", "-f", f]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
@@ -216,46 +422,100 @@ fn machines_through_the_cli_against_the_embedded_emulator() {
         .to_string();
     assert!(provider_id.starts_with("cn-shanghai.i-"), "{table}");
 
+    // Issue 14, point 5: the instance is Pending for about a second; deleting it then is "retry
+    // soon" (exit 3), and the message says what to do.
+    let out = stack.berth(&["machine", "delete", "-f", f]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.starts_with("error: Unavailable: ")
+            && err.contains("retry in ")
+            && err.contains("add --wait to keep retrying until it is gone"),
+        "{err}"
+    );
+
+    // Initialising it before it runs is "come back later" too (exit 3), saying how to wait.
+    let out = stack.berth(&["machine", "init", "-f", f]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with("error: Uninitialized: ")
+            && stderr(&out).contains("machine create --wait"),
+        "{}",
+        stderr(&out)
+    );
+
     // Creating again adopts the same VM.
     let out = stack.berth(&["machine", "create", "-f", f, "-o", "json"]);
     let again: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(again["providerID"], provider_id.as_str());
 
-    let out = stack.berth(&["machine", "status", "-f", f, "-o", "json"]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
-    assert_eq!(status["providerID"], provider_id.as_str());
-
     let out = stack.berth(&["machine", "list", "-f", f, "-o", "json"]);
     let list: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(list["machineList"][&provider_id], "worker-1", "{list}");
 
-    // The instance is Pending for about a second: deleting it then is "retry soon" (exit 3), after
-    // which the delete goes through.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let out = stack.berth(&["machine", "delete", "-f", f]);
-        if out.status.success() {
-            break;
-        }
-        assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-        assert!(
-            stderr(&out).starts_with("error: Unavailable: "),
-            "{}",
-            stderr(&out)
-        );
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the VM never became deletable"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(300));
-    }
+    // --wait retries the delete as the driver asks until the VM is gone.
+    let out = stack.berth(&["machine", "rm", "-f", f, "--wait", "--timeout", "60s"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("waiting for machine worker-1 to be gone"),
+        "{}",
+        stderr(&out)
+    );
     let out = stack.berth(&["machine", "status", "-f", f]);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).starts_with("error: NotFound: "),
         "{}",
         stderr(&out)
+    );
+
+    // --wait on create returns once the VM runs. (Another machine: ECS keeps a creation's
+    // idempotency token, the machine's uid, beyond the instance's release.)
+    let second = stack.data.path().join("machine-2.yaml");
+    std::fs::write(
+        &second,
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("worker-1", "worker-2")
+            .replace(
+                "6a0c5d4e-0b7e-4d7c-9a55-2f3c8c1e9b01",
+                "6a0c5d4e-0b7e-4d7c-9a55-2f3c8c1e9b02",
+            ),
+    )
+    .unwrap();
+    let f = second.to_str().unwrap();
+    let out = stack.berth(&["machine", "create", "-f", f, "--wait", "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(status["conditions"][0]["reason"], "Running", "{status}");
+    let out = stack.berth(&["machine", "delete", "-f", f, "--wait"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = stack.berth(&["machine", "ls", "-f", f]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("No machines found for machine class demo-class."),
+        "{}",
+        stderr(&out)
+    );
+
+    // Point 9: providers and volume ids are reachable.
+    let out = stack.berth(&["machine", "providers"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stdout(&out).lines().nth(1).unwrap().starts_with("Alicloud"),
+        "{}",
+        stdout(&out)
+    );
+    let pvs = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/persistent-volumes.yaml"
+    );
+    let out = stack.berth(&["machine", "volume-ids", "-f", pvs, "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let ids: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        ids["volumeIDs"],
+        serde_json::json!(["d-demo-disk-1", "d-demo-disk-2"])
     );
 
     // A file without a Secret is refused before any call.
@@ -264,4 +524,108 @@ fn machines_through_the_cli_against_the_embedded_emulator() {
     let out = stack.berth(&["machine", "list", "-f", bare.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("no Secret"), "{}", stderr(&out));
+}
+
+/// Sets how long the embedded emulator keeps instances Pending and Starting, through its admin API.
+fn set_emulator_lifecycle(port: u16, ms: u64) {
+    use std::io::Write;
+    let body = format!("{{\"pendingMs\":{ms},\"startingMs\":{ms},\"stoppingMs\":{ms}}}");
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "PUT /_emulator/lifecycle HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+}
+
+/// Issue 14, point 5: `--wait` waits as long as `Retry-After` says, no shorter, and gives up at
+/// `--timeout` with exit 3.
+#[test]
+fn wait_honours_retry_after_and_its_timeout() {
+    let server = fake_server(|_, path, n| match (path, n) {
+        ("/v1/machines:delete", 0) => problem(
+            503,
+            "Unavailable",
+            14,
+            "ECS instance not in running/stopped state: i-1 is Starting",
+            &[("retry-after", "2")],
+        ),
+        ("/v1/machines:delete", _) => ok_json(serde_json::json!({"lastKnownState": "released"})),
+        ("/v1/machines:status", _) => problem(404, "NotFound", 5, "no VM", &[]),
+        _ => problem(404, "NotFound", 5, "no route", &[]),
+    });
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/machine.yaml");
+    let out = berth_with(
+        &server.url,
+        Some("t"),
+        &["machine", "delete", "-f", file, "--wait"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seen = server.seen.lock().unwrap().clone();
+    let deletes: Vec<_> = seen
+        .iter()
+        .filter(|s| s.path == "/v1/machines:delete")
+        .collect();
+    assert_eq!(deletes.len(), 2, "{seen:?}");
+    let gap = deletes[1].at - deletes[0].at;
+    assert!(gap >= Duration::from_millis(1900), "retried after {gap:?}");
+
+    // A server that never settles: the wait ends at --timeout, exit 3, saying so.
+    let busy = fake_server(|_, _, _| {
+        problem(
+            503,
+            "Unavailable",
+            14,
+            "still busy",
+            &[("retry-after", "1")],
+        )
+    });
+    let started = std::time::Instant::now();
+    let out = berth_with(
+        &busy.url,
+        Some("t"),
+        &["machine", "delete", "-f", file, "--wait", "--timeout", "2s"],
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("gave up waiting for machine worker-1 to be gone after 2s"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+
+    // --timeout without --wait is a usage error.
+    let out = berth_with(
+        &busy.url,
+        Some("t"),
+        &["machine", "delete", "-f", file, "--timeout", "2s"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// Issue 14, point 8: a 404 from something that is not Berth says so.
+#[test]
+fn an_answer_from_something_else_says_it_is_not_berth() {
+    let server = fake_server(|_, _, _| {
+        http_response(
+            "404 Not Found",
+            &[("content-type", "text/html")],
+            "<html>nothing here</html>",
+        )
+    });
+    let out = berth_with(&server.url, Some("t"), &["volume", "list"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not a Berth gateway") && err.contains("--server/BERTH_URL"),
+        "{err}"
+    );
+
+    let out = berth_with("ftp://example", Some("t"), &["volume", "list"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("http://"), "{}", stderr(&out));
 }

@@ -1,0 +1,263 @@
+//! `berth volume …` and `berth get volumes`.
+
+use domain::{Code, Status, Volume, VolumePhase, VolumeProvisionerProfile};
+
+use super::watch::{Source, watch};
+use super::{CliError, Ctx, POLL, Step, decode, not_now, read_structured, split_name, until};
+use crate::args::{Format, Output, VolumeCommand, VolumeName, VolumeQuery};
+use crate::output::{Printable, print, print_list, quantity};
+
+/// `berth volume …`.
+pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<(), CliError> {
+    let storage = client::storage::Client::new(ctx.client());
+    let output = format.output;
+    let wide = output == Output::Wide;
+    match command {
+        VolumeCommand::Create {
+            name,
+            file,
+            namespace,
+            capacity,
+            orchestrator,
+            replicas,
+            labels,
+            params,
+            wait,
+        } => {
+            let profile = match file {
+                Some(path) => {
+                    let mut docs = read_structured(path)?;
+                    if docs.len() != 1 {
+                        return Err(CliError::Usage(format!(
+                            "{}: expected one volume profile, found {}",
+                            path.display(),
+                            docs.len()
+                        )));
+                    }
+                    let mut profile: VolumeProvisionerProfile = decode("profile", docs.remove(0))?;
+                    match (&profile.namespace, namespace) {
+                        (Some(inside), Some(flag)) if inside != flag => {
+                            return Err(CliError::Usage(format!(
+                                "{} says namespace {inside:?} but -n/--namespace says {flag:?}; give one of them",
+                                path.display()
+                            )));
+                        }
+                        (None, Some(flag)) => profile.namespace = Some(flag.clone()),
+                        _ => {}
+                    }
+                    profile
+                }
+                None => {
+                    let name = name.as_deref().ok_or_else(|| {
+                        CliError::Usage("a volume name (or -f FILE) is required".into())
+                    })?;
+                    let (namespace, name) = split_name(name, namespace.as_deref())?;
+                    VolumeProvisionerProfile {
+                        name,
+                        namespace: Some(namespace),
+                        capacity: capacity.clone().ok_or_else(|| {
+                            CliError::Usage("--capacity is required (like 10Gi)".into())
+                        })?,
+                        orchestrator: orchestrator.clone(),
+                        replicas: *replicas,
+                        labels: (!labels.is_empty()).then(|| labels.iter().cloned().collect()),
+                        parameters: (!params.is_empty()).then(|| params.iter().cloned().collect()),
+                    }
+                }
+            };
+            // Checked here too, so a typo costs no round trip and reads the same as the server's
+            // answer (and exits the same: refused).
+            profile.validate().map_err(CliError::Local)?;
+            let (mut volume, _created) = storage.add(&profile).await?;
+            if wait.wait {
+                volume = wait_ready(&storage, &volume, wait.timeout).await?;
+            }
+            print(
+                &Printable::of(&volume, std::slice::from_ref(&volume), wide),
+                output,
+            );
+        }
+        VolumeCommand::Get { volume, watch: w } => get(&storage, volume, *w, output).await?,
+        VolumeCommand::List(query) => list(&storage, query, output).await?,
+        VolumeCommand::Delete(VolumeName { name, namespace }) => {
+            let (ns, n) = split_name(name, namespace.as_deref())?;
+            let r = storage.delete(&ns, &n).await?;
+            let said = if r.deleted {
+                "deleted"
+            } else {
+                "not found (nothing to delete)"
+            };
+            print(
+                &Printable::new(
+                    &r,
+                    vec!["VOLUME", "RESULT"],
+                    vec![vec![format!("{ns}/{n}"), said.into()]],
+                ),
+                output,
+            );
+        }
+        VolumeCommand::Stats(VolumeName { name, namespace }) => {
+            let (ns, n) = split_name(name, namespace.as_deref())?;
+            let s = storage.stats(&ns, &n).await?;
+            let unknown = || "<unknown>".to_string();
+            let row = vec![
+                format!("{}/{}", s.namespace, s.name),
+                quantity(s.capacity_bytes),
+                s.used_bytes.map(quantity).unwrap_or_else(unknown),
+                s.available_bytes.map(quantity).unwrap_or_else(unknown),
+            ];
+            print(
+                &Printable::new(
+                    &s,
+                    vec!["VOLUME", "CAPACITY", "USED", "AVAILABLE"],
+                    vec![row],
+                ),
+                output,
+            );
+        }
+        VolumeCommand::Orphans => {
+            let list = storage.orphans().await?;
+            let rows = list
+                .items
+                .iter()
+                .map(|o| {
+                    vec![
+                        o.orchestrator.clone(),
+                        o.kind.to_string(),
+                        format!("{}/{}", o.namespace, o.name),
+                        o.location.clone(),
+                    ]
+                })
+                .collect();
+            for why in &list.unscanned {
+                eprintln!("not scanned: {why}");
+            }
+            print_list(
+                &Printable::new(
+                    &list,
+                    vec!["ORCHESTRATOR", "KIND", "WAS-FOR", "LOCATION"],
+                    rows,
+                ),
+                output,
+                &format!(
+                    "No orphans found (policy: {}; `delete` makes the reconciler remove them).",
+                    list.policy
+                ),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `berth volume get` (and `berth get volume NAME`).
+pub async fn get(
+    storage: &client::storage::Client,
+    volume: &VolumeName,
+    watching: bool,
+    output: Output,
+) -> Result<(), CliError> {
+    let (ns, n) = split_name(&volume.name, volume.namespace.as_deref())?;
+    if watching {
+        return watch(
+            Source::One(Box::new(|| {
+                let (storage, ns, n) = (storage.clone(), ns.clone(), n.clone());
+                Box::pin(async move { storage.get(&ns, &n).await })
+            })),
+            output,
+        )
+        .await;
+    }
+    let v = storage.get(&ns, &n).await?;
+    print(
+        &Printable::of(&v, std::slice::from_ref(&v), output == Output::Wide),
+        output,
+    );
+    Ok(())
+}
+
+/// `berth volume list` (and `berth get volumes`).
+pub async fn list(
+    storage: &client::storage::Client,
+    query: &VolumeQuery,
+    output: Output,
+) -> Result<(), CliError> {
+    let namespace = if query.all_namespaces {
+        None
+    } else {
+        Some(
+            query
+                .namespace
+                .clone()
+                .unwrap_or_else(|| domain::volume::DEFAULT_NAMESPACE.to_string()),
+        )
+    };
+    let params = client::storage::ListParams {
+        namespace: namespace.clone(),
+        label_selector: query.selector.clone(),
+        limit: query.limit,
+        continue_token: None,
+    };
+    if query.watch {
+        return watch(
+            Source::Many(Box::new(move || {
+                let (storage, params) = (storage.clone(), params.clone());
+                Box::pin(async move { storage.list_all(&params).await })
+            })),
+            output,
+        )
+        .await;
+    }
+    let list = match query.limit {
+        Some(_) => storage.list(&params).await?,
+        None => domain::VolumeList {
+            items: storage.list_all(&params).await?,
+            continue_token: None,
+        },
+    };
+    let empty = match &namespace {
+        Some(ns) => format!("No volumes found in namespace {ns}."),
+        None => "No volumes found.".to_string(),
+    };
+    print_list(
+        &Printable::of(&list, &list.items, output == Output::Wide),
+        output,
+        &empty,
+    );
+    Ok(())
+}
+
+async fn wait_ready(
+    storage: &client::storage::Client,
+    volume: &Volume,
+    timeout: std::time::Duration,
+) -> Result<Volume, CliError> {
+    let (ns, name) = (&volume.metadata.namespace, &volume.metadata.name);
+    let mut first = Some(volume.clone());
+    until(&format!("volume {ns}/{name} to be Ready"), timeout, || {
+        let seen = first.take();
+        async move {
+            let current = match seen {
+                Some(v) => v,
+                None => match storage.get(ns, name).await {
+                    Ok(v) => v,
+                    Err(e) => return not_now(e),
+                },
+            };
+            match current.status.phase {
+                VolumePhase::Ready => Ok(Step::Done(current)),
+                VolumePhase::Failed => Err(CliError::Local(Status::new(
+                    Code::Internal,
+                    format!(
+                        "volume {ns}/{name} failed: {} {}",
+                        current.status.reason, current.status.message
+                    ),
+                ))),
+                phase => Ok(Step::Pending {
+                    state: format!("it is {phase}"),
+                    after: POLL,
+                }),
+            }
+        }
+    })
+    .await
+}
