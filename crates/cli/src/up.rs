@@ -183,32 +183,6 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     })
 }
 
-/// The variable that turns colours off in the services' logs (<https://no-color.org>).
-const NO_COLOR: &str = "NO_COLOR";
-
-/// When stderr is not a terminal, runs this same command again with `NO_COLOR=1`, so the services'
-/// logs carry no colour codes into a file or a pipe. The log setup (service-kit's) decides colours
-/// from that variable alone, and a running process can only change its own environment unsafely, so
-/// the variable is given to a fresh image of the same process (same pid, same descriptors). Returns
-/// when nothing needs doing or the exec failed (then logs keep their colours).
-fn without_colour_unless_terminal() {
-    use std::io::IsTerminal;
-    use std::os::unix::process::CommandExt;
-    if std::io::stderr().is_terminal() || std::env::var_os(NO_COLOR).is_some_and(|v| !v.is_empty())
-    {
-        return;
-    }
-    let Ok(exe) = std::env::current_exe() else {
-        return;
-    };
-    // `exec` returns only when it failed; then this process goes on, logs coloured, which is no
-    // reason to stop it (nothing is set up yet that could report the failure).
-    let _failed = std::process::Command::new(exe)
-        .args(std::env::args_os().skip(1))
-        .env(NO_COLOR, "1")
-        .exec();
-}
-
 /// Writes one banner line; a stdout nobody reads (`berth up | head -3`) does not stop the stack.
 fn say(line: impl AsRef<str>) {
     let _ = crate::output::write_stdout(&format!("{}\n", line.as_ref()));
@@ -297,7 +271,6 @@ impl StopSignals {
 
 /// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
 pub async fn run(args: UpArgs) -> ExitCode {
-    without_colour_unless_terminal();
     let env = Env::from_process();
     let _telemetry = match service_kit::telemetry::init("berth", &env) {
         Ok(g) => g,

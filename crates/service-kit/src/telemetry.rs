@@ -5,6 +5,7 @@
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans are also exported there over OTLP/HTTP. Logs are human
 //! by default and JSON with `BERTH_LOG_FORMAT=json`; the filter comes from `BERTH_LOG` (default `info`).
 
+use std::io::IsTerminal as _;
 use std::time::Duration;
 
 use axum::extract::Request;
@@ -77,7 +78,12 @@ pub fn init(
             .try_init()
     } else {
         registry
-            .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(std::io::stderr)
+                    // Colour codes only for a person at a terminal, never into a file or a pipe.
+                    .with_ansi(std::io::stderr().is_terminal()),
+            )
             .try_init()
     };
     if result.is_err() {
