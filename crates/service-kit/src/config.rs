@@ -196,7 +196,7 @@ pub struct HttpConfig {
     pub request_timeout: Duration,
     /// The largest request body, in bytes; larger ones are answered 413.
     pub body_limit: usize,
-    /// When set, every route but health and metrics requires this bearer credential.
+    /// When set, every route but health, metrics and `/openapi.json` requires this bearer credential.
     pub internal_token: Option<SecretString>,
 }
 

@@ -1235,4 +1235,18 @@ async fn the_internal_credential_is_required_and_presented_to_the_registry() {
     let storage = client::storage::Client::new(with_token(&url));
     let (v, created) = storage.add(&profile("data", "1Gi")).await.unwrap();
     assert!(created && v.status.phase == VolumePhase::Ready);
+    // Under `berth up` the credential is random and never shown: each service's own document must
+    // still be readable without it, like the probes.
+    for service in [&url, &registry_url] {
+        let r = reqwest::get(format!("{service}/openapi.json"))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "{service}/openapi.json without the credential"
+        );
+        let doc: Value = r.json().await.unwrap();
+        assert!(doc["paths"].is_object(), "{doc}");
+    }
 }
