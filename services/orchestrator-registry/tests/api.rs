@@ -619,6 +619,70 @@ async fn invalid_configs_and_fields_are_400_naming_the_field() {
     assert_eq!(app.get("bad-input").await.status, 404, "nothing half-made");
 }
 
+#[tokio::test]
+async fn every_route_refuses_query_parameters_it_does_not_declare() {
+    let app = spawn_app().await;
+    app.put("q", json!({"kind": "nomad"})).await;
+    let url = |path: &str| format!("{}{path}", app.url);
+    for (request, name, route) in [
+        (
+            app.http.get(url("/v1/orchestrators?bogus=1")),
+            "bogus",
+            "GET /v1/orchestrators",
+        ),
+        (
+            app.http.get(url("/v1/orchestrators/q?verbose=1")),
+            "verbose",
+            "GET /v1/orchestrators/{name}",
+        ),
+        (
+            app.http
+                .put(url("/v1/orchestrators/q?dryRun=1"))
+                .json(&json!({"kind": "nomad", "label": "changed"})),
+            "dryRun",
+            "PUT /v1/orchestrators/{name}",
+        ),
+        (
+            app.http.delete(url("/v1/orchestrators/q?force=1")),
+            "force",
+            "DELETE /v1/orchestrators/{name}",
+        ),
+        (
+            app.http.get(url("/v1/orchestrators:detect?x=1")),
+            "x",
+            "GET /v1/orchestrators:detect",
+        ),
+        (
+            app.http.get(url("/v1/orchestrators:default?x=1")),
+            "x",
+            "GET /v1/orchestrators:default",
+        ),
+        (
+            app.http.get(url("/v1/kinds?kind=local")),
+            "kind",
+            "GET /v1/kinds",
+        ),
+    ] {
+        let r = app.send(request).await;
+        r.assert_invalid(name);
+        assert_eq!(
+            r.detail(),
+            format!("{name}: is not a query parameter of {route}; it takes none")
+        );
+    }
+    let head = app
+        .http
+        .head(url("/v1/orchestrators/q?verbose=1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 400);
+    // The refused calls changed nothing.
+    let now = app.get("q").await;
+    assert_eq!(now.status, 200);
+    assert_eq!(now.body["label"], "");
+}
+
 // ---------------------------------------------------------------------------------------------------
 // the default flag
 
