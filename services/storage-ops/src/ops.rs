@@ -302,9 +302,8 @@ impl Ops {
 
     /// AddStorage. `(volume, created)`: created is false when the volume was there with the same spec.
     pub async fn add(self: &Arc<Self>, spec: VolumeSpec) -> Result<(Volume, bool), ApiError> {
-        if i64::try_from(spec.capacity.bytes()).is_err() {
-            return Err(Status::invalid("capacity", "must be less than 8Ei").into());
-        }
+        // The capacity fits the store's signed 64-bit column: a parsed quantity is at most
+        // `domain::quantity::MAX_BYTES`, the one limit every reader of a quantity shares.
         let this = self.clone();
         // In its own task: a caller hanging up must not stop the work between two writes.
         service_kit::request_id::spawn_in_request(async move { this.add_locked(spec).await })

@@ -452,6 +452,59 @@ async fn every_route_refuses_query_parameters_it_does_not_declare() {
 }
 
 #[tokio::test]
+async fn capacities_have_one_limit_and_one_wording() {
+    let app = spawn_app().await;
+    const TOO_LARGE: &str =
+        "is too large: a quantity must be less than 8Ei (at most 9223372036854775807 bytes)";
+    for capacity in [
+        "8Ei",
+        "16Ei",
+        "9223372036854775808",
+        "18446744073709551616",
+        "1e19",
+        "1e400",
+        "1e99999",
+        "9300P",
+    ] {
+        let (status, p) = problem(
+            app.post_raw(&json!({"name": "big", "capacity": capacity}))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 400, "{capacity}: {p}");
+        assert_eq!(
+            p["detail"],
+            format!("capacity: {capacity:?} {TOO_LARGE}"),
+            "{capacity}"
+        );
+    }
+    // An exponent and a unit together are not a quantity at all, whatever their size, and say why.
+    for capacity in ["1e400Gi", "1e3Gi"] {
+        let (status, p) = problem(
+            app.post_raw(&json!({"name": "big", "capacity": capacity}))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 400, "{capacity}: {p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with(&format!("capacity: {capacity:?} is not a quantity: ")),
+            "{detail}"
+        );
+        assert!(detail.contains("not both"), "{detail}");
+    }
+    // Just under the limit is a capacity like any other.
+    let (v, created) = app
+        .storage
+        .add(&profile("largest", "9223372036854775807"))
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(v.spec.capacity_bytes, i64::MAX as u64);
+    assert!(app.storage.add(&profile("big", "7Ei")).await.unwrap().1);
+}
+
+#[tokio::test]
 async fn bad_input_is_a_400_naming_the_field_and_nothing_is_made() {
     let app = spawn_app().await;
     let long = "a".repeat(64);
