@@ -296,7 +296,9 @@ async fn page_latency(stack: &Stack, label: &str, params: ListParams, rounds: us
 
 async fn list_figures(stack: &Stack, volumes: usize) {
     println!("  ListStorage at {volumes} volumes (namespace 'seeded'; HTTP, keep-alive):");
-    let middle = storage_ops::ops::encode_continue("seeded", &format!("v{:07}", volumes / 2));
+    let middle = stack
+        .ops
+        .encode_continue("seeded", &format!("v{:07}", volumes / 2));
     page_latency(stack, "first page, limit 100", ListParams::default(), 200).await;
     page_latency(
         stack,

@@ -20,7 +20,7 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::ops::{ListRequest, Ops, decode_continue};
+use crate::ops::{ListRequest, Ops};
 
 /// Page size when `limit` is absent.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -138,7 +138,7 @@ async fn list_storage(
     }
     let after = match q.continue_token.as_deref().filter(|t| !t.is_empty()) {
         None => None,
-        Some(t) => Some(decode_continue(t)?),
+        Some(t) => Some(ops.decode_continue(t)?),
     };
     Ok(Json(
         ops.list(ListRequest {

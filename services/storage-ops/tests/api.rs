@@ -739,6 +739,75 @@ async fn a_registry_that_is_down_or_failing_is_a_503_and_nothing_is_written() {
 }
 
 #[tokio::test]
+async fn continue_tokens_are_signed_and_outlive_a_restart() {
+    use base64::Engine as _;
+    let app = spawn_app().await;
+    for name in ["a", "b", "c"] {
+        app.storage.add(&profile(name, "1Mi")).await.unwrap();
+    }
+    let first = app
+        .storage
+        .list(&ListParams {
+            limit: Some(1),
+            ..ListParams::default()
+        })
+        .await
+        .unwrap();
+    let token = first.continue_token.expect("a next page");
+    // Forged positions: the old token format (base64url of a JSON pair) of positions this service
+    // never issued, and an issued token with its position changed.
+    let forge = |pair: Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(pair.to_string().as_bytes())
+    };
+    let (_, mac) = token.rsplit_once('.').expect("a signed token");
+    for forged in [
+        forge(json!(["../..", "%"])),
+        forge(json!(["team", "a"])),
+        format!("{}.{mac}", forge(json!(["team", "b"]))),
+        format!("{token}x"),
+        "garbage".to_string(),
+    ] {
+        let (status, p) = problem(
+            app.http
+                .get(format!("{}/v1/volumes", app.url))
+                .query(&[("continue", forged.as_str())])
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "{forged}: {p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("continue: is not a token this service issued"),
+            "{p}"
+        );
+    }
+    // Another process on the same database (a restart) takes the token and goes on from it.
+    let again = spawn_storage(
+        &app.tmp.path().join("storage.db"),
+        app.registry.service().base_url(),
+        &[],
+    )
+    .await;
+    let rest = storage_client(&again)
+        .list(&ListParams {
+            continue_token: Some(token),
+            ..ListParams::default()
+        })
+        .await
+        .unwrap();
+    let names: Vec<_> = rest
+        .items
+        .iter()
+        .map(|v| v.metadata.name.as_str())
+        .collect();
+    assert_eq!(names, ["b", "c"]);
+}
+
+#[tokio::test]
 async fn pages_are_stable_complete_and_filtered_pages_are_full() {
     let app = spawn_app().await;
     let mut expected = Vec::new();
