@@ -137,7 +137,13 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
         .http_config(config.http.clone())
         .readiness(Check::new("db", move || {
             let store = store.clone();
-            async move { store.ping().await.map_err(|e| e.to_string()) }
+            async move {
+                // What is wrong, not where: the database's path and error go to the log.
+                store.ping().await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: the database does not answer");
+                    "the database does not answer".to_string()
+                })
+            }
         }))
         .into_router()
 }

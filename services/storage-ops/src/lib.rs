@@ -139,18 +139,27 @@ pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
     let registry = ops.clone();
     ServiceApp::new(NAME, api::routes(ops))
         .http_config(config.http.clone())
+        // Readiness answers say what is wrong, never where (no internal host, port or path): the
+        // details go to the log.
         .readiness(Check::new("db", move || {
             let ops = db.clone();
-            async move { ops.store().ping().await.map_err(|e| e.to_string()) }
+            async move {
+                ops.store().ping().await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: the database does not answer");
+                    "the database does not answer".to_string()
+                })
+            }
         }))
         .readiness(Check::new("registry", move || {
             let ops = registry.clone();
             async move {
-                ops.registry()
-                    .service()
-                    .ready()
-                    .await
-                    .map_err(|e| e.status.message)
+                ops.registry().service().ready().await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: the orchestrator registry is not ready");
+                    format!(
+                        "the orchestrator registry is not ready ({})",
+                        e.public_reason()
+                    )
+                })
             }
         }))
         .into_router()

@@ -308,16 +308,18 @@ impl Ops {
         &self.registry
     }
 
+    /// The 503 for a registry that failed. The caller learns that it failed and how, never where it
+    /// is (an internal host and port) or what it said; the log gets all of it with the request id.
     fn registry_down(&self, e: &ClientError) -> ApiError {
         ApiError::from_code(
             Code::Unavailable,
             format!(
-                "the orchestrator registry at {} is unavailable ({}); nothing was changed, retry later",
-                self.registry.service().base_url(),
-                e.status.message
+                "the orchestrator registry is unavailable ({}); nothing was changed, retry later",
+                e.public_reason()
             ),
         )
         .with_retry_after(e.retry_after.unwrap_or(Duration::from_secs(1)))
+        .with_cause(e.clone())
     }
 
     /// The orchestrator `name`, or `None` when it is not registered; 503 when the registry fails.
@@ -493,7 +495,8 @@ impl Ops {
                         "volume {}/{} failed: {}; it is kept as Failed (GET shows it, the same AddStorage retries it, DeleteStorage removes it)",
                         row.namespace, row.name, e.message
                     ),
-                ))
+                )
+                .with_cause(e))
             }
         }
     }
@@ -584,7 +587,8 @@ impl Ops {
                         "deleting volume {}/{} failed: {}; it stays Deleting and the reconciler retries",
                         row.namespace, row.name, e.message
                     ),
-                ));
+                )
+                .with_cause(e));
             }
         }
         self.store
@@ -695,8 +699,9 @@ impl Ops {
                         "volume {namespace}/{name} is Ready but its backend object is gone: {}",
                         e.message
                     ),
-                ),
-                _ => ApiError::new(e.into()),
+                )
+                .with_cause(e),
+                _ => ApiError::new(e.clone().into()).with_cause(e),
             })?;
         Ok(VolumeStats {
             namespace: row.namespace,
@@ -727,10 +732,13 @@ impl Ops {
                     .filter(|o| o.storage_ops)
                     .map(|o| (o.name, o.kind, o.config)),
             ),
-            Err(e) => unscanned.push(format!(
-                "registry: cannot list orchestrators ({}); only backends that hold volumes were scanned",
-                e.status.message
-            )),
+            Err(e) => {
+                tracing::warn!(error = %e, "orphan scan: the registry did not list orchestrators");
+                unscanned.push(format!(
+                    "registry: cannot list orchestrators ({}); only backends that hold volumes were scanned",
+                    e.public_reason()
+                ))
+            }
         }
         match self.store.backend_targets().await {
             Ok(targets) => candidates.extend(targets),
@@ -759,7 +767,10 @@ impl Ops {
                         .into_iter()
                         .map(|f| (orchestrator.clone(), kind, f, backend.clone())),
                 ),
-                Err(e) => unscanned.push(format!("{}: {e}", backend.identity())),
+                Err(e) => {
+                    tracing::warn!(backend = %backend.identity(), error = %e, "orphan scan: a backend could not be listed");
+                    unscanned.push(format!("{}: {}", backend.identity(), e.message))
+                }
             }
         }
         // Read the owners after listing the backends: a row is written before its object is made,

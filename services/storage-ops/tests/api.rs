@@ -807,6 +807,115 @@ async fn continue_tokens_are_signed_and_outlive_a_restart() {
     assert_eq!(names, ["b", "c"]);
 }
 
+/// Fails when `text` names any of `internals` (hosts, ports, paths, sockets).
+fn assert_names_none(text: &str, internals: &[&str]) {
+    for internal in internals {
+        assert!(
+            !text.contains(internal),
+            "{internal:?} leaked into an answer: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_5xx_names_an_internal_host_port_or_path() {
+    let app = spawn_app().await;
+    let tmp = app.tmp.path().display().to_string();
+    app.storage.add(&profile("kept", "1Gi")).await.unwrap();
+    // The registry down, failing with a body that names its own internals, or hanging.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let failing = service_kit::testing::spawn(axum::Router::new().fallback(|| async {
+        (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "proxy: upstream http://10.9.8.7:6543/internal/db failed",
+        )
+    }))
+    .await;
+    let hanging = service_kit::testing::spawn(axum::Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        "late"
+    }))
+    .await;
+    for registry in [
+        format!("http://{closed}"),
+        failing.url.clone(),
+        hanging.url.clone(),
+    ] {
+        let port = registry.rsplit(':').next().unwrap().to_string();
+        let internals = [
+            registry.as_str(),
+            "127.0.0.1",
+            port.as_str(),
+            "10.9.8.7",
+            "6543",
+            "/internal",
+            tmp.as_str(),
+        ];
+        // A second storage-ops on the same database, whose registry is this one.
+        let url = spawn_storage(
+            &app.tmp.path().join("storage.db"),
+            &registry,
+            &[(env_vars::REGISTRY_TIMEOUT, "300ms")],
+        )
+        .await;
+        let storage = storage_client(&url);
+        for e in [
+            storage.add(&profile("new", "1Gi")).await.unwrap_err(),
+            storage.delete("team", "kept").await.unwrap_err(),
+        ] {
+            assert_eq!(e.http_status, Some(503), "{registry}: {e}");
+            assert!(
+                e.status
+                    .message
+                    .contains("orchestrator registry is unavailable"),
+                "{e}"
+            );
+            assert_names_none(&e.status.message, &internals);
+        }
+        let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+        assert_eq!(ready.status(), 503);
+        assert_names_none(&ready.text().await.unwrap(), &internals);
+    }
+    // A backend that fails: a base path under a file (500), and an Engine socket nobody serves (503).
+    let blocked = app.tmp.path().join("blocked");
+    std::fs::write(&blocked, b"not a directory").unwrap();
+    register_local(&app.registry, "blocked", &blocked.join("vols"), None, false).await;
+    let socket = app.tmp.path().join("no-engine.sock");
+    app.registry
+        .register(
+            "engine",
+            &RegisterOrchestrator {
+                config: Some(json!({"host": format!("unix://{}", socket.display())})),
+                ..RegisterOrchestrator::new(OrchestratorKind::Docker)
+            },
+        )
+        .await
+        .unwrap();
+    for (orchestrator, status) in [("blocked", 500), ("engine", 503)] {
+        let mut p = profile(&format!("on-{orchestrator}"), "1Gi");
+        p.orchestrator = Some(orchestrator.into());
+        let e = app.storage.add(&p).await.unwrap_err();
+        assert_eq!(e.http_status, Some(status), "{e}");
+        assert_names_none(
+            &e.status.message,
+            &[tmp.as_str(), "no-engine.sock", "unix://"],
+        );
+        let v = app.storage.get("team", &p.name).await.unwrap();
+        assert_eq!(v.status.phase, VolumePhase::Failed);
+        assert_names_none(
+            &v.status.message,
+            &[tmp.as_str(), "no-engine.sock", "unix://"],
+        );
+        // Deleting it asks the backend again; that failure is no more telling.
+        if let Err(e) = app.storage.delete("team", &p.name).await {
+            assert_names_none(&e.status.message, &[tmp.as_str(), "no-engine.sock"]);
+        }
+    }
+}
+
 #[tokio::test]
 async fn pages_are_stable_complete_and_filtered_pages_are_full() {
     let app = spawn_app().await;
@@ -940,7 +1049,11 @@ async fn a_backend_failure_keeps_the_volume_failed_with_its_message_and_a_retry_
     let v = app.storage.get("team", "data").await.unwrap();
     assert_eq!(v.status.phase, VolumePhase::Failed);
     assert_eq!(v.status.reason, "BackendError");
-    assert!(v.status.message.contains("blocked"), "{}", v.status.message);
+    assert!(
+        v.status.message.contains("base path"),
+        "{}",
+        v.status.message
+    );
 
     std::fs::remove_file(&blocked).unwrap();
     let (healed, created) = app.storage.add(&p).await.unwrap();

@@ -57,18 +57,13 @@ impl LocalBackend {
                 .recursive(true)
                 .mode(0o700)
                 .create(&self.base)
-                .map_err(|e| {
-                    BackendError::io(&format!("making base path {}", self.base.display()), &e)
-                })?;
+                .map_err(|e| BackendError::io("making the base path", &self.base, &e))?;
         }
         let base = match fs::canonicalize(&self.base) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => {
-                return Err(BackendError::io(
-                    &format!("resolving base path {}", self.base.display()),
-                    &e,
-                ));
+                return Err(BackendError::io("resolving the base path", &self.base, &e));
             }
         };
         let dir = base.join(namespace);
@@ -77,7 +72,7 @@ impl LocalBackend {
                 Ok(()) => sync_dir(&base)?,
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(e) => {
-                    return Err(BackendError::io(&format!("making {}", dir.display()), &e));
+                    return Err(BackendError::io("making the namespace directory", &dir, &e));
                 }
             }
         }
@@ -87,24 +82,30 @@ impl LocalBackend {
                 return Err(BackendError::new(
                     Code::FailedPrecondition,
                     format!(
-                        "{} is not a directory (a link or a file); refusing to use it",
-                        dir.display()
+                        "the directory of namespace {namespace:?} is not a directory (a link or a file); refusing to use it"
                     ),
-                ));
+                )
+                .with_detail(format!("at {}", dir.display())));
             }
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(BackendError::io(&format!("reading {}", dir.display()), &e)),
+            Err(e) => {
+                return Err(BackendError::io(
+                    "reading the namespace directory",
+                    &dir,
+                    &e,
+                ));
+            }
         }
         let resolved = fs::canonicalize(&dir)
-            .map_err(|e| BackendError::io(&format!("resolving {}", dir.display()), &e))?;
+            .map_err(|e| BackendError::io("resolving the namespace directory", &dir, &e))?;
         if resolved.parent() != Some(base.as_path()) {
             return Err(BackendError::new(
                 Code::FailedPrecondition,
                 format!(
-                    "{} resolves outside the base path; refusing to use it",
-                    dir.display()
+                    "the directory of namespace {namespace:?} resolves outside the base path; refusing to use it"
                 ),
-            ));
+            )
+            .with_detail(format!("{} resolves to {}", dir.display(), resolved.display())));
         }
         Ok(Some(resolved))
     }
@@ -122,27 +123,28 @@ impl LocalBackend {
                 .mode(0o600)
                 .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
                 .open(&path)
-                .map_err(|e| BackendError::io(&format!("making {}", path.display()), &e))?;
+                .map_err(|e| BackendError::io("making the volume's file", &path, &e))?;
             // Sparse: set_len allocates nothing, so the file has the exact capacity and costs no space.
             file.set_len(v.capacity_bytes)
-                .map_err(|e| BackendError::io(&format!("sizing {}", path.display()), &e))?;
+                .map_err(|e| BackendError::io("sizing the volume's file", &path, &e))?;
             file.sync_all()
-                .map_err(|e| BackendError::io(&format!("syncing {}", path.display()), &e))?;
+                .map_err(|e| BackendError::io("syncing the volume's file", &path, &e))?;
         } else {
             match DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                     let m = fs::symlink_metadata(&path).map_err(|e| {
-                        BackendError::io(&format!("reading {}", path.display()), &e)
+                        BackendError::io("reading the volume's directory", &path, &e)
                     })?;
                     if !m.is_dir() {
                         return Err(BackendError::new(
                             Code::AlreadyExists,
-                            format!("{} exists and is not a directory", path.display()),
-                        ));
+                            "the volume's path exists and is not a directory",
+                        )
+                        .with_detail(format!("at {}", path.display())));
                     }
                 }
-                Err(e) => return Err(BackendError::io(&format!("making {}", path.display()), &e)),
+                Err(e) => return Err(BackendError::io("making the volume's directory", &path, &e)),
             }
         }
         sync_dir(&dir)?;
@@ -162,10 +164,7 @@ impl LocalBackend {
         match removed {
             Ok(()) => sync_dir(&dir),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(BackendError::io(
-                &format!("removing {}", path.display()),
-                &e,
-            )),
+            Err(e) => Err(BackendError::io("removing the volume's object", &path, &e)),
         }
     }
 
@@ -173,12 +172,13 @@ impl LocalBackend {
         let Some(dir) = self.namespace_dir(&v.namespace, false)? else {
             return Err(BackendError::new(
                 Code::NotFound,
-                format!("{}/{} has no directory", self.base.display(), v.namespace),
-            ));
+                format!("namespace {:?} has no directory", v.namespace),
+            )
+            .with_detail(format!("under {}", self.base.display())));
         };
         let path = dir.join(Self::object_name(v));
         let m = fs::symlink_metadata(&path)
-            .map_err(|e| BackendError::io(&format!("reading {}", path.display()), &e))?;
+            .map_err(|e| BackendError::io("reading the volume's object", &path, &e))?;
         let available_bytes = nix::sys::statvfs::statvfs(&path)
             .ok()
             .map(|s| s.blocks_available().saturating_mul(s.fragment_size()));
@@ -201,10 +201,7 @@ impl LocalBackend {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => {
-                return Err(BackendError::io(
-                    &format!("reading {}", self.base.display()),
-                    &e,
-                ));
+                return Err(BackendError::io("reading the base path", &self.base, &e));
             }
         };
         let mut found = Vec::new();
@@ -252,13 +249,13 @@ pub fn parse_object_name(file: &str) -> Option<(&str, &str)> {
 }
 
 fn read_dir(path: &Path) -> Result<fs::ReadDir, BackendError> {
-    fs::read_dir(path).map_err(|e| BackendError::io(&format!("reading {}", path.display()), &e))
+    fs::read_dir(path).map_err(|e| BackendError::io("listing a directory", path, &e))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), BackendError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| BackendError::io(&format!("syncing {}", dir.display()), &e))
+        .map_err(|e| BackendError::io("syncing a directory", dir, &e))
 }
 
 /// Allocated bytes of everything under `root`, links not followed, at most [`WALK_LIMIT`] entries.

@@ -23,27 +23,41 @@ use crate::store::VolumeRow;
 pub mod docker;
 pub mod local;
 
-/// A failed backend operation: the machine code it maps to and the backend's own words.
+/// A failed backend operation: the machine code it maps to, the backend's words for the caller, and
+/// where it happened, for the log.
+///
+/// The two are kept apart because callers see `message` (in the answer, and in the volume's
+/// `status.message`) while a host, port, socket or file-system path must never reach them: those go in
+/// `detail`, which `Display` (and so every log line) includes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
+#[error("{message}{}", if detail.is_empty() { String::new() } else { format!(" ({detail})") })]
 pub struct BackendError {
     /// What kind of failure.
     pub code: Code,
-    /// The backend's message.
+    /// What failed and why, for the caller: no host, port or path.
     pub message: String,
+    /// Where it failed (a path, an Engine's address) and the raw cause: for the log only.
+    pub detail: String,
 }
 
 impl BackendError {
-    /// A failure with this code.
+    /// A failure with this code; `message` is shown to callers.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         BackendError {
             code,
             message: message.into(),
+            detail: String::new(),
         }
     }
 
-    /// A file-system failure while doing `what`.
-    pub fn io(what: &str, e: &std::io::Error) -> Self {
+    /// Adds where it happened, for the log only.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = detail.into();
+        self
+    }
+
+    /// A file-system failure while doing `what` (said without the path) at `path`.
+    pub fn io(what: &str, path: &std::path::Path, e: &std::io::Error) -> Self {
         let code = match e.kind() {
             std::io::ErrorKind::PermissionDenied => Code::FailedPrecondition,
             std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
@@ -51,7 +65,9 @@ impl BackendError {
             }
             _ => Code::Internal,
         };
+        // An io::Error made by the standard library's file functions does not name the path.
         BackendError::new(code, format!("{what}: {e}"))
+            .with_detail(format!("at {}", path.display()))
     }
 }
 
