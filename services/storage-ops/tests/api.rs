@@ -917,6 +917,35 @@ async fn no_5xx_names_an_internal_host_port_or_path() {
 }
 
 #[tokio::test]
+async fn a_hung_registry_is_a_503_within_the_gateways_upstream_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hanging = service_kit::testing::spawn(axum::Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        "late"
+    }))
+    .await;
+    // The gateway gives storage-ops 2s; nothing sets the registry timeout, so it follows from that.
+    let url = spawn_storage(
+        &tmp.path().join("storage.db"),
+        &hanging.url,
+        &[("BERTH_UPSTREAM_TIMEOUT", "2s")],
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let e = storage_client(&url)
+        .add(&profile("data", "1Gi"))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.http_status, Some(503), "{e}");
+    assert!(e.retry_after.is_some(), "Retry-After on 503");
+    assert!(
+        took < Duration::from_secs(2),
+        "answered after {took:?}: the gateway would have given up first (504, no Retry-After)"
+    );
+}
+
+#[tokio::test]
 async fn pages_are_stable_complete_and_filtered_pages_are_full() {
     let app = spawn_app().await;
     let mut expected = Vec::new();
