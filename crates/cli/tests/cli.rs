@@ -8,7 +8,8 @@ use common::{Stack, berth_with, stderr, stdout};
 #[test]
 fn volumes_and_orchestrators_through_the_cli() {
     let stack = Stack::start();
-    let base_path = stack.data.path().join("cli-volumes");
+    // Under the data directory's volumes/: the directory the stack allows by default.
+    let base_path = stack.data.path().join("volumes/cli");
     let base_path = base_path.to_str().unwrap();
 
     // Register a local orchestrator under the test's own directory (whatever the registry detected).

@@ -93,6 +93,11 @@ pub struct Config {
     /// What the reconciler does with orphans (`BERTH_ORPHAN_POLICY`, `report` or `delete`, default
     /// `report`).
     pub orphan_policy: OrphanPolicy,
+    /// Where the orchestrators it uses may point: `BERTH_LOCAL_ROOTS` (default `<data dir>/volumes`
+    /// and `BERTH_LOCAL_BASE_PATH`) and `BERTH_DOCKER_ENDPOINTS` (default the local socket and
+    /// `DOCKER_HOST`), checked again here because the registry's registrations may be older than
+    /// these, or the registry configured apart.
+    pub limits: domain::orchestrator::OrchestratorLimits,
 }
 
 impl Config {
@@ -127,7 +132,9 @@ impl Config {
             });
         }
         let orphan_policy = env.parse_or(env_vars::ORPHAN_POLICY, OrphanPolicy::Report)?;
+        let limits = service_kit::config::orchestrator_limits(env)?;
         Ok(Config {
+            limits,
             listen: listen_addr(env, DEFAULT_PORT)?,
             http,
             data_dir,
@@ -233,7 +240,12 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
             attempts: REGISTRY_ATTEMPTS,
         },
     ));
-    Ok(Arc::new(Ops::new(store, registry, config.orphan_policy)))
+    Ok(Arc::new(Ops::new(
+        store,
+        registry,
+        config.orphan_policy,
+        config.limits.clone(),
+    )))
 }
 
 /// Runs the reconciler: once now, then every `interval`.

@@ -271,13 +271,15 @@ fn store_error(e: StoreError) -> ApiError {
 }
 
 impl Ops {
-    /// The logic over `store`, resolving orchestrators through `registry`.
+    /// The logic over `store`, resolving orchestrators through `registry` and using only the
+    /// backends `limits` allows.
     pub fn new(
         store: Store,
         registry: client::registry::Client,
         orphan_policy: OrphanPolicy,
+        limits: domain::orchestrator::OrchestratorLimits,
     ) -> Self {
-        let backends = Backends::new(store.instance());
+        let backends = Backends::new(store.instance(), limits);
         Ops {
             tokens: ContinueTokens::new(store.continue_key()),
             store,
@@ -540,6 +542,11 @@ impl Ops {
             Some(p) => p == ReclaimPolicy::Retain,
             None => retained_before || retain_by_spec,
         };
+        // A volume whose backend this service may not use (any more) is left as it is, not marked
+        // Deleting for a reconciler that could never finish it.
+        if !retain {
+            self.stored_backend(&row)?;
+        }
         let row = self
             .store
             .set_status(

@@ -23,9 +23,36 @@ use storage_ops::env_vars;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The operator's allow-lists these tests run with: anything under the test's directory, and the
+/// local Docker socket (plus one in the test's directory that nothing serves).
+fn allowed(dir: &Path) -> [(&'static str, String); 2] {
+    [
+        ("BERTH_LOCAL_ROOTS", dir.display().to_string()),
+        (
+            "BERTH_DOCKER_ENDPOINTS",
+            format!(
+                "{},unix://{}",
+                domain::orchestrator::DEFAULT_DOCKER_HOST,
+                dir.join("no-engine.sock").display()
+            ),
+        ),
+    ]
+}
+
 /// The registry, served in-process on port 0.
 async fn spawn_registry(dir: &Path) -> String {
-    let env = Env::default()
+    spawn_registry_with(dir, &[]).await
+}
+
+async fn spawn_registry_with(dir: &Path, extra: &[(&str, &str)]) -> String {
+    let mut env = Env::default();
+    for (k, v) in allowed(dir) {
+        env = env.with(k, v);
+    }
+    for (k, v) in extra {
+        env = env.with(k, *v);
+    }
+    let env = env
         .with("BERTH_LISTEN", "127.0.0.1:0")
         .with("BERTH_DATA_DIR", dir.display().to_string())
         .with(
@@ -47,7 +74,11 @@ async fn spawn_registry(dir: &Path) -> String {
 /// storage-ops, served in-process on port 0.
 async fn spawn_storage(db: &Path, registry_url: &str, extra: &[(&str, &str)]) -> String {
     service_kit::testing::init_test_logging();
-    let mut env = Env::default()
+    let mut env = Env::default();
+    for (k, v) in allowed(db.parent().unwrap()) {
+        env = env.with(k, v);
+    }
+    let mut env = env
         .with("BERTH_LISTEN", "127.0.0.1:0")
         .with(env_vars::STORAGE_DB, db.display().to_string())
         .with(env_vars::REGISTRY_URL, registry_url)
@@ -946,6 +977,90 @@ async fn a_hung_registry_is_a_503_within_the_gateways_upstream_timeout() {
 }
 
 #[tokio::test]
+async fn storage_ops_uses_no_orchestrator_outside_what_its_operator_allows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // The registry allows all of the test's directory and a TCP Engine; storage-ops, as if it had
+    // been configured more narrowly since (or the registry's database held older registrations),
+    // only `allowed/` and the local socket.
+    let registry_url = spawn_registry_with(
+        dir,
+        &[(
+            "BERTH_DOCKER_ENDPOINTS",
+            "unix:///var/run/docker.sock,tcp://127.0.0.1:9",
+        )],
+    )
+    .await;
+    let registry = registry_client(&registry_url);
+    let allowed_root = dir.join("allowed");
+    let allowed_root_text = allowed_root.display().to_string();
+    let url = spawn_storage(
+        &dir.join("storage.db"),
+        &registry_url,
+        &[
+            ("BERTH_LOCAL_ROOTS", allowed_root_text.as_str()),
+            ("BERTH_DOCKER_ENDPOINTS", "unix:///var/run/docker.sock"),
+        ],
+    )
+    .await;
+    let storage = storage_client(&url);
+    register_local(&registry, "inside", &allowed_root.join("vols"), None, false).await;
+    register_local(&registry, "elsewhere", &dir.join("elsewhere"), None, false).await;
+    // Registered while nothing was there; a link planted afterwards leads outside.
+    register_local(&registry, "linked", &allowed_root.join("link"), None, false).await;
+    std::fs::create_dir_all(&allowed_root).unwrap();
+    std::fs::create_dir_all(dir.join("outside")).unwrap();
+    std::os::unix::fs::symlink(dir.join("outside"), allowed_root.join("link")).unwrap();
+    registry
+        .register(
+            "remote",
+            &RegisterOrchestrator {
+                config: Some(json!({"host": "tcp://127.0.0.1:9"})),
+                ..RegisterOrchestrator::new(OrchestratorKind::Docker)
+            },
+        )
+        .await
+        .unwrap();
+    for (orchestrator, setting) in [
+        ("elsewhere", "BERTH_LOCAL_ROOTS"),
+        ("linked", "symbolic link"),
+        ("remote", "BERTH_DOCKER_ENDPOINTS"),
+    ] {
+        let mut p = profile(&format!("on-{orchestrator}"), "1Gi");
+        p.orchestrator = Some(orchestrator.into());
+        let e = storage.add(&p).await.unwrap_err();
+        assert_eq!(e.http_status, Some(412), "{orchestrator}: {e}");
+        assert!(e.status.message.contains(setting), "{orchestrator}: {e}");
+        assert!(
+            !e.status
+                .message
+                .contains(&dir.join("outside").display().to_string()),
+            "{e}"
+        );
+    }
+    assert!(
+        !dir.join("elsewhere").exists(),
+        "nothing made outside the roots"
+    );
+    assert_eq!(std::fs::read_dir(dir.join("outside")).unwrap().count(), 0);
+    assert!(
+        storage
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            <= 1,
+        "at most a Failed record of the linked one"
+    );
+    let mut p = profile("fine", "1Gi");
+    p.orchestrator = Some("inside".into());
+    let (v, created) = storage.add(&p).await.unwrap();
+    assert!(created && v.status.phase == VolumePhase::Ready);
+    assert!(v.status.location.starts_with(&allowed_root_text));
+}
+
+#[tokio::test]
 async fn pages_are_stable_complete_and_filtered_pages_are_full() {
     let app = spawn_app().await;
     let mut expected = Vec::new();
@@ -1339,6 +1454,7 @@ async fn start_binary(db: &Path, data: &Path, registry_url: &str) -> (Child, Str
         .env("BERTH_DATA_DIR", data)
         .env(env_vars::REGISTRY_URL, registry_url)
         .env(env_vars::RECONCILE_INTERVAL, "200ms")
+        .envs(allowed(data))
         .env("BERTH_LOG", "warn")
         .stdout(if quiet {
             std::process::Stdio::null()
@@ -1539,6 +1655,7 @@ async fn the_internal_credential_is_required_and_presented_to_the_registry() {
     let env = Env::default()
         .with("BERTH_LISTEN", "127.0.0.1:0")
         .with("BERTH_DATA_DIR", tmp.path().display().to_string())
+        .with("BERTH_LOCAL_ROOTS", tmp.path().display().to_string())
         .with("BERTH_INTERNAL_TOKEN", "s3cret");
     let registry =
         orchestrator_registry::build(orchestrator_registry::Config::from_env(&env).unwrap())

@@ -12,27 +12,54 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use domain::Code;
 use futures::future::BoxFuture;
+use service_kit::paths::{Escape, check_within};
 
 use super::{Backend, BackendError, Found, ObjectRef, Usage};
 
-/// Directories and files under one base path.
+/// Directories and files under one base path, itself under one of the operator's roots.
 #[derive(Debug, Clone)]
 pub struct LocalBackend {
     base: PathBuf,
+    roots: Arc<[String]>,
 }
 
 /// Most files a usage walk visits before it stops and reports what it has counted.
 const WALK_LIMIT: usize = 100_000;
 
 impl LocalBackend {
-    /// The backend of the (normalised, absolute) `base_path`.
-    pub fn new(base_path: &str) -> Self {
+    /// The backend of the (normalised, absolute) `base_path`, which must lead (links followed) under
+    /// one of `roots` whenever the backend touches it.
+    pub fn new(base_path: &str, roots: Arc<[String]>) -> Self {
         LocalBackend {
             base: PathBuf::from(base_path),
+            roots,
         }
+    }
+
+    /// Refuses a base path that leads outside the roots through a symbolic link (its text is under
+    /// one: `Backends` checked that). Checked before anything is made, and again after the base
+    /// path is made, so a link swapped in meanwhile is not used either.
+    fn check_base(&self) -> Result<(), BackendError> {
+        check_within(&self.base, &self.roots).map_err(|escape| {
+            let detail = match &escape {
+                Escape::Outside { resolved } => {
+                    format!("{} resolves to {}", self.base.display(), resolved.display())
+                }
+                Escape::Unresolvable(e) => format!("{}: {e}", self.base.display()),
+            };
+            BackendError::new(
+                Code::FailedPrecondition,
+                format!(
+                    "the base path {escape}; refusing to use it (an operator allows directories with {})",
+                    domain::orchestrator::LOCAL_ROOTS_SETTING
+                ),
+            )
+            .with_detail(detail)
+        })
     }
 
     /// The object's file name: `<name>-<uid>`.
@@ -52,12 +79,14 @@ impl LocalBackend {
                 format!("namespace {namespace:?} cannot be a directory name"),
             ));
         }
+        self.check_base()?;
         if create {
             DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&self.base)
                 .map_err(|e| BackendError::io("making the base path", &self.base, &e))?;
+            self.check_base()?;
         }
         let base = match fs::canonicalize(&self.base) {
             Ok(b) => b,
@@ -197,6 +226,7 @@ impl LocalBackend {
     }
 
     fn scan_blocking(&self) -> Result<Vec<Found>, BackendError> {
+        self.check_base()?;
         let base = match fs::canonicalize(&self.base) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
@@ -333,6 +363,10 @@ impl Backend for LocalBackend {
 mod tests {
     use super::*;
 
+    fn roots(dir: &Path) -> Arc<[String]> {
+        vec![dir.display().to_string()].into()
+    }
+
     fn object(name: &str, file: bool) -> ObjectRef {
         ObjectRef {
             uid: uuid::Uuid::new_v4().to_string(),
@@ -346,7 +380,10 @@ mod tests {
     #[tokio::test]
     async fn directories_and_sparse_files_are_made_idempotently_and_removed() {
         let tmp = tempfile::tempdir().unwrap();
-        let backend = LocalBackend::new(&tmp.path().join("base").display().to_string());
+        let backend = LocalBackend::new(
+            &tmp.path().join("base").display().to_string(),
+            roots(tmp.path()),
+        );
         let dir = object("data", false);
         let at = backend.create(&dir).await.unwrap();
         assert_eq!(backend.create(&dir).await.unwrap(), at);
@@ -378,10 +415,32 @@ mod tests {
         fs::create_dir_all(&base).unwrap();
         fs::create_dir_all(&outside).unwrap();
         std::os::unix::fs::symlink(&outside, base.join("ns")).unwrap();
-        let backend = LocalBackend::new(&base.display().to_string());
+        let backend = LocalBackend::new(&base.display().to_string(), roots(tmp.path()));
         let e = backend.create(&object("data", false)).await.unwrap_err();
         assert_eq!(e.code, Code::FailedPrecondition, "{e}");
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_base_path_that_links_out_of_the_roots_is_refused_before_anything_is_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let backend =
+            LocalBackend::new(&root.join("link/vols").display().to_string(), roots(&root));
+        let e = backend.create(&object("data", false)).await.unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+        assert!(e.message.contains("symbolic link"), "{}", e.message);
+        assert!(
+            !e.message.contains(&outside.display().to_string()),
+            "{}",
+            e.message
+        );
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "nothing made");
+        assert!(backend.scan().await.is_err());
     }
 
     #[test]
