@@ -64,6 +64,7 @@ impl ServiceApp {
         doc.info.description = Some(format!(
             "The {name} service of Berth. Every non-2xx answer is application/problem+json (schema Problem), with `code` the MCM machine code."
         ));
+        crate::query::document_refusals(&mut doc);
         let components = doc.components.get_or_insert_with(Default::default);
         components.schemas.insert(
             "Problem".to_string(),

@@ -165,6 +165,45 @@ fn shorten(name: &str) -> String {
     }
 }
 
+/// States in `doc` the 400 this rule answers, on every operation that states none yet, so the
+/// document lists every status each route can give.
+pub fn document_refusals(doc: &mut OpenApi) {
+    use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+    for item in doc.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.options,
+            &mut item.head,
+            &mut item.patch,
+            &mut item.trace,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation
+                .responses
+                .responses
+                .entry("400".to_string())
+                .or_insert_with(|| {
+                    RefOr::T(
+                        ResponseBuilder::new()
+                            .description(
+                                "A query parameter this operation does not declare (code 3), naming it",
+                            )
+                            .content(
+                                crate::error::PROBLEM_JSON,
+                                ContentBuilder::new()
+                                    .schema(Some(Ref::from_schema_name("Problem")))
+                                    .build(),
+                            )
+                            .build(),
+                    )
+                });
+        }
+    }
+}
+
 /// The middleware: refuses a matched route's call whose query names an undeclared parameter.
 pub async fn refuse_undeclared(
     State(declared): State<Arc<DeclaredQuery>>,

@@ -111,4 +111,14 @@ async fn undeclared_query_parameters_are_refused_on_every_route() {
         .await
         .unwrap();
     assert_eq!(head.status(), 400);
+    // The document states that 400 on every operation.
+    let doc = call(&server.url, "/openapi.json").await.1;
+    for path in ["/v1/items", "/v1/items/{name}"] {
+        let refusal = &doc["paths"][path]["get"]["responses"]["400"];
+        assert_eq!(
+            refusal["content"]["application/problem+json"]["schema"]["$ref"],
+            "#/components/schemas/Problem",
+            "{path}: {refusal}"
+        );
+    }
 }

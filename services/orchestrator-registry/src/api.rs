@@ -91,7 +91,7 @@ fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
     responses(
         (status = 201, description = "Registered", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"), ("Location" = String))),
         (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String))),
-        (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field", body = Problem),
+        (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field; a basePath outside BERTH_LOCAL_ROOTS or a host outside BERTH_DOCKER_ENDPOINTS names the setting that would allow it", body = Problem),
         (status = 412, description = "If-Match did not hold (code 9)", body = Problem),
     )
 )]
