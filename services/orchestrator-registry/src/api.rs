@@ -103,6 +103,14 @@ async fn register_orchestrator(
 ) -> Result<Response, ApiError> {
     valid_name(&name)?;
     let want = parse_registration(&body, &state.limits)?;
+    if want.kind == OrchestratorKind::Local {
+        let base_path = LocalConfig::from_config(&want.config)?.base_path;
+        let limits = state.limits.clone();
+        // A few file-system calls: off the async threads, like every other.
+        tokio::task::spawn_blocking(move || check_links(&base_path, &limits))
+            .await
+            .map_err(ApiError::internal)??;
+    }
     let precondition = parse_if_match(&headers)?;
     let (orchestrator, outcome) = state
         .store
@@ -126,7 +134,7 @@ async fn register_orchestrator(
 }
 
 /// Reads a registration body field by field, so each refusal names the field it is about, and holds
-/// what it points at to the operator's limits.
+/// what it points at to the operator's limits (by its text: links are [`check_links`]'s).
 fn parse_registration(body: &Value, limits: &OrchestratorLimits) -> Result<Registration, ApiError> {
     const FIELDS: [&str; 5] = ["kind", "label", "region", "config", "default"];
     let empty = Map::new();
@@ -180,9 +188,6 @@ fn parse_registration(body: &Value, limits: &OrchestratorLimits) -> Result<Regis
     let region = text("region", MAX_REGION_LEN)?;
     let config = kind.validate_config(Some(map.get("config").unwrap_or(&Value::Object(empty))))?;
     limits.check(kind, &config)?;
-    if kind == OrchestratorKind::Local {
-        check_links(&LocalConfig::from_config(&config)?.base_path, limits)?;
-    }
     let default = match map.get("default") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(*b),
