@@ -144,7 +144,7 @@ fn with_body(
 #[tokio::test]
 async fn every_route_is_reachable_with_its_scope_and_refused_without() {
     let stack = Stack::spawn(&[]).await;
-    let base_path = stack.data.path().join("e2e-volumes");
+    let base_path = stack.data.path().join("volumes/e2e");
     for route in routes(base_path.to_str().unwrap()) {
         let what = format!("{} {}", route.method, route.path);
         let none = with_body(stack.call(route.method, route.path, None), &route.body)

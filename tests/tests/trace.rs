@@ -25,7 +25,7 @@ async fn one_add_storage_call_is_one_trace_across_three_services() {
         .init();
 
     let stack = Stack::spawn(&[]).await;
-    let base_path = stack.data.path().join("trace-volumes");
+    let base_path = stack.data.path().join("volumes/trace");
     let r = stack
         .call("PUT", "/v1/orchestrators/trace-local", Some("tok-admin"))
         .json(&serde_json::json!({"kind": "local", "config": {"basePath": base_path}}))

@@ -127,6 +127,14 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
         .with("BERTH_ALICLOUD_ENDPOINT", url(ports.ecs_emulator));
     let env_for = |port: u16| shared.clone().with(vars::LISTEN, at(port));
+    // Every configuration is read before anything binds a port, so one that is refused stops the
+    // start with its reason and nothing half-started.
+    let configs = configure(
+        &env_for(ports.gateway),
+        &env_for(ports.registry),
+        &env_for(ports.storage_ops),
+        &env_for(ports.machine_driver),
+    )?;
 
     let mut apps = Vec::new();
     // Instances move Pending → Starting → Running in a couple of seconds, as a person can follow.
@@ -153,26 +161,17 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     ));
     apps.push((
         orchestrator_registry::NAME,
-        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env_for(
-            ports.registry,
-        ))?)
-        .await?,
+        orchestrator_registry::build(configs.registry).await?,
     ));
     apps.push((
         storage_ops::NAME,
-        storage_ops::build(storage_ops::Config::from_env(&env_for(ports.storage_ops))?).await?,
+        storage_ops::build(configs.storage_ops).await?,
     ));
     apps.push((
         machine_driver::NAME,
-        machine_driver::build(machine_driver::Config::from_env(&env_for(
-            ports.machine_driver,
-        ))?)
-        .await?,
+        machine_driver::build(configs.machine_driver).await?,
     ));
-    apps.push((
-        gateway::NAME,
-        gateway::build(gateway::Config::from_env(&env_for(ports.gateway))?).await?,
-    ));
+    apps.push((gateway::NAME, gateway::build(configs.gateway).await?));
     Ok(Built {
         apps,
         data_dir,
@@ -267,6 +266,42 @@ impl StopSignals {
             _ = self.terminate.recv() => tracing::info!("SIGTERM received; draining"),
         }
     }
+}
+
+/// The configuration of each service of one run.
+pub struct Configs {
+    /// The gateway's.
+    pub gateway: gateway::Config,
+    /// The registry's.
+    pub registry: orchestrator_registry::Config,
+    /// Storage-ops', whose registry timeout fits in the gateway's upstream timeout.
+    pub storage_ops: storage_ops::Config,
+    /// The machine driver's.
+    pub machine_driver: machine_driver::Config,
+}
+
+/// Reads every service's configuration from its environment. Storage-ops is told how long the
+/// gateway waits for it (`BERTH_UPSTREAM_TIMEOUT`, set or the gateway's default), so its registry
+/// timeout is derived from that, or, when set to something the gateway would not wait for, refused
+/// here: a hung registry must reach callers as storage-ops' 503 with Retry-After, not the gateway's
+/// 504.
+pub fn configure(
+    gateway_env: &Env,
+    registry_env: &Env,
+    storage_ops_env: &Env,
+    machine_driver_env: &Env,
+) -> Result<Configs, BoxError> {
+    let gateway = gateway::Config::from_env(gateway_env)?;
+    let storage_ops_env = storage_ops_env.clone().with(
+        storage_ops::env_vars::UPSTREAM_TIMEOUT,
+        format!("{}ms", gateway.upstream_timeout.as_millis()),
+    );
+    Ok(Configs {
+        registry: orchestrator_registry::Config::from_env(registry_env)?,
+        storage_ops: storage_ops::Config::from_env(&storage_ops_env)?,
+        machine_driver: machine_driver::Config::from_env(machine_driver_env)?,
+        gateway,
+    })
 }
 
 /// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
@@ -379,4 +414,60 @@ pub async fn run(args: UpArgs) -> ExitCode {
     }
     say("Stopped.");
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configs(extra: &[(&str, &str)]) -> Result<Configs, BoxError> {
+        let dir = tempfile::tempdir().unwrap();
+        let mut env = Env::default().with(vars::DATA_DIR, dir.path().display().to_string());
+        for (k, v) in extra {
+            env = env.with(k, *v);
+        }
+        configure(&env, &env, &env, &env)
+    }
+
+    #[test]
+    fn storage_ops_waits_for_the_registry_less_than_the_gateway_waits_for_it() {
+        // Nothing set: the gateway's default (30s) bounds the registry's time.
+        let c = configs(&[]).unwrap();
+        let registry_total = c.storage_ops.registry_timeout * storage_ops::REGISTRY_ATTEMPTS;
+        assert!(registry_total <= c.gateway.upstream_timeout / 2);
+        // A short gateway timeout alone: the registry's follows it.
+        let c = configs(&[("BERTH_UPSTREAM_TIMEOUT", "2s")]).unwrap();
+        assert_eq!(c.storage_ops.registry_timeout, Duration::from_millis(500));
+        // Both set so that they contradict: refused at start, naming both.
+        let e = configs(&[
+            ("BERTH_UPSTREAM_TIMEOUT", "2s"),
+            ("BERTH_REGISTRY_TIMEOUT", "5s"),
+        ])
+        .err()
+        .expect("refused")
+        .to_string();
+        assert!(e.contains("BERTH_REGISTRY_TIMEOUT"), "{e}");
+        assert!(e.contains("BERTH_UPSTREAM_TIMEOUT"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_contradicting_configuration_stops_the_start_before_any_port_is_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let args = UpArgs {
+            data_dir: dir.path().to_path_buf(),
+            // The gateway's port is taken: a start that got as far as binding would say so instead.
+            port_base: taken.local_addr().unwrap().port(),
+            bind: "127.0.0.1".parse().unwrap(),
+        };
+        let env = Env::default()
+            .with("BERTH_UPSTREAM_TIMEOUT", "2s")
+            .with("BERTH_REGISTRY_TIMEOUT", "5s");
+        let e = build_stack(&args, &env)
+            .await
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("BERTH_REGISTRY_TIMEOUT"), "{e}");
+    }
 }

@@ -16,7 +16,8 @@ use common::{
 /// Registers a `local` orchestrator under the stack's data directory (whatever the registry
 /// detected), so volumes are plain directories.
 fn local_orchestrator(stack: &Stack, name: &str) {
-    let base_path = stack.data.path().join(name);
+    // Under the data directory's volumes/: the directory the stack allows by default.
+    let base_path = stack.data.path().join("volumes").join(name);
     let out = stack.berth(&[
         "orchestrator",
         "register",

@@ -69,6 +69,23 @@ impl ClientError {
         self.status.code
     }
 
+    /// What went wrong, in words a service may pass on to its own callers: never the URL called
+    /// (an internal host and port) nor what a non-Berth answer said. `status.message` keeps both,
+    /// for the log and for a CLI user, who chose the URL.
+    pub fn public_reason(&self) -> String {
+        match self.http_status {
+            Some(n) => format!("it answered HTTP {n} ({})", self.status.code.name()),
+            None => match self.status.code {
+                Code::DeadlineExceeded => "the call timed out".to_string(),
+                Code::Internal => "it answered a body that does not decode".to_string(),
+                _ if self.request_id.is_some() => {
+                    format!("it answered {}", self.status.code.name())
+                }
+                _ => "the call could not reach it".to_string(),
+            },
+        }
+    }
+
     fn transport(err: &reqwest::Error, base: &str) -> Self {
         let (code, what) = if err.is_timeout() {
             (Code::DeadlineExceeded, "timed out")
@@ -195,13 +212,16 @@ async fn decode_error(response: reqwest::Response) -> ClientError {
             Code::from_u32(p.code).unwrap_or_else(|| Code::from_http_status(http_status)),
             p.detail,
         ),
-        Err(_) => Status::new(
-            Code::from_http_status(http_status),
-            format!(
-                "HTTP {http_status}: {}",
-                text.chars().take(200).collect::<String>()
-            ),
-        ),
+        // Not a Berth answer (a proxy's page, a crashed server): its words may name anything, so
+        // they go to the log, and only the status to the caller.
+        Err(_) => {
+            let excerpt: String = text.chars().take(200).collect();
+            tracing::debug!(http_status, body = %excerpt, "an answer that is not problem+json");
+            Status::new(
+                Code::from_http_status(http_status),
+                format!("HTTP {http_status} without a problem+json body"),
+            )
+        }
     };
     ClientError {
         status,
@@ -212,5 +232,53 @@ async fn decode_error(response: reqwest::Response) -> ClientError {
                 .map(|p| p.request_id)
         }),
         retry_after,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn public_reasons_name_no_host_port_or_body() {
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let base = format!("http://{closed}");
+        let client = ServiceClient::new(
+            &base,
+            ClientOptions {
+                attempts: 1,
+                ..ClientOptions::default()
+            },
+        );
+        let e = client.get::<serde_json::Value>("/x").await.unwrap_err();
+        assert_eq!(e.code(), Code::Unavailable);
+        assert!(e.status.message.contains(&base), "the log keeps the URL");
+        let reason = e.public_reason();
+        assert_eq!(reason, "the call could not reach it");
+        assert!(!reason.contains(&closed.port().to_string()));
+
+        // A foreign answer naming internals: neither its body nor the URL is passed on.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = socket.read(&mut buf).await;
+            let body = "upstream http://10.9.8.7:6543/db failed";
+            let answer = format!(
+                "HTTP/1.1 502 Bad Gateway\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            socket.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let client = ServiceClient::new(&format!("http://{addr}"), ClientOptions::default());
+        let e = client.get::<serde_json::Value>("/x").await.unwrap_err();
+        assert_eq!(e.http_status, Some(502));
+        assert_eq!(e.status.message, "HTTP 502 without a problem+json body");
+        assert_eq!(e.public_reason(), "it answered HTTP 502 (Unavailable)");
     }
 }

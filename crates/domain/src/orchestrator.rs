@@ -394,6 +394,93 @@ fn refuse_unknown_keys(
     }
 }
 
+/// The setting that names the directories `local` orchestrators may use.
+pub const LOCAL_ROOTS_SETTING: &str = "BERTH_LOCAL_ROOTS";
+/// The setting that names the Docker Engines `docker` orchestrators may use.
+pub const DOCKER_ENDPOINTS_SETTING: &str = "BERTH_DOCKER_ENDPOINTS";
+
+/// Where a registered orchestrator may point, as the operator allows it: nothing a caller sends
+/// chooses a directory to write into or an Engine to connect to outside these lists.
+///
+/// The checks here are lexical, on the normalised config (`..` is refused and `.` removed by
+/// [`normalize_base_path`], so a path that is under a root by its text stays under it by its
+/// components). Symbolic links are a matter of the file system, which the services check where
+/// they have one.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OrchestratorLimits {
+    /// Directories a `local` orchestrator's `basePath` must be, or be under: absolute, normalised.
+    pub local_roots: Vec<String>,
+    /// The Docker Engine addresses a `docker` orchestrator may name, normalised.
+    pub docker_endpoints: Vec<String>,
+}
+
+impl OrchestratorLimits {
+    /// Checks a normalised config of `kind` (as [`OrchestratorKind::validate_config`] returns it);
+    /// a refusal names the field and the setting that would allow it.
+    pub fn check(&self, kind: OrchestratorKind, config: &Value) -> Result<(), Status> {
+        match kind {
+            OrchestratorKind::Local => {
+                let config = LocalConfig::from_config(config)?;
+                self.check_base_path("config.basePath", &config.base_path)
+            }
+            OrchestratorKind::Docker => {
+                let config = DockerConfig::from_config(config)?;
+                self.check_docker_host("config.host", &config.host)
+            }
+            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => Ok(()),
+        }
+    }
+
+    /// Whether the normalised `base_path` is one of the roots or under one.
+    pub fn check_base_path(&self, field: &str, base_path: &str) -> Result<(), Status> {
+        if self
+            .local_roots
+            .iter()
+            .any(|root| is_within(base_path, root))
+        {
+            return Ok(());
+        }
+        Err(Status::invalid(
+            field,
+            format!(
+                "{base_path:?} is not under a directory this service may use ({}); an operator allows more with {LOCAL_ROOTS_SETTING}",
+                list(&self.local_roots)
+            ),
+        ))
+    }
+
+    /// Whether the normalised Engine address `host` is one of the allowed endpoints.
+    pub fn check_docker_host(&self, field: &str, host: &str) -> Result<(), Status> {
+        if self.docker_endpoints.iter().any(|e| e == host) {
+            return Ok(());
+        }
+        Err(Status::invalid(
+            field,
+            format!(
+                "{host:?} is not a Docker Engine this service may use ({}); an operator allows more with {DOCKER_ENDPOINTS_SETTING}",
+                list(&self.docker_endpoints)
+            ),
+        ))
+    }
+}
+
+/// Whether the normalised absolute `path` is `root` or under it, component by component (so
+/// `/srv/volumes2` is not under `/srv/volumes`).
+pub fn is_within(path: &str, root: &str) -> bool {
+    path == root
+        || path
+            .strip_prefix(root)
+            .is_some_and(|rest| rest.starts_with('/') || root.ends_with('/'))
+}
+
+fn list(items: &[String]) -> String {
+    if items.is_empty() {
+        "none is allowed".to_string()
+    } else {
+        format!("allowed: {}", items.join(", "))
+    }
+}
+
 /// Normalises an absolute directory path: `//a/./b/` becomes `/a/b`. Refuses relative paths, `..`
 /// (a base path must say where it is without climbing), NUL, and `/` itself (volumes would be made in
 /// the root of the host's file system).
@@ -572,6 +659,56 @@ mod tests {
         assert!(e.message.starts_with(
             "config.address: is not a config key of a nomad orchestrator; it takes no config keys"
         ));
+    }
+
+    #[test]
+    fn limits_allow_the_roots_and_what_is_under_them_only() {
+        let limits = OrchestratorLimits {
+            local_roots: vec!["/srv/volumes".into(), "/mnt/b".into()],
+            docker_endpoints: vec![DEFAULT_DOCKER_HOST.into(), "tcp://engine:2376".into()],
+        };
+        let local = |base: &str| {
+            let config = OrchestratorKind::Local
+                .validate_config(Some(&json!({ "basePath": base })))
+                .unwrap();
+            limits.check(OrchestratorKind::Local, &config)
+        };
+        for ok in [
+            "/srv/volumes",
+            "/srv/volumes/a/b",
+            "/srv//volumes/./x/",
+            "/mnt/b/c",
+        ] {
+            assert!(local(ok).is_ok(), "{ok}");
+        }
+        for bad in ["/etc", "/srv", "/srv/volumes2", "/srv/volumesx/a", "/mnt"] {
+            let e = local(bad).unwrap_err();
+            assert!(
+                e.message.starts_with("config.basePath: ")
+                    && e.message.contains(LOCAL_ROOTS_SETTING),
+                "{bad}: {}",
+                e.message
+            );
+        }
+        let docker = |host: &str| {
+            let config = OrchestratorKind::Docker
+                .validate_config(Some(&json!({ "host": host })))
+                .unwrap();
+            limits.check(OrchestratorKind::Docker, &config)
+        };
+        assert!(docker("tcp://engine:2376/").is_ok());
+        assert!(docker("unix:///var/run/docker.sock").is_ok());
+        let e = docker("tcp://10.0.0.1:2375").unwrap_err();
+        assert!(
+            e.message.starts_with("config.host: ") && e.message.contains(DOCKER_ENDPOINTS_SETTING),
+            "{}",
+            e.message
+        );
+        assert!(docker("unix:///run/other.sock").is_err());
+        assert!(limits.check(OrchestratorKind::Nomad, &json!({})).is_ok());
+        let none = OrchestratorLimits::default();
+        let e = none.check_base_path("config.basePath", "/srv").unwrap_err();
+        assert!(e.message.contains("none is allowed"), "{}", e.message);
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! maya passed capacities around as strings and each backend parsed them its own way, so `5Gi` crashed
 //! replicas that only understood `5G`. Here a capacity is parsed once, at the edge, into bytes: the
 //! grammar is Kubernetes' (`<sign><digits>[.<digits>]<suffix>`, suffix binary `Ki..Ei`, decimal `n u m k
-//! M G T P E`, or an exponent `e<n>`), and anything that is not a whole, non-negative number of bytes
-//! that fits in a `u64` is refused with a message saying why.
+//! M G T P E`, or an exponent `e<n>`, never both), and anything that is not a whole, non-negative
+//! number of bytes of at most [`MAX_BYTES`] is refused with a message saying why. The grammar is
+//! checked before the size, so a text is either "not a quantity" or, being one, "too large", with
+//! one limit and one wording wherever quantities are read.
 
 use std::fmt;
 use std::str::FromStr;
@@ -21,6 +23,11 @@ pub enum QuantityFormat {
     /// Powers of 1000 (`k`, `M`, `G`, ...) or an exponent (`1e3`).
     DecimalSi,
 }
+
+/// The largest quantity: `i64::MAX` bytes, just under 8Ei. Kubernetes quantities are 64-bit signed
+/// too, and storage-ops keeps capacities in SQLite's signed 64-bit integers, so one limit holds for
+/// every reader.
+pub const MAX_BYTES: u64 = i64::MAX as u64;
 
 /// A number of bytes parsed from a Kubernetes quantity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +57,8 @@ const DECIMAL: [(&str, i32); 9] = [
 ];
 
 impl Quantity {
-    /// A quantity of exactly this many bytes, written in binary units where they divide it.
+    /// A quantity of exactly this many bytes, written in binary units where they divide it. `bytes`
+    /// should be at most [`MAX_BYTES`], which every parsed quantity is.
     pub fn from_bytes(bytes: u64) -> Self {
         Quantity {
             bytes,
@@ -69,9 +77,14 @@ impl Quantity {
     }
 }
 
+/// The refusal of a text that does not follow the grammar.
+const GRAMMAR: &str = "is not a quantity: expected a number with an optional suffix (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E or e<exponent>), like 10Gi or 500M";
+
+/// The most significant digits a quantity may have (what a `u128` holds exactly).
+const MAX_SIGNIFICANT_DIGITS: usize = 38;
+
 /// Why a quantity was refused; the caller prefixes the field name.
 fn parse(text: &str) -> Result<Quantity, String> {
-    const GRAMMAR: &str = "is not a quantity: expected a number with an optional suffix (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E or e<exponent>), like 10Gi or 500M";
     let s = text.trim();
     if s.is_empty() || s.len() != text.len() {
         return Err(GRAMMAR.to_string());
@@ -92,74 +105,137 @@ fn parse(text: &str) -> Result<Quantity, String> {
     if (int_part.is_empty() && frac_part.is_empty()) || frac_part.contains('.') {
         return Err(GRAMMAR.to_string());
     }
+    // The whole grammar first, the size after: what is not a quantity is never called too large.
+    let scale = parse_suffix(suffix)?;
+    let format = match scale {
+        Scale::Binary(_) => QuantityFormat::BinarySi,
+        Scale::Decimal(_) => QuantityFormat::DecimalSi,
+    };
     if negative && number.bytes().any(|b| b.is_ascii_digit() && b != b'0') {
         return Err("is negative: a capacity must be zero or more bytes".to_string());
     }
-    // The value is mantissa / 10^frac_digits * multiplier, computed as an exact fraction.
-    let digits: String = format!("{int_part}{frac_part}");
-    let digits = digits.trim_start_matches('0');
-    if digits.len() > 38 {
+    // The value is significand * 10^exponent (* 1024^power), with the significand's leading and
+    // trailing zeros taken off (those only move the exponent).
+    let all_digits = format!("{int_part}{frac_part}");
+    let leading = all_digits.len() - all_digits.trim_start_matches('0').len();
+    let significand = all_digits.trim_matches('0');
+    if significand.is_empty() {
+        return Ok(Quantity { bytes: 0, format });
+    }
+    let trailing = all_digits.len() - leading - significand.len();
+    let places = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let shift = places(trailing) - places(frac_part.len());
+    let exponent = match scale {
+        Scale::Binary(_) => shift,
+        Scale::Decimal(e) => e.saturating_add(shift),
+    };
+    // Digits before the decimal point of significand * 10^exponent: past 19 it is at least 10^19,
+    // over the limit whatever the unit.
+    let magnitude = places(significand.len()).saturating_add(exponent);
+    if magnitude > 19 {
         return Err(too_large());
     }
-    let mantissa: u128 = if digits.is_empty() {
-        0
-    } else {
-        digits.parse().map_err(|_| GRAMMAR.to_string())?
-    };
-    let mut numerator = mantissa;
-    let mut denominator: u128 = 10u128.pow(frac_part.len() as u32);
-    let format;
-    if let Some((_, power)) = BINARY.iter().find(|(name, _)| *name == suffix) {
-        format = QuantityFormat::BinarySi;
-        numerator = numerator
-            .checked_mul(1u128 << (10 * power))
-            .ok_or_else(too_large)?;
-    } else {
-        format = QuantityFormat::DecimalSi;
-        let exponent: i32 = if suffix.is_empty() {
-            0
-        } else if let Some((_, e)) = DECIMAL.iter().find(|(name, _)| *name == suffix) {
-            *e
-        } else if let Some(exp) = suffix.strip_prefix(['e', 'E']) {
-            let valid = !exp.is_empty()
-                && exp
-                    .trim_start_matches(['+', '-'])
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-                && exp.len() <= 4;
-            if !valid {
-                return Err(GRAMMAR.to_string());
-            }
-            exp.parse().map_err(|_| GRAMMAR.to_string())?
-        } else {
-            return Err(GRAMMAR.to_string());
-        };
-        if exponent >= 0 {
-            let factor = 10u128.checked_pow(exponent as u32).ok_or_else(too_large)?;
-            if numerator != 0 {
-                numerator = numerator.checked_mul(factor).ok_or_else(too_large)?;
-            }
-        } else {
-            let factor = 10u128
-                .checked_pow(exponent.unsigned_abs())
-                .ok_or_else(|| fractional().to_string())?;
-            denominator = denominator
-                .checked_mul(factor)
-                .ok_or_else(|| fractional().to_string())?;
+    if significand.len() > MAX_SIGNIFICANT_DIGITS {
+        return Err(format!(
+            "is not a quantity: at most {MAX_SIGNIFICANT_DIGITS} significant digits"
+        ));
+    }
+    let significand: u128 = significand.parse().map_err(|_| GRAMMAR.to_string())?;
+    let bytes = match (scale, u32::try_from(exponent)) {
+        // A whole number below 10^19 (the magnitude says so), times 1024^power.
+        (Scale::Decimal(_), Ok(e)) => Some(significand * 10u128.pow(e)),
+        (Scale::Binary(power), Ok(e)) => {
+            (significand * 10u128.pow(e)).checked_mul(1 << (10 * power))
         }
+        // No trailing zeros left: divided by a power of ten it is never whole.
+        (Scale::Decimal(_), Err(_)) => return Err(fractional().to_string()),
+        (Scale::Binary(power), Err(_)) => {
+            let tenths = exponent.unsigned_abs();
+            binary_fraction(significand, tenths, 10 * power)
+                .ok_or_else(|| fractional().to_string())?
+        }
+    };
+    match bytes {
+        Some(b) if b <= u128::from(MAX_BYTES) => Ok(Quantity {
+            bytes: b as u64,
+            format,
+        }),
+        _ => Err(too_large()),
     }
-    if !numerator.is_multiple_of(denominator) {
-        return Err(fractional().to_string());
-    }
-    let bytes = u64::try_from(numerator / denominator).map_err(|_| too_large())?;
-    Ok(Quantity { bytes, format })
 }
 
+/// `significand * 2^twos / 10^tenths` when it is a whole number (`Some(None)` when that number does
+/// not fit a `u128`), `None` when it is not whole.
+fn binary_fraction(significand: u128, tenths: u64, twos: u32) -> Option<Option<u128>> {
+    // 10^k = 5^k * 2^k: the fives must divide the significand (a power of two has none), and the
+    // twos the significand and the unit share.
+    let fives = 5u128.checked_pow(u32::try_from(tenths).ok()?)?;
+    if !significand.is_multiple_of(fives) {
+        return None;
+    }
+    let without_fives = significand / fives;
+    let twos_needed = u32::try_from(tenths).ok()?;
+    if twos >= twos_needed {
+        return Some(without_fives.checked_mul(1u128 << (twos - twos_needed)));
+    }
+    let rest = twos_needed - twos;
+    if rest >= 128 || !without_fives.is_multiple_of(1u128 << rest) {
+        return None;
+    }
+    Some(Some(without_fives >> rest))
+}
+
+/// What a suffix multiplies by: a power of 1024, or of ten.
+#[derive(Debug, Clone, Copy)]
+enum Scale {
+    Binary(u32),
+    Decimal(i64),
+}
+
+/// Reads a suffix: a binary or decimal unit, an exponent `e<n>`, or nothing.
+fn parse_suffix(suffix: &str) -> Result<Scale, String> {
+    if suffix.is_empty() {
+        return Ok(Scale::Decimal(0));
+    }
+    if let Some((_, power)) = BINARY.iter().find(|(name, _)| *name == suffix) {
+        return Ok(Scale::Binary(*power));
+    }
+    if let Some((_, e)) = DECIMAL.iter().find(|(name, _)| *name == suffix) {
+        return Ok(Scale::Decimal(i64::from(*e)));
+    }
+    let Some(exp) = suffix.strip_prefix(['e', 'E']) else {
+        return Err(GRAMMAR.to_string());
+    };
+    let unsigned = exp.strip_prefix(['+', '-']).unwrap_or(exp);
+    let digits_end = unsigned
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(unsigned.len());
+    let (digits, rest) = unsigned.split_at(digits_end);
+    if digits.is_empty() {
+        return Err(GRAMMAR.to_string());
+    }
+    if !rest.is_empty() {
+        let is_unit =
+            BINARY.iter().any(|(n, _)| *n == rest) || DECIMAL.iter().any(|(n, _)| *n == rest);
+        return Err(if is_unit {
+            "is not a quantity: a number takes an exponent (1e3) or a unit (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E), not both".to_string()
+        } else {
+            GRAMMAR.to_string()
+        });
+    }
+    // Any number of digits is grammatical; an exponent past i64 only saturates, and is then too
+    // large (or too small) like any other that size.
+    let magnitude = digits.parse::<i64>().unwrap_or(i64::MAX);
+    Ok(Scale::Decimal(if exp.starts_with('-') {
+        -magnitude
+    } else {
+        magnitude
+    }))
+}
+
+/// The one wording of the one limit, wherever a quantity is read.
 fn too_large() -> String {
-    format!(
-        "is too large: a capacity must be at most {} bytes (about 16Ei)",
-        u64::MAX
-    )
+    format!("is too large: a quantity must be less than 8Ei (at most {MAX_BYTES} bytes)")
 }
 
 fn fractional() -> &'static str {
@@ -211,8 +287,9 @@ impl Serialize for Quantity {
 
 impl<'de> Deserialize<'de> for Quantity {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        // The rule only: a deserialisation error names the field and the rule, never the value.
         let text = String::deserialize(d)?;
-        parse(&text).map_err(|rule| serde::de::Error::custom(format!("{text:?} {rule}")))
+        parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -234,7 +311,7 @@ mod tests {
             ("0.5Ki", 512),
             ("2Ti", 2 << 40),
             ("1Pi", 1 << 50),
-            ("15Ei", 15 << 60),
+            ("7Ei", 7 << 60),
             ("500M", 500_000_000),
             ("5G", 5_000_000_000),
             ("1k", 1000),
@@ -253,7 +330,12 @@ mod tests {
             ("0.001k", 1),
             (".5Ki", 512),
             ("007", 7),
-            ("18446744073709551615", u64::MAX),
+            ("9223372036854775807", MAX_BYTES),
+            ("1e18", 1_000_000_000_000_000_000),
+            ("0e99999", 0),
+            ("1.0000000000000000000000000000000000000000000000Ki", 1024),
+            ("0.0009765625Ki", 1),
+            ("100000000000000000000e-3", 100_000_000_000_000_000),
         ];
         for (text, bytes) in cases {
             let q: Quantity = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
@@ -281,10 +363,14 @@ mod tests {
             ("1e-1", "not a whole number of bytes"),
             ("-1", "is negative"),
             ("-5Gi", "is negative"),
-            ("16Ei", "is too large"),
-            ("18446744073709551616", "is too large"),
-            ("1e30", "is too large"),
-            ("99999999999999999999999999999999999999999", "is too large"),
+            ("1e3Gi", "not both"),
+            ("1e400Gi", "not both"),
+            ("1e-400", "not a whole number of bytes"),
+            ("0.0001Ki", "not a whole number of bytes"),
+            (
+                "1.234567890123456789012345678901234567890",
+                "at most 38 significant digits",
+            ),
         ];
         for (text, reason) in cases {
             let err = Quantity::parse_field("capacity", text).unwrap_err();
@@ -295,6 +381,32 @@ mod tests {
                 err.message
             );
             assert!(err.message.contains(reason), "{text}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn everything_from_8ei_up_is_too_large_in_one_wording() {
+        for text in [
+            "8Ei",
+            "15Ei",
+            "16Ei",
+            "9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "1e19",
+            "1e30",
+            "1e400",
+            "1e99999",
+            "9300P",
+            "99999999999999999999999999999999999999999",
+        ] {
+            let err = Quantity::parse_field("capacity", text).unwrap_err();
+            assert_eq!(
+                err.message,
+                format!(
+                    "capacity: {text:?} is too large: a quantity must be less than 8Ei (at most 9223372036854775807 bytes)"
+                )
+            );
         }
     }
 
@@ -323,6 +435,11 @@ mod tests {
         let q: Quantity = serde_json::from_str("\"2Gi\"").unwrap();
         assert_eq!(q.bytes(), 2 << 30);
         assert_eq!(serde_json::to_string(&q).unwrap(), "\"2Gi\"");
-        assert!(serde_json::from_str::<Quantity>("\"100m\"").is_err());
+        let e = serde_json::from_str::<Quantity>("\"250m\"").unwrap_err();
+        assert!(
+            !e.to_string().contains("250m"),
+            "the value is not echoed: {e}"
+        );
+        assert!(e.to_string().starts_with("is not a whole number"), "{e}");
     }
 }

@@ -64,6 +64,7 @@ impl ServiceApp {
         doc.info.description = Some(format!(
             "The {name} service of Berth. Every non-2xx answer is application/problem+json (schema Problem), with `code` the MCM machine code."
         ));
+        crate::query::document_refusals(&mut doc);
         let components = doc.components.get_or_insert_with(Default::default);
         components.schemas.insert(
             "Problem".to_string(),
@@ -75,6 +76,7 @@ impl ServiceApp {
     /// The finished router.
     pub fn into_router(self) -> Router {
         let (api, doc) = self.api.split_for_parts();
+        let declared = std::sync::Arc::new(crate::query::DeclaredQuery::from_openapi(&doc));
         let doc = std::sync::Arc::new(Self::openapi(self.name, doc));
         let readiness = self.readiness;
         let router = api
@@ -94,7 +96,12 @@ impl ServiceApp {
                 "/openapi.json",
                 self.openapi_route
                     .unwrap_or_else(|| get(move || async move { Json(doc.as_ref().clone()) })),
-            );
+            )
+            // Every route, standard ones included, takes only the query parameters it declares.
+            .route_layer(axum::middleware::from_fn_with_state(
+                declared,
+                crate::query::refuse_undeclared,
+            ));
         middleware::apply(router, self.name, &self.http)
     }
 }

@@ -27,6 +27,16 @@ pub mod vars {
     pub const DATA_DIR: &str = "BERTH_DATA_DIR";
     /// OTLP endpoint; when set, spans are exported there.
     pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+    /// Directories `local` orchestrators may use, comma-separated (default `<data dir>/volumes`,
+    /// and `BERTH_LOCAL_BASE_PATH` when set).
+    pub const LOCAL_ROOTS: &str = domain::orchestrator::LOCAL_ROOTS_SETTING;
+    /// Docker Engine addresses `docker` orchestrators may use, comma-separated (default the local
+    /// socket, and `DOCKER_HOST` when set).
+    pub const DOCKER_ENDPOINTS: &str = domain::orchestrator::DOCKER_ENDPOINTS_SETTING;
+    /// The `basePath` of the `local` orchestrator the registry registers on a first start.
+    pub const LOCAL_BASE_PATH: &str = "BERTH_LOCAL_BASE_PATH";
+    /// The Docker Engine this process is pointed at (Docker's own variable).
+    pub const DOCKER_HOST: &str = "DOCKER_HOST";
 }
 
 /// A configuration error: which variable, what was wrong.
@@ -196,7 +206,7 @@ pub struct HttpConfig {
     pub request_timeout: Duration,
     /// The largest request body, in bytes; larger ones are answered 413.
     pub body_limit: usize,
-    /// When set, every route but health and metrics requires this bearer credential.
+    /// When set, every route but health, metrics and `/openapi.json` requires this bearer credential.
     pub internal_token: Option<SecretString>,
 }
 
@@ -229,6 +239,101 @@ pub const DEFAULT_DATA_DIR: &str = "./berth-data";
 /// The data directory: `BERTH_DATA_DIR`, or `./berth-data`.
 pub fn data_dir(env: &Env) -> std::path::PathBuf {
     std::path::PathBuf::from(env.get(vars::DATA_DIR).unwrap_or(DEFAULT_DATA_DIR))
+}
+
+/// `path` made absolute against the working directory, with `.` and `..` resolved lexically (the
+/// operator meant the directory the text names), then held to the rules of a `basePath`
+/// ([`domain::orchestrator::normalize_base_path`]): `field` names it in the refusal.
+pub fn absolute_base_path(field: &str, path: &std::path::Path) -> Result<String, String> {
+    use std::path::{Component, PathBuf};
+    let absolute =
+        std::path::absolute(path).map_err(|e| format!("cannot be made absolute: {e}"))?;
+    let mut out = PathBuf::from("/");
+    for component in absolute.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(part) => out.push(part),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    let text = out.to_str().ok_or("is not valid UTF-8")?;
+    domain::orchestrator::normalize_base_path(field, text).map_err(|s| s.message)
+}
+
+/// Where registered orchestrators may point (`BERTH_LOCAL_ROOTS`, `BERTH_DOCKER_ENDPOINTS`). The
+/// registry checks a registration against these and storage-ops checks them again before it acts,
+/// so both read them with this one function. Unset, the roots are `<data dir>/volumes` (and
+/// `BERTH_LOCAL_BASE_PATH` when set: the operator named it) and the endpoints the local socket (and
+/// `DOCKER_HOST` when set and usable).
+pub fn orchestrator_limits(
+    env: &Env,
+) -> Result<domain::orchestrator::OrchestratorLimits, ConfigError> {
+    let bad = |var: &str, value: &str, problem: String| ConfigError {
+        var: var.to_string(),
+        value: value.to_string(),
+        problem,
+    };
+    let local_roots = match env.get(vars::LOCAL_ROOTS) {
+        Some(list) => {
+            let roots = list
+                .split(',')
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(|r| absolute_base_path(vars::LOCAL_ROOTS, std::path::Path::new(r)))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|problem| bad(vars::LOCAL_ROOTS, list, problem))?;
+            if roots.is_empty() {
+                return Err(bad(
+                    vars::LOCAL_ROOTS,
+                    list,
+                    "names no directory: expected absolute paths separated by commas".into(),
+                ));
+            }
+            roots
+        }
+        None => {
+            let mut roots = Vec::new();
+            let default = data_dir(env).join("volumes");
+            roots.push(
+                absolute_base_path(vars::DATA_DIR, &default)
+                    .map_err(|p| bad(vars::DATA_DIR, &default.display().to_string(), p))?,
+            );
+            if let Some(base) = env.get(vars::LOCAL_BASE_PATH) {
+                roots.push(
+                    absolute_base_path(vars::LOCAL_BASE_PATH, std::path::Path::new(base))
+                        .map_err(|p| bad(vars::LOCAL_BASE_PATH, base, p))?,
+                );
+            }
+            roots
+        }
+    };
+    let docker_endpoints = match env.get(vars::DOCKER_ENDPOINTS) {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|e| domain::orchestrator::validate_docker_host(vars::DOCKER_ENDPOINTS, e))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|s| bad(vars::DOCKER_ENDPOINTS, list, s.message))?,
+        None => {
+            let mut endpoints = vec![domain::orchestrator::DEFAULT_DOCKER_HOST.to_string()];
+            // An unusable DOCKER_HOST (`ssh://`) is detection's to report, not an endpoint.
+            if let Some(host) = env.get(vars::DOCKER_HOST)
+                && let Ok(host) =
+                    domain::orchestrator::validate_docker_host(vars::DOCKER_HOST, host)
+                && !endpoints.contains(&host)
+            {
+                endpoints.push(host);
+            }
+            endpoints
+        }
+    };
+    Ok(domain::orchestrator::OrchestratorLimits {
+        local_roots,
+        docker_endpoints,
+    })
 }
 
 /// The listen address from `BERTH_LISTEN`, or `127.0.0.1:<default_port>`.
@@ -277,6 +382,48 @@ mod tests {
                 .body_limit,
             2 << 20
         );
+    }
+
+    #[test]
+    fn orchestrator_limits_default_to_the_data_dir_and_the_local_socket() {
+        let l = orchestrator_limits(&Env::default().with(vars::DATA_DIR, "/srv/b/./x/..")).unwrap();
+        assert_eq!(l.local_roots, ["/srv/b/volumes"]);
+        assert_eq!(
+            l.docker_endpoints,
+            [domain::orchestrator::DEFAULT_DOCKER_HOST]
+        );
+        let l = orchestrator_limits(
+            &Env::default()
+                .with(vars::DATA_DIR, "/srv/b")
+                .with(vars::LOCAL_BASE_PATH, "/mnt/vols/")
+                .with(vars::DOCKER_HOST, "tcp://engine:2376"),
+        )
+        .unwrap();
+        assert_eq!(l.local_roots, ["/srv/b/volumes", "/mnt/vols"]);
+        assert_eq!(
+            l.docker_endpoints,
+            [
+                domain::orchestrator::DEFAULT_DOCKER_HOST,
+                "tcp://engine:2376"
+            ]
+        );
+        let l = orchestrator_limits(
+            &Env::default()
+                .with(vars::LOCAL_ROOTS, "/a, //b/./c/")
+                .with(vars::DOCKER_ENDPOINTS, "tcp://e:1/,unix:///run/d.sock")
+                .with(vars::DOCKER_HOST, "tcp://engine:2376"),
+        )
+        .unwrap();
+        assert_eq!(l.local_roots, ["/a", "/b/c"]);
+        assert_eq!(l.docker_endpoints, ["tcp://e:1", "unix:///run/d.sock"]);
+        for (var, value) in [
+            (vars::LOCAL_ROOTS, "/"),
+            (vars::LOCAL_ROOTS, " , "),
+            (vars::DOCKER_ENDPOINTS, "http://e:1"),
+        ] {
+            let e = orchestrator_limits(&Env::default().with(var, value)).unwrap_err();
+            assert_eq!(e.var, var, "{e}");
+        }
     }
 
     #[test]

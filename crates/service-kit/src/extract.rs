@@ -2,24 +2,257 @@
 //!
 //! Use these instead of axum's `Json`, `Path` and `Query` in every handler: axum's own rejections are
 //! plain text and would break the one error format.
+//!
+//! [`Json`] is more than a wrapper: every body must be a JSON object (serde would otherwise read a
+//! struct from an array, by position), and a body that does not decode is refused naming the field and
+//! the expected type but never the value it held, since the value may be a secret (a driver request's
+//! `secret.data`) and the refusal is both answered and logged. [`decode_value`] applies the same rules
+//! to a JSON value a handler decodes itself.
 
-use axum::extract::FromRequest;
-use axum::extract::FromRequestParts;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::http::StatusCode;
+use axum::body::Bytes;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use domain::Code;
+use domain::{Code, Status};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::error::ApiError;
+use crate::middleware::BODY_TOO_LARGE;
 
-/// A JSON body (`axum::Json` with problem+json rejections). Also a JSON answer.
-#[derive(Debug, Clone, Copy, Default, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// A JSON object body (with problem+json rejections that never echo a value). Also a JSON answer.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
 impl<T: serde::Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {
         axum::Json(self.0).into_response()
+    }
+}
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json_content_type(request.headers()) {
+            return Err(ApiError::from_code(
+                Code::InvalidArgument,
+                "body: expected Content-Type: application/json",
+            )
+            .with_http_status(StatusCode::UNSUPPORTED_MEDIA_TYPE));
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::from_code(Code::InvalidArgument, BODY_TOO_LARGE)
+                        .with_http_status(StatusCode::PAYLOAD_TOO_LARGE)
+                } else {
+                    ApiError::from_code(Code::InvalidArgument, "body: could not be read")
+                }
+            })?;
+        decode_object(&bytes).map(Json).map_err(ApiError::new)
+    }
+}
+
+/// `application/json`, or any `application/<something>+json`, parameters ignored.
+fn is_json_content_type(headers: &HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value.split(';').next().unwrap_or_default().trim();
+    let Some((kind, subtype)) = essence.split_once('/') else {
+        return false;
+    };
+    kind.eq_ignore_ascii_case("application")
+        && (subtype.eq_ignore_ascii_case("json") || subtype.to_ascii_lowercase().ends_with("+json"))
+}
+
+/// The field a refusal of the body as a whole names.
+const BODY: &str = "body";
+
+/// The longest field path a refusal repeats (a map key is the caller's and may be of any length).
+const MAX_PATH_CHARS: usize = 200;
+
+/// Decodes a request body that must be a JSON object into `T`; a refusal names the field (`body` for
+/// the body as a whole) and the rule, never a value.
+pub fn decode_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
+    let first = bytes
+        .iter()
+        .copied()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    if first != Some(b'{') {
+        return Err(not_an_object(bytes, first));
+    }
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        refusal(&path, e.inner(), || serde_json::from_slice(bytes).ok())
+    })?;
+    // Text after the object ("trailing characters") is a syntax error of the body as a whole.
+    deserializer.end().map_err(|e| refusal(".", &e, || None))?;
+    Ok(value)
+}
+
+/// Decodes `T` from a JSON value (a part of a body a handler decodes itself, such as a provider's
+/// spec) with the rules of [`Json`]: a refusal is `(path, rule)`, the path `.` for the value itself,
+/// and never carries a value.
+pub fn decode_value<T: DeserializeOwned>(value: &Value) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let rule = describe(&path, e.inner(), || Some(value.clone()));
+        (path, rule)
+    })
+}
+
+/// The refusal of a body that is not an object: where its syntax broke, or what it is instead.
+fn not_an_object(bytes: &[u8], first: Option<u8>) -> Status {
+    const RULE: &str = "must be a JSON object";
+    let Some(first) = first else {
+        return Status::invalid(BODY, format!("{RULE}; the body is empty"));
+    };
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(bytes) {
+        // Syntax errors say where, never what: "expected `,` or `]` at line 1 column 4".
+        return Status::invalid(BODY, e.to_string());
+    }
+    let what = match first {
+        b'[' => "an array",
+        b'"' => "a string",
+        b't' | b'f' => "a boolean",
+        b'n' => "null",
+        _ => "a number",
+    };
+    Status::invalid(BODY, format!("{RULE}, not {what}"))
+}
+
+/// A refusal naming `path` (or the body) and the rule `error` broke, never a value.
+fn refusal(path: &str, error: &serde_json::Error, body: impl FnOnce() -> Option<Value>) -> Status {
+    if error.is_syntax() || error.is_eof() || error.is_io() {
+        // Syntax errors say where, never what: "expected `,` or `}` at line 1 column 9".
+        return Status::invalid(BODY, error.to_string());
+    }
+    let rule = describe(path, error, body);
+    let field = if path == "." { BODY } else { path };
+    Status::invalid(&truncate(field, MAX_PATH_CHARS), rule)
+}
+
+/// The rule a data error broke, in serde's words but with the value taken out.
+///
+/// serde words these errors `invalid type: string "…", expected a map` and `unknown variant `…`,
+/// expected one of …`, which repeat the value; those are rewritten to keep only its kind. Any other
+/// message (a type's own `Error::custom`) is kept unless it contains the value found at `path`.
+fn describe(path: &str, error: &serde_json::Error, body: impl FnOnce() -> Option<Value>) -> String {
+    let text = error.to_string();
+    let position = format!(" at line {} column {}", error.line(), error.column());
+    let message = text.strip_suffix(&position).unwrap_or(&text);
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = message.strip_prefix(prefix)
+            && let Some((unexpected, expected)) = rest.rsplit_once(", expected ")
+        {
+            // serde's `Unexpected` puts the kind first and the value after it, quoted or in backticks.
+            let kind = unexpected
+                .split(['`', '"'])
+                .next()
+                .unwrap_or_default()
+                .trim();
+            let kind = if kind.is_empty() { "a value" } else { kind };
+            return format!("{prefix}{kind}, expected {expected}");
+        }
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant `") {
+        return match rest.rsplit_once("`, expected ") {
+            Some((_, expected)) => format!("unknown variant, expected {expected}"),
+            None => "unknown variant; there are no variants".to_string(),
+        };
+    }
+    if let Some(rest) = message.strip_prefix("unknown field `") {
+        // A field name is the caller's too, but a name, not a value: repeated when it is one.
+        let (name, tail) = rest
+            .rsplit_once("`, expected ")
+            .map(|(n, e)| (n, format!(", expected {e}")))
+            .or_else(|| {
+                rest.rsplit_once("`, there are no fields")
+                    .map(|(n, _)| (n, ", there are no fields".to_string()))
+            })
+            .unwrap_or((rest.trim_end_matches('`'), String::new()));
+        let printable = name.chars().count() <= 64 && !name.chars().any(char::is_control);
+        return if printable {
+            format!("unknown field `{name}`{tail}")
+        } else {
+            format!("unknown field{tail}")
+        };
+    }
+    if message.starts_with("missing field `")
+        || message.starts_with("duplicate field `")
+        || message.starts_with("invalid length ")
+    {
+        return message.to_string();
+    }
+    // A type's own message: kept when the value is known and not in it, else only the kind.
+    let found = body().and_then(|b| value_at(&b, path).cloned());
+    let echoed = match &found {
+        Some(Value::String(s)) => message.contains(s.as_str()),
+        Some(Value::Number(n)) => message.contains(&n.to_string()),
+        Some(Value::Bool(_) | Value::Null) => false,
+        Some(Value::Array(_) | Value::Object(_)) | None => true,
+    };
+    if echoed {
+        format!("is not a valid {}", kind_of(found.as_ref()))
+    } else {
+        message.to_string()
+    }
+}
+
+/// The value at a `serde_path_to_error` path (`a.b[2].c`) in `root`.
+fn value_at<'a>(root: &'a Value, path: &str) -> Option<&'a Value> {
+    if path == "." {
+        return Some(root);
+    }
+    let mut at = root;
+    for part in path.split('.') {
+        // `name[1][2]`: a key, then indexes.
+        let (key, indexes) = match part.find('[') {
+            Some(i) => part.split_at(i),
+            None => (part, ""),
+        };
+        if !key.is_empty() {
+            at = at.get(key)?;
+        }
+        for index in indexes
+            .split(['[', ']'])
+            .filter(|s| !s.is_empty())
+            .map(str::parse::<usize>)
+        {
+            at = at.get(index.ok()?)?;
+        }
+    }
+    Some(at)
+}
+
+fn kind_of(value: Option<&Value>) -> &'static str {
+    match value {
+        Some(Value::String(_)) => "string here",
+        Some(Value::Number(_)) => "number here",
+        Some(Value::Bool(_)) => "boolean here",
+        Some(Value::Null) => "null here",
+        Some(Value::Array(_)) => "array here",
+        Some(Value::Object(_)) => "object here",
+        None => "value here",
+    }
+}
+
+fn truncate(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
     }
 }
 
@@ -32,25 +265,6 @@ pub struct Path<T>(pub T);
 #[derive(Debug, Clone, Copy, Default, FromRequestParts)]
 #[from_request(via(axum::extract::Query), rejection(ApiError))]
 pub struct Query<T>(pub T);
-
-impl From<JsonRejection> for ApiError {
-    fn from(rejection: JsonRejection) -> Self {
-        let status = rejection.status();
-        let detail = match &rejection {
-            JsonRejection::MissingJsonContentType(_) => {
-                "body: expected Content-Type: application/json".to_string()
-            }
-            // serde's message names the field and the rule (`missing field `name` at line 1 column 2`).
-            _ => format!("body: {}", rejection.body_text()),
-        };
-        let err = ApiError::from_code(Code::InvalidArgument, detail);
-        if status == StatusCode::PAYLOAD_TOO_LARGE || status == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-            err.with_http_status(status)
-        } else {
-            err
-        }
-    }
-}
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
@@ -67,5 +281,107 @@ impl From<QueryRejection> for ApiError {
             Code::InvalidArgument,
             format!("query: {}", rejection.body_text()),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+    use serde_json::json;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        count: u8,
+        when: Option<Kind>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    enum Kind {
+        Now,
+        Later,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Outer {
+        items: Vec<Inner>,
+    }
+
+    fn refusal_of(body: &str) -> String {
+        decode_object::<Outer>(body.as_bytes()).unwrap_err().message
+    }
+
+    #[test]
+    fn rules_keep_the_kind_and_drop_the_value() {
+        assert_eq!(
+            refusal_of(r#"{"items": [{"count": "SECRET"}]}"#),
+            "items[0].count: invalid type: string, expected u8"
+        );
+        assert_eq!(
+            refusal_of(r#"{"items": [{"count": 1}, {"count": 999}]}"#),
+            "items[1].count: invalid value: integer, expected u8"
+        );
+        let m = refusal_of(r#"{"items": [{"count": 1, "when": "SECRET"}]}"#);
+        assert_eq!(
+            m,
+            "items[0].when: unknown variant, expected `Now` or `Later`"
+        );
+        assert_eq!(refusal_of(r#"{}"#), "body: missing field `items`");
+        assert!(refusal_of(r#"{"items": [}"#).starts_with("body: expected value at line 1"));
+        assert_eq!(
+            refusal_of(r#"{"items": []} {"#),
+            "body: trailing characters at line 1 column 15"
+        );
+    }
+
+    #[test]
+    fn custom_messages_that_echo_the_value_are_replaced() {
+        #[derive(Debug)]
+        struct Picky;
+        impl<'de> Deserialize<'de> for Picky {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let text = String::deserialize(d)?;
+                Err(serde::de::Error::custom(format!("{text:?} is not picky")))
+            }
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Holder {
+            picky: Picky,
+        }
+        let e = decode_object::<Holder>(br#"{"picky": "SECRET"}"#).unwrap_err();
+        assert_eq!(e.message, "picky: is not a valid string here");
+        let (path, rule) = decode_value::<Holder>(&json!({"picky": "SECRET"})).unwrap_err();
+        assert_eq!(
+            (path.as_str(), rule.as_str()),
+            ("picky", "is not a valid string here")
+        );
+    }
+
+    #[test]
+    fn paths_find_their_values() {
+        let v = json!({"a": {"b": [1, {"c": "x"}]}, "m": [[0, 7]]});
+        assert_eq!(value_at(&v, "a.b[1].c"), Some(&json!("x")));
+        assert_eq!(value_at(&v, "m[0][1]"), Some(&json!(7)));
+        assert_eq!(value_at(&v, "."), Some(&v));
+        assert_eq!(value_at(&v, "a.z"), None);
+    }
+
+    #[test]
+    fn json_content_types() {
+        let h = |v: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::CONTENT_TYPE, v.parse().unwrap());
+            is_json_content_type(&m)
+        };
+        assert!(h("application/json"));
+        assert!(h("application/json; charset=utf-8"));
+        assert!(h("application/merge-patch+json"));
+        assert!(!h("text/json"));
+        assert!(!h("application/jsonx"));
+        assert!(!is_json_content_type(&HeaderMap::new()));
     }
 }

@@ -9,6 +9,10 @@
 //!   process environment) and [`config::SecretString`], which cannot be printed.
 //! - [`error`]: [`ApiError`], the problem+json answer every non-2xx response uses.
 //! - [`extract`]: `Json`, `Path` and `Query` extractors whose rejections are [`ApiError`]s.
+//! - [`paths`]: where a caller-named directory really leads, symbolic links resolved, checked
+//!   against the operator's roots.
+//! - [`query`]: one rule for query parameters, read from the OpenAPI document: a route takes the ones
+//!   its operation declares and refuses any other.
 //! - [`middleware`]: the stack, outermost first: request id → trace (with `traceparent`) → metrics →
 //!   problem+json for bare error answers → internal credential → timeout → panic catching → body limit.
 //!   It wraps every router, and [`middleware::Stack::handle`] runs the same steps for a server that
@@ -34,7 +38,9 @@ pub mod health;
 pub mod metrics;
 pub mod middleware;
 pub mod outbound;
+pub mod paths;
 pub mod protocol;
+pub mod query;
 pub mod request_id;
 pub mod server;
 pub mod telemetry;

@@ -24,9 +24,11 @@ use crate::{metrics, request_id, telemetry};
 /// The detail of every 413, whichever step noticed the body was too large.
 pub const BODY_TOO_LARGE: &str = "body: larger than the service's limit";
 
-/// Paths that answer without the internal credential: probes and scrapes.
+/// Paths that answer without the internal credential: probes, scrapes and the service's own OpenAPI
+/// document. The document describes routes, not data, and under `berth up` the credential is random
+/// and never shown, so without this nobody could read a service's document directly.
 pub fn is_public_path(path: &str) -> bool {
-    matches!(path, "/healthz" | "/readyz" | "/metrics")
+    matches!(path, "/healthz" | "/readyz" | "/metrics" | "/openapi.json")
 }
 
 /// The stack's steps for one service: what it is called, how long a request may take, and the

@@ -303,6 +303,22 @@ async fn internal_token_is_required_when_configured() {
     );
 }
 
+#[tokio::test]
+async fn the_openapi_document_needs_no_internal_credential() {
+    let config = HttpConfig {
+        internal_token: Some(SecretString::new("inside")),
+        ..http()
+    };
+    let server = spawn(test_app(config, true)).await;
+    let resp = get_from(&server, "/openapi.json").await;
+    assert_eq!(resp.status(), 200, "the document is public like the probes");
+    let doc: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(doc["info"]["title"], "berth test");
+    // Only the exact path is public: nothing under it, and no API route.
+    assert_eq!(get_from(&server, "/openapi.json/x").await.status(), 401);
+    assert_eq!(get_from(&server, "/v1/things/x").await.status(), 401);
+}
+
 /// An upstream that records the headers it receives.
 async fn recording_upstream() -> (service_kit::testing::TestServer, Arc<Mutex<Vec<HeaderMap>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));

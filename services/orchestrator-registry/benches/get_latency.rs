@@ -65,7 +65,12 @@ async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let env = Env::default()
         .with("BERTH_LISTEN", "127.0.0.1:0")
-        .with("BERTH_DATA_DIR", dir.path().display().to_string());
+        .with("BERTH_DATA_DIR", dir.path().display().to_string())
+        // The benchmark's registrations name /srv/berth/<i>; nothing is made there.
+        .with(
+            "BERTH_LOCAL_ROOTS",
+            format!("/srv/berth,{}", dir.path().display()),
+        );
     let mut config = orchestrator_registry::Config::from_env(&env).expect("config");
     config.docker_probe = Arc::new(FixedProbe(false));
     let app = orchestrator_registry::build(config).await.expect("build");

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use domain::orchestrator::{Detection, KindInfo, OrchestratorList, RegisterOrchestrator};
+use domain::orchestrator::{
+    Detection, KindInfo, LocalConfig, OrchestratorLimits, OrchestratorList, RegisterOrchestrator,
+};
 use domain::{DeleteResult, Orchestrator, OrchestratorKind, Status, names};
 use serde_json::{Map, Value};
 use service_kit::ApiError;
@@ -26,6 +28,8 @@ const MAX_REGION_LEN: usize = 63;
 /// What the handlers share.
 #[derive(Debug, Clone)]
 pub struct AppState {
+    /// Where registrations may point.
+    pub limits: Arc<OrchestratorLimits>,
     /// The database.
     pub store: Store,
     /// The environment detection reads.
@@ -87,7 +91,7 @@ fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
     responses(
         (status = 201, description = "Registered", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"), ("Location" = String))),
         (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String))),
-        (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field", body = Problem),
+        (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field; a basePath outside BERTH_LOCAL_ROOTS or a host outside BERTH_DOCKER_ENDPOINTS names the setting that would allow it", body = Problem),
         (status = 412, description = "If-Match did not hold (code 9)", body = Problem),
     )
 )]
@@ -98,7 +102,15 @@ async fn register_orchestrator(
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
     valid_name(&name)?;
-    let want = parse_registration(&body)?;
+    let want = parse_registration(&body, &state.limits)?;
+    if want.kind == OrchestratorKind::Local {
+        let base_path = LocalConfig::from_config(&want.config)?.base_path;
+        let limits = state.limits.clone();
+        // A few file-system calls: off the async threads, like every other.
+        tokio::task::spawn_blocking(move || check_links(&base_path, &limits))
+            .await
+            .map_err(ApiError::internal)??;
+    }
     let precondition = parse_if_match(&headers)?;
     let (orchestrator, outcome) = state
         .store
@@ -121,8 +133,9 @@ async fn register_orchestrator(
     }
 }
 
-/// Reads a registration body field by field, so each refusal names the field it is about.
-fn parse_registration(body: &Value) -> Result<Registration, ApiError> {
+/// Reads a registration body field by field, so each refusal names the field it is about, and holds
+/// what it points at to the operator's limits (by its text: links are [`check_links`]'s).
+fn parse_registration(body: &Value, limits: &OrchestratorLimits) -> Result<Registration, ApiError> {
     const FIELDS: [&str; 5] = ["kind", "label", "region", "config", "default"];
     let empty = Map::new();
     let map = match body {
@@ -174,6 +187,7 @@ fn parse_registration(body: &Value) -> Result<Registration, ApiError> {
     let label = text("label", MAX_LABEL_LEN)?;
     let region = text("region", MAX_REGION_LEN)?;
     let config = kind.validate_config(Some(map.get("config").unwrap_or(&Value::Object(empty))))?;
+    limits.check(kind, &config)?;
     let default = match map.get("default") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(*b),
@@ -186,6 +200,24 @@ fn parse_registration(body: &Value) -> Result<Registration, ApiError> {
         config,
         default,
     })
+}
+
+/// A `basePath` under a root by its text must stay under it through any symbolic link already on
+/// this host. (Storage-ops checks again where it makes the directories, right before it does.)
+fn check_links(base_path: &str, limits: &OrchestratorLimits) -> Result<(), ApiError> {
+    service_kit::paths::check_within(std::path::Path::new(base_path), &limits.local_roots).map_err(
+        |escape| {
+            // Where it leads is the host's business: logged, not answered.
+            tracing::info!(base_path, error = ?escape, "a basePath that leaves the allowed roots");
+            ApiError::new(Status::invalid(
+                "config.basePath",
+                format!(
+                    "{base_path:?} {escape}; an operator allows more with {}",
+                    domain::orchestrator::LOCAL_ROOTS_SETTING
+                ),
+            ))
+        },
+    )
 }
 
 /// `If-Match`: `*`, or a list of (possibly weak) quoted resourceVersions.
@@ -356,6 +388,10 @@ mod tests {
 
     #[test]
     fn registrations_name_the_bad_field() {
+        let limits = OrchestratorLimits {
+            local_roots: vec!["/srv".into()],
+            docker_endpoints: vec![domain::orchestrator::DEFAULT_DOCKER_HOST.into()],
+        };
         for (body, field) in [
             (json!([]), "body:"),
             (json!({}), "kind: is required"),
@@ -381,8 +417,16 @@ mod tests {
                 json!({"kind": "local", "config": {"basePath": "/"}}),
                 "config.basePath:",
             ),
+            (
+                json!({"kind": "local", "config": {"basePath": "/etc"}}),
+                "config.basePath: \"/etc\" is not under",
+            ),
+            (
+                json!({"kind": "docker", "config": {"host": "tcp://h:1"}}),
+                "config.host: \"tcp://h:1\" is not a Docker Engine",
+            ),
         ] {
-            let e = parse_registration(&body).unwrap_err();
+            let e = parse_registration(&body, &limits).unwrap_err();
             assert!(
                 e.status().message.starts_with(field),
                 "{body}: {}",

@@ -14,13 +14,13 @@
 //! - [`build`]: opens the database, registers the detected default on a first start, binds the
 //!   listener and assembles the [`Application`] that `main` (or `berth up`) runs.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use domain::OrchestratorKind;
-use domain::orchestrator::{DockerConfig, LocalConfig, normalize_base_path};
-use service_kit::config::{ConfigError, listen_addr, vars};
+use domain::orchestrator::{DockerConfig, LocalConfig, OrchestratorLimits};
+use service_kit::config::{ConfigError, absolute_base_path, listen_addr, vars};
 use service_kit::health::Check;
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
@@ -43,7 +43,11 @@ pub mod env_vars {
     /// The SQLite database file.
     pub const REGISTRY_DB: &str = "BERTH_REGISTRY_DB";
     /// The `basePath` of the `local` orchestrator registered on a first start.
-    pub const LOCAL_BASE_PATH: &str = "BERTH_LOCAL_BASE_PATH";
+    pub const LOCAL_BASE_PATH: &str = service_kit::config::vars::LOCAL_BASE_PATH;
+    /// Directories `local` orchestrators may use (see [`Config::limits`]).
+    pub const LOCAL_ROOTS: &str = service_kit::config::vars::LOCAL_ROOTS;
+    /// Docker Engines `docker` orchestrators may use (see [`Config::limits`]).
+    pub const DOCKER_ENDPOINTS: &str = service_kit::config::vars::DOCKER_ENDPOINTS;
     /// How long detection waits for a Docker Engine to answer `GET /_ping`.
     pub const DOCKER_PING_TIMEOUT: &str = "BERTH_DOCKER_PING_TIMEOUT";
 }
@@ -65,6 +69,10 @@ pub struct Config {
     /// The `basePath` of the `local` orchestrator a first start registers (`BERTH_LOCAL_BASE_PATH`,
     /// default `<data dir>/volumes`), made absolute and normalised.
     pub local_base_path: String,
+    /// Where registrations may point: `BERTH_LOCAL_ROOTS` (default `<data dir>/volumes` and
+    /// `BERTH_LOCAL_BASE_PATH`) and `BERTH_DOCKER_ENDPOINTS` (default the local socket and
+    /// `DOCKER_HOST`).
+    pub limits: OrchestratorLimits,
     /// `KUBERNETES_SERVICE_HOST`, `NOMAD_ADDR`, `DOCKER_HOST`.
     pub detection: DetectionEnv,
     /// Decides whether a Docker Engine is reachable; [`PingProbe`] unless a test injects another.
@@ -83,12 +91,23 @@ impl Config {
             Some(p) => (env_vars::LOCAL_BASE_PATH, PathBuf::from(p)),
             None => (vars::DATA_DIR, data_dir.join("volumes")),
         };
-        let local_base_path = absolute_normalised(&base_text)
-            .and_then(|p| normalize_base_path(base_var, &p).map_err(|s| s.message))
-            .map_err(|problem| ConfigError {
+        let local_base_path =
+            absolute_base_path(base_var, &base_text).map_err(|problem| ConfigError {
                 var: base_var.to_string(),
                 value: base_text.display().to_string(),
                 problem,
+            })?;
+        let limits = service_kit::config::orchestrator_limits(env)?;
+        // The first start's own registration must be one the registry would accept.
+        limits
+            .check_base_path(base_var, &local_base_path)
+            .map_err(|s| ConfigError {
+                var: base_var.to_string(),
+                value: base_text.display().to_string(),
+                problem: s
+                    .message
+                    .trim_start_matches(&format!("{base_var}: "))
+                    .to_string(),
             })?;
         let ping_timeout =
             env.duration_or(env_vars::DOCKER_PING_TIMEOUT, DEFAULT_DOCKER_PING_TIMEOUT)?;
@@ -98,6 +117,7 @@ impl Config {
             data_dir,
             db_path,
             local_base_path,
+            limits,
             detection: DetectionEnv::from_env(env),
             docker_probe: Arc::new(PingProbe {
                 timeout: ping_timeout,
@@ -106,29 +126,10 @@ impl Config {
     }
 }
 
-/// `path` made absolute against the working directory, with `.` and `..` resolved lexically (the
-/// operator meant the directory the text names, and the registry must store a path without `..`).
-fn absolute_normalised(path: &Path) -> Result<String, String> {
-    let absolute =
-        std::path::absolute(path).map_err(|e| format!("cannot be made absolute: {e}"))?;
-    let mut out = PathBuf::from("/");
-    for component in absolute.components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(part) => out.push(part),
-            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
-        }
-    }
-    out.to_str()
-        .map(str::to_string)
-        .ok_or_else(|| "is not valid UTF-8".to_string())
-}
-
 /// The service's router over an opened store.
 pub fn router(config: &Config, store: Store) -> axum::Router {
     let state = AppState {
+        limits: Arc::new(config.limits.clone()),
         store: store.clone(),
         detection: Arc::new(config.detection.clone()),
         probe: config.docker_probe.clone(),
@@ -137,7 +138,13 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
         .http_config(config.http.clone())
         .readiness(Check::new("db", move || {
             let store = store.clone();
-            async move { store.ping().await.map_err(|e| e.to_string()) }
+            async move {
+                // What is wrong, not where: the database's path and error go to the log.
+                store.ping().await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: the database does not answer");
+                    "the database does not answer".to_string()
+                })
+            }
         }))
         .into_router()
 }
@@ -166,11 +173,14 @@ pub async fn bootstrap(
         .to_config(),
         OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => serde_json::json!({}),
     };
+    let config_value = kind.validate_config(Some(&config_value))?;
+    // A detected Engine the operator does not allow is not registered behind their back.
+    config.limits.check(kind, &config_value)?;
     let want = Registration {
         kind,
         label: String::new(),
         region: String::new(),
-        config: kind.validate_config(Some(&config_value))?,
+        config: config_value,
         default: Some(true),
     };
     if let Some(o) = store.bootstrap(kind.as_str(), &want).await? {
@@ -226,5 +236,26 @@ mod tests {
         let e = Config::from_env(&Env::default().with(env_vars::DOCKER_PING_TIMEOUT, "soon"))
             .unwrap_err();
         assert_eq!(e.var, env_vars::DOCKER_PING_TIMEOUT);
+    }
+
+    #[test]
+    fn the_first_start_base_path_must_be_under_the_roots() {
+        let c =
+            Config::from_env(&Env::default().with(env_vars::LOCAL_BASE_PATH, "/mnt/vols")).unwrap();
+        assert!(c.limits.local_roots.contains(&"/mnt/vols".to_string()));
+        let e = Config::from_env(
+            &Env::default()
+                .with(env_vars::LOCAL_BASE_PATH, "/mnt/vols")
+                .with(env_vars::LOCAL_ROOTS, "/srv"),
+        )
+        .unwrap_err();
+        assert_eq!(e.var, env_vars::LOCAL_BASE_PATH);
+        assert!(e.problem.contains(env_vars::LOCAL_ROOTS), "{e}");
+        Config::from_env(
+            &Env::default()
+                .with(env_vars::LOCAL_BASE_PATH, "/srv/vols")
+                .with(env_vars::LOCAL_ROOTS, "/srv"),
+        )
+        .unwrap();
     }
 }

@@ -174,7 +174,8 @@ async fn start_stack(dir: &Path) -> Stack {
         .with(
             "BERTH_LOCAL_BASE_PATH",
             dir.join("default").display().to_string(),
-        );
+        )
+        .with("BERTH_LOCAL_ROOTS", dir.display().to_string());
     let registry =
         orchestrator_registry::build(orchestrator_registry::Config::from_env(&env).unwrap())
             .await
@@ -202,7 +203,8 @@ async fn start_stack(dir: &Path) -> Stack {
                 dir.join("storage.db").display().to_string(),
             )
             .with("BERTH_REGISTRY_URL", &registry_url)
-            .with("BERTH_RECONCILE_INTERVAL", "1h"),
+            .with("BERTH_RECONCILE_INTERVAL", "1h")
+            .with("BERTH_LOCAL_ROOTS", dir.display().to_string()),
     )
     .unwrap();
     let ops = storage_ops::ops(&config).await.unwrap();
@@ -296,7 +298,9 @@ async fn page_latency(stack: &Stack, label: &str, params: ListParams, rounds: us
 
 async fn list_figures(stack: &Stack, volumes: usize) {
     println!("  ListStorage at {volumes} volumes (namespace 'seeded'; HTTP, keep-alive):");
-    let middle = storage_ops::ops::encode_continue("seeded", &format!("v{:07}", volumes / 2));
+    let middle = stack
+        .ops
+        .encode_continue("seeded", &format!("v{:07}", volumes / 2));
     page_latency(stack, "first page, limit 100", ListParams::default(), 200).await;
     page_latency(
         stack,

@@ -20,7 +20,7 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::ops::{ListRequest, Ops, decode_continue};
+use crate::ops::{ListRequest, Ops};
 
 /// Page size when `limit` is absent.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -52,9 +52,9 @@ fn valid_key(namespace: &str, name: &str) -> Result<(), ApiError> {
     responses(
         (status = 201, description = "Made; Ready", body = Volume, headers(("Location" = String))),
         (status = 200, description = "It was there already with the same spec", body = Volume),
-        (status = 400, description = "A field breaks a rule (code 3), naming the field; or the orchestrator is not registered", body = Problem),
+        (status = 400, description = "A field breaks a rule, or the body is not a JSON object (code 3), naming the field; or the orchestrator is not registered", body = Problem),
         (status = 409, description = "The name is taken by a volume with a different spec (code 6), saying which fields differ; or it is being deleted (code 10)", body = Problem),
-        (status = 412, description = "The orchestrator's kind has no StorageOps, or there is no default orchestrator (code 9)", body = Problem),
+        (status = 412, description = "The orchestrator's kind has no StorageOps, there is no default orchestrator, or the orchestrator points outside what this service's operator allows (BERTH_LOCAL_ROOTS, BERTH_DOCKER_ENDPOINTS) (code 9)", body = Problem),
         (status = 429, description = "The orchestrator's capacity would be exceeded (code 8)", body = Problem),
         (status = 500, description = "The backend failed; the volume is kept as Failed with its message", body = Problem),
         (status = 501, description = "StorageOps are not implemented for this kind (kubernetes, nomad) (code 12)", body = Problem),
@@ -138,7 +138,7 @@ async fn list_storage(
     }
     let after = match q.continue_token.as_deref().filter(|t| !t.is_empty()) {
         None => None,
-        Some(t) => Some(decode_continue(t)?),
+        Some(t) => Some(ops.decode_continue(t)?),
     };
     Ok(Json(
         ops.list(ListRequest {

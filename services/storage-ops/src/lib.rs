@@ -49,6 +49,9 @@ pub mod env_vars {
     pub const REGISTRY_URL: &str = "BERTH_REGISTRY_URL";
     /// How long one call to the registry may take.
     pub const REGISTRY_TIMEOUT: &str = "BERTH_REGISTRY_TIMEOUT";
+    /// How long the gateway waits for storage-ops (the gateway's own variable, read here too so
+    /// the registry's time is derived from it, or refused when it does not fit in it).
+    pub const UPSTREAM_TIMEOUT: &str = "BERTH_UPSTREAM_TIMEOUT";
     /// How often the reconciler runs (it also runs at start).
     pub const RECONCILE_INTERVAL: &str = "BERTH_RECONCILE_INTERVAL";
     /// `report` or `delete`: what the reconciler does with orphans.
@@ -59,9 +62,11 @@ pub mod env_vars {
 pub const DEFAULT_REGISTRY_URL: &str = "http://127.0.0.1:8082";
 /// How often the reconciler runs by default.
 pub const DEFAULT_RECONCILE_INTERVAL: Duration = Duration::from_secs(30);
-/// The longest a registry call may take by default (well inside the default request timeout, so a
-/// hung registry is a 503, not a 504).
+/// The longest a registry call may take by default, when the caller's deadline leaves room for it
+/// (see [`Config::registry_timeout`]).
 pub const DEFAULT_REGISTRY_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts of an idempotent registry call (a second one only when the first could not connect).
+pub const REGISTRY_ATTEMPTS: u32 = 2;
 
 /// The service's settings.
 #[derive(Debug, Clone)]
@@ -76,14 +81,23 @@ pub struct Config {
     pub db_path: PathBuf,
     /// The registry (`BERTH_REGISTRY_URL`, default `http://127.0.0.1:8082`).
     pub registry_url: String,
-    /// One registry call's limit (`BERTH_REGISTRY_TIMEOUT`, default `5s`, at most a third of the
-    /// request timeout).
+    /// One registry call's limit (`BERTH_REGISTRY_TIMEOUT`). Every attempt of a call together
+    /// ([`REGISTRY_ATTEMPTS`] of them) must take at most half of the caller's deadline, the shorter
+    /// of this service's request timeout and the gateway's `BERTH_UPSTREAM_TIMEOUT` when that is
+    /// set: so a hung registry is this service's 503 with Retry-After, answered before the caller
+    /// gives up with a 504. Unset, it is `5s` or that share of the deadline, whichever is shorter;
+    /// set, a value that breaks the rule stops the service at start.
     pub registry_timeout: Duration,
     /// How often the reconciler runs (`BERTH_RECONCILE_INTERVAL`, default `30s`).
     pub reconcile_interval: Duration,
     /// What the reconciler does with orphans (`BERTH_ORPHAN_POLICY`, `report` or `delete`, default
     /// `report`).
     pub orphan_policy: OrphanPolicy,
+    /// Where the orchestrators it uses may point: `BERTH_LOCAL_ROOTS` (default `<data dir>/volumes`
+    /// and `BERTH_LOCAL_BASE_PATH`) and `BERTH_DOCKER_ENDPOINTS` (default the local socket and
+    /// `DOCKER_HOST`), checked again here because the registry's registrations may be older than
+    /// these, or the registry configured apart.
+    pub limits: domain::orchestrator::OrchestratorLimits,
 }
 
 impl Config {
@@ -107,9 +121,7 @@ impl Config {
                 problem: "must be an http:// or https:// URL".into(),
             });
         }
-        let registry_timeout = env
-            .duration_or(env_vars::REGISTRY_TIMEOUT, DEFAULT_REGISTRY_TIMEOUT)?
-            .min(http.request_timeout / 3);
+        let registry_timeout = registry_timeout(env, &http)?;
         let reconcile_interval =
             env.duration_or(env_vars::RECONCILE_INTERVAL, DEFAULT_RECONCILE_INTERVAL)?;
         if reconcile_interval.is_zero() {
@@ -120,7 +132,9 @@ impl Config {
             });
         }
         let orphan_policy = env.parse_or(env_vars::ORPHAN_POLICY, OrphanPolicy::Report)?;
+        let limits = service_kit::config::orchestrator_limits(env)?;
         Ok(Config {
+            limits,
             listen: listen_addr(env, DEFAULT_PORT)?,
             http,
             data_dir,
@@ -133,24 +147,63 @@ impl Config {
     }
 }
 
+/// The registry timeout: derived from the caller's deadline, or checked against it (see
+/// [`Config::registry_timeout`]).
+fn registry_timeout(env: &Env, http: &HttpConfig) -> Result<Duration, ConfigError> {
+    let upstream = env.duration_or(env_vars::UPSTREAM_TIMEOUT, Duration::MAX)?;
+    let (deadline, bound) = if upstream < http.request_timeout {
+        (upstream, env_vars::UPSTREAM_TIMEOUT)
+    } else {
+        (http.request_timeout, vars::REQUEST_TIMEOUT)
+    };
+    let longest = deadline / (2 * REGISTRY_ATTEMPTS);
+    let Some(text) = env.get(env_vars::REGISTRY_TIMEOUT) else {
+        return Ok(DEFAULT_REGISTRY_TIMEOUT.min(longest));
+    };
+    let chosen = env.duration_or(env_vars::REGISTRY_TIMEOUT, DEFAULT_REGISTRY_TIMEOUT)?;
+    let refuse = |problem: String| ConfigError {
+        var: env_vars::REGISTRY_TIMEOUT.into(),
+        value: text.to_string(),
+        problem,
+    };
+    if chosen.is_zero() {
+        return Err(refuse("must be more than zero".into()));
+    }
+    if chosen > longest {
+        return Err(refuse(format!(
+            "does not fit in the caller's deadline: {REGISTRY_ATTEMPTS} attempts must take at most half of {bound}={deadline:?}, so at most {longest:?} each; lower it, or raise {bound}"
+        )));
+    }
+    Ok(chosen)
+}
+
 /// The service's router over `ops`.
 pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
     let db = ops.clone();
     let registry = ops.clone();
     ServiceApp::new(NAME, api::routes(ops))
         .http_config(config.http.clone())
+        // Readiness answers say what is wrong, never where (no internal host, port or path): the
+        // details go to the log.
         .readiness(Check::new("db", move || {
             let ops = db.clone();
-            async move { ops.store().ping().await.map_err(|e| e.to_string()) }
+            async move {
+                ops.store().ping().await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: the database does not answer");
+                    "the database does not answer".to_string()
+                })
+            }
         }))
         .readiness(Check::new("registry", move || {
             let ops = registry.clone();
             async move {
-                ops.registry()
-                    .service()
-                    .ready()
-                    .await
-                    .map_err(|e| e.status.message)
+                ops.registry().service().ready().await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: the orchestrator registry is not ready");
+                    format!(
+                        "the orchestrator registry is not ready ({})",
+                        e.public_reason()
+                    )
+                })
             }
         }))
         .into_router()
@@ -184,10 +237,15 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
         ClientOptions {
             timeout: config.registry_timeout,
             bearer: config.http.internal_token.clone(),
-            attempts: 2,
+            attempts: REGISTRY_ATTEMPTS,
         },
     ));
-    Ok(Arc::new(Ops::new(store, registry, config.orphan_policy)))
+    Ok(Arc::new(Ops::new(
+        store,
+        registry,
+        config.orphan_policy,
+        config.limits.clone(),
+    )))
 }
 
 /// Runs the reconciler: once now, then every `interval`.
@@ -241,5 +299,54 @@ mod tests {
                 .to_string();
             assert!(e.contains(var), "{e}");
         }
+    }
+
+    #[test]
+    fn the_registry_timeout_is_derived_from_the_callers_deadline_or_refused() {
+        let ms = Duration::from_millis;
+        // The registry's attempts take at most half the time the caller waits.
+        let c = Config::from_env(&Env::default()).unwrap();
+        assert_eq!(c.registry_timeout, DEFAULT_REGISTRY_TIMEOUT);
+        let c = Config::from_env(&Env::default().with(env_vars::UPSTREAM_TIMEOUT, "2s")).unwrap();
+        assert_eq!(c.registry_timeout, ms(500));
+        assert!(c.registry_timeout * REGISTRY_ATTEMPTS <= ms(1000));
+        let c = Config::from_env(&Env::default().with(vars::REQUEST_TIMEOUT, "6s")).unwrap();
+        assert_eq!(c.registry_timeout, ms(1500));
+        let c = Config::from_env(
+            &Env::default()
+                .with(env_vars::UPSTREAM_TIMEOUT, "10s")
+                .with(env_vars::REGISTRY_TIMEOUT, "2500ms"),
+        )
+        .unwrap();
+        assert_eq!(c.registry_timeout, ms(2500));
+        // An explicit registry timeout the caller would not wait for is refused at start, naming
+        // both settings, instead of reaching callers as a 504 without Retry-After.
+        for (env, bound) in [
+            (
+                Env::default()
+                    .with(env_vars::UPSTREAM_TIMEOUT, "2s")
+                    .with(env_vars::REGISTRY_TIMEOUT, "5s"),
+                env_vars::UPSTREAM_TIMEOUT,
+            ),
+            (
+                Env::default()
+                    .with(env_vars::UPSTREAM_TIMEOUT, "10s")
+                    .with(env_vars::REGISTRY_TIMEOUT, "2600ms"),
+                env_vars::UPSTREAM_TIMEOUT,
+            ),
+            (
+                Env::default()
+                    .with(vars::REQUEST_TIMEOUT, "6s")
+                    .with(env_vars::REGISTRY_TIMEOUT, "5s"),
+                vars::REQUEST_TIMEOUT,
+            ),
+        ] {
+            let e = Config::from_env(&env).unwrap_err();
+            assert_eq!(e.var, env_vars::REGISTRY_TIMEOUT);
+            assert!(e.problem.contains(bound), "{e}");
+        }
+        let e =
+            Config::from_env(&Env::default().with(env_vars::REGISTRY_TIMEOUT, "0s")).unwrap_err();
+        assert_eq!(e.var, env_vars::REGISTRY_TIMEOUT);
     }
 }

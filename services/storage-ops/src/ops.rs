@@ -19,6 +19,7 @@ use domain::{
     Code, Condition, DeleteResult, Orchestrator, OrchestratorKind, Orphan, OrphanList, Selector,
     Status, Volume, VolumeList, VolumePhase, VolumeSpec, VolumeStats,
 };
+use hmac::{Hmac, Mac};
 use service_kit::ApiError;
 use sha2::{Digest, Sha256};
 
@@ -92,31 +93,75 @@ pub struct ListRequest {
 /// The service's logic.
 pub struct Ops {
     store: Store,
+    tokens: ContinueTokens,
     registry: client::registry::Client,
     backends: Backends,
     locks: KeyLocks,
     orphan_policy: OrphanPolicy,
 }
 
-/// The opaque `continue` token for a position: base64url of `[namespace, name]`.
-pub fn encode_continue(namespace: &str, name: &str) -> String {
-    let json = serde_json::to_vec(&[namespace, name]).unwrap_or_default();
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+/// ListStorage's `continue` tokens: a position, signed so that a token this service did not issue
+/// (a forged or edited position) is refused instead of being taken as a place to start from.
+///
+/// A token is `base64url([namespace, name]) "." base64url(HMAC-SHA256(key, first part))`, the MAC cut
+/// to [`ContinueTokens::MAC_BYTES`]. The key lives in the service's database, so a restart (or a second
+/// process on the same database) takes the tokens the last one issued.
+#[derive(Clone)]
+pub struct ContinueTokens {
+    key: Vec<u8>,
 }
 
-/// Reads a `continue` token back; a token this service did not issue is a 400.
-pub fn decode_continue(token: &str) -> Result<(String, String), Status> {
-    let bad = || {
-        Status::invalid(
-            "continue",
-            "is not a token this service issued; start again without it",
-        )
-    };
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .map_err(|_| bad())?;
-    let [namespace, name]: [String; 2] = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    Ok((namespace, name))
+impl std::fmt::Debug for ContinueTokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ContinueTokens([REDACTED])")
+    }
+}
+
+impl ContinueTokens {
+    /// Bytes of the MAC a token carries: 128 bits, beyond guessing.
+    pub const MAC_BYTES: usize = 16;
+
+    /// Tokens signed with `key`.
+    pub fn new(key: &[u8]) -> Self {
+        ContinueTokens { key: key.to_vec() }
+    }
+
+    fn mac(&self) -> Hmac<Sha256> {
+        <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes a key of any length")
+    }
+
+    /// The token for the position after `namespace/name`.
+    pub fn encode(&self, namespace: &str, name: &str) -> String {
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let position = b64.encode(serde_json::to_vec(&[namespace, name]).unwrap_or_default());
+        let mut mac = self.mac();
+        mac.update(position.as_bytes());
+        let tag = mac.finalize().into_bytes();
+        format!("{position}.{}", b64.encode(&tag[..Self::MAC_BYTES]))
+    }
+
+    /// The position a token this service issued stands for; any other token is a 400.
+    pub fn decode(&self, token: &str) -> Result<(String, String), Status> {
+        let bad = || {
+            Status::invalid(
+                "continue",
+                "is not a token this service issued; start again without it",
+            )
+        };
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let (position, tag) = token.split_once('.').ok_or_else(bad)?;
+        let tag = b64.decode(tag).map_err(|_| bad())?;
+        if tag.len() != Self::MAC_BYTES {
+            return Err(bad());
+        }
+        let mut mac = self.mac();
+        mac.update(position.as_bytes());
+        // Compared in constant time: a caller learns nothing from how fast a guess was refused.
+        mac.verify_truncated_left(&tag).map_err(|_| bad())?;
+        let bytes = b64.decode(position).map_err(|_| bad())?;
+        let [namespace, name]: [String; 2] = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        Ok((namespace, name))
+    }
 }
 
 /// The hash of a normalised spec: two requests are "the same volume" when these are equal.
@@ -226,20 +271,33 @@ fn store_error(e: StoreError) -> ApiError {
 }
 
 impl Ops {
-    /// The logic over `store`, resolving orchestrators through `registry`.
+    /// The logic over `store`, resolving orchestrators through `registry` and using only the
+    /// backends `limits` allows.
     pub fn new(
         store: Store,
         registry: client::registry::Client,
         orphan_policy: OrphanPolicy,
+        limits: domain::orchestrator::OrchestratorLimits,
     ) -> Self {
-        let backends = Backends::new(store.instance());
+        let backends = Backends::new(store.instance(), limits);
         Ops {
+            tokens: ContinueTokens::new(store.continue_key()),
             store,
             registry,
             backends,
             locks: KeyLocks::default(),
             orphan_policy,
         }
+    }
+
+    /// The `continue` token for the position after `namespace/name`.
+    pub fn encode_continue(&self, namespace: &str, name: &str) -> String {
+        self.tokens.encode(namespace, name)
+    }
+
+    /// The position of a `continue` token this service issued; any other is a 400.
+    pub fn decode_continue(&self, token: &str) -> Result<(String, String), Status> {
+        self.tokens.decode(token)
     }
 
     /// The store.
@@ -252,16 +310,18 @@ impl Ops {
         &self.registry
     }
 
+    /// The 503 for a registry that failed. The caller learns that it failed and how, never where it
+    /// is (an internal host and port) or what it said; the log gets all of it with the request id.
     fn registry_down(&self, e: &ClientError) -> ApiError {
         ApiError::from_code(
             Code::Unavailable,
             format!(
-                "the orchestrator registry at {} is unavailable ({}); nothing was changed, retry later",
-                self.registry.service().base_url(),
-                e.status.message
+                "the orchestrator registry is unavailable ({}); nothing was changed, retry later",
+                e.public_reason()
             ),
         )
         .with_retry_after(e.retry_after.unwrap_or(Duration::from_secs(1)))
+        .with_cause(e.clone())
     }
 
     /// The orchestrator `name`, or `None` when it is not registered; 503 when the registry fails.
@@ -302,9 +362,8 @@ impl Ops {
 
     /// AddStorage. `(volume, created)`: created is false when the volume was there with the same spec.
     pub async fn add(self: &Arc<Self>, spec: VolumeSpec) -> Result<(Volume, bool), ApiError> {
-        if i64::try_from(spec.capacity.bytes()).is_err() {
-            return Err(Status::invalid("capacity", "must be less than 8Ei").into());
-        }
+        // The capacity fits the store's signed 64-bit column: a parsed quantity is at most
+        // `domain::quantity::MAX_BYTES`, the one limit every reader of a quantity shares.
         let this = self.clone();
         // In its own task: a caller hanging up must not stop the work between two writes.
         service_kit::request_id::spawn_in_request(async move { this.add_locked(spec).await })
@@ -438,7 +497,8 @@ impl Ops {
                         "volume {}/{} failed: {}; it is kept as Failed (GET shows it, the same AddStorage retries it, DeleteStorage removes it)",
                         row.namespace, row.name, e.message
                     ),
-                ))
+                )
+                .with_cause(e))
             }
         }
     }
@@ -482,6 +542,11 @@ impl Ops {
             Some(p) => p == ReclaimPolicy::Retain,
             None => retained_before || retain_by_spec,
         };
+        // A volume whose backend this service may not use (any more) is left as it is, not marked
+        // Deleting for a reconciler that could never finish it.
+        if !retain {
+            self.stored_backend(&row)?;
+        }
         let row = self
             .store
             .set_status(
@@ -529,7 +594,8 @@ impl Ops {
                         "deleting volume {}/{} failed: {}; it stays Deleting and the reconciler retries",
                         row.namespace, row.name, e.message
                     ),
-                ));
+                )
+                .with_cause(e));
             }
         }
         self.store
@@ -588,7 +654,7 @@ impl Ops {
                     return Ok(VolumeList {
                         items,
                         continue_token: more
-                            .then(|| after.as_ref().map(|(a, b)| encode_continue(a, b)))
+                            .then(|| after.as_ref().map(|(a, b)| self.encode_continue(a, b)))
                             .flatten(),
                     });
                 }
@@ -602,7 +668,7 @@ impl Ops {
             if scanned >= MAX_SCAN {
                 return Ok(VolumeList {
                     items,
-                    continue_token: after.as_ref().map(|(a, b)| encode_continue(a, b)),
+                    continue_token: after.as_ref().map(|(a, b)| self.encode_continue(a, b)),
                 });
             }
         }
@@ -640,8 +706,9 @@ impl Ops {
                         "volume {namespace}/{name} is Ready but its backend object is gone: {}",
                         e.message
                     ),
-                ),
-                _ => ApiError::new(e.into()),
+                )
+                .with_cause(e),
+                _ => ApiError::new(e.clone().into()).with_cause(e),
             })?;
         Ok(VolumeStats {
             namespace: row.namespace,
@@ -672,10 +739,13 @@ impl Ops {
                     .filter(|o| o.storage_ops)
                     .map(|o| (o.name, o.kind, o.config)),
             ),
-            Err(e) => unscanned.push(format!(
-                "registry: cannot list orchestrators ({}); only backends that hold volumes were scanned",
-                e.status.message
-            )),
+            Err(e) => {
+                tracing::warn!(error = %e, "orphan scan: the registry did not list orchestrators");
+                unscanned.push(format!(
+                    "registry: cannot list orchestrators ({}); only backends that hold volumes were scanned",
+                    e.public_reason()
+                ))
+            }
         }
         match self.store.backend_targets().await {
             Ok(targets) => candidates.extend(targets),
@@ -704,7 +774,10 @@ impl Ops {
                         .into_iter()
                         .map(|f| (orchestrator.clone(), kind, f, backend.clone())),
                 ),
-                Err(e) => unscanned.push(format!("{}: {e}", backend.identity())),
+                Err(e) => {
+                    tracing::warn!(backend = %backend.identity(), error = %e, "orphan scan: a backend could not be listed");
+                    unscanned.push(format!("{}: {}", backend.identity(), e.message))
+                }
             }
         }
         // Read the owners after listing the backends: a row is written before its object is made,
@@ -819,10 +892,27 @@ mod tests {
 
     #[test]
     fn continue_tokens_round_trip_and_foreign_ones_are_refused() {
-        let t = encode_continue("ns", "a.b");
-        assert_eq!(decode_continue(&t).unwrap(), ("ns".into(), "a.b".into()));
-        let e = decode_continue("not-a-token").unwrap_err();
-        assert_eq!(e.code, Code::InvalidArgument);
-        assert!(e.message.starts_with("continue: "), "{}", e.message);
+        use base64::Engine as _;
+        let tokens = ContinueTokens::new(b"key one");
+        let t = tokens.encode("ns", "a.b");
+        assert_eq!(tokens.decode(&t).unwrap(), ("ns".into(), "a.b".into()));
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let (position, mac) = t.split_once('.').unwrap();
+        let unsigned = b64.encode(br#"["../..","%"]"#);
+        let edited = format!("{}.{mac}", b64.encode(br#"["ns","z"]"#));
+        for foreign in [
+            "not-a-token".to_string(),
+            unsigned.clone(),
+            format!("{unsigned}.{mac}"),
+            edited,
+            format!("{position}."),
+            format!("{position}.{}", &mac[..mac.len() - 2]),
+            ContinueTokens::new(b"key two").encode("ns", "a.b"),
+        ] {
+            let e = tokens.decode(&foreign).unwrap_err();
+            assert_eq!(e.code, Code::InvalidArgument);
+            assert!(e.message.starts_with("continue: "), "{}", e.message);
+        }
+        assert_eq!(format!("{tokens:?}"), "ContinueTokens([REDACTED])");
     }
 }

@@ -148,6 +148,7 @@ struct Inner {
     read: SqlitePool,
     writes: mpsc::Sender<Command>,
     instance: String,
+    continue_key: Vec<u8>,
 }
 
 enum Command {
@@ -208,6 +209,17 @@ impl Store {
         let instance: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = 'instance'")
             .fetch_one(&mut writer)
             .await?;
+        // The key that signs `continue` tokens: made once, kept with the data, so a restart keeps
+        // accepting the tokens it issued before.
+        sqlx::query("INSERT OR IGNORE INTO meta (key, value) VALUES ('continue_key', ?1)")
+            .bind(hex::encode(rand::random::<[u8; 32]>()))
+            .execute(&mut writer)
+            .await?;
+        let continue_key: String =
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'continue_key'")
+                .fetch_one(&mut writer)
+                .await?;
+        let continue_key = hex::decode(continue_key)?;
         let rv: String =
             sqlx::query_scalar("SELECT value FROM meta WHERE key = 'resource_version'")
                 .fetch_one(&mut writer)
@@ -225,6 +237,7 @@ impl Store {
                 read,
                 writes,
                 instance,
+                continue_key,
             }),
         })
     }
@@ -232,6 +245,11 @@ impl Store {
     /// This database's id (labels Docker volumes as this store's).
     pub fn instance(&self) -> &str {
         &self.inner.instance
+    }
+
+    /// The secret key that signs ListStorage's `continue` tokens, kept in the database.
+    pub fn continue_key(&self) -> &[u8] {
+        &self.inner.continue_key
     }
 
     async fn send(

@@ -23,9 +23,36 @@ use storage_ops::env_vars;
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// The operator's allow-lists these tests run with: anything under the test's directory, and the
+/// local Docker socket (plus one in the test's directory that nothing serves).
+fn allowed(dir: &Path) -> [(&'static str, String); 2] {
+    [
+        ("BERTH_LOCAL_ROOTS", dir.display().to_string()),
+        (
+            "BERTH_DOCKER_ENDPOINTS",
+            format!(
+                "{},unix://{}",
+                domain::orchestrator::DEFAULT_DOCKER_HOST,
+                dir.join("no-engine.sock").display()
+            ),
+        ),
+    ]
+}
+
 /// The registry, served in-process on port 0.
 async fn spawn_registry(dir: &Path) -> String {
-    let env = Env::default()
+    spawn_registry_with(dir, &[]).await
+}
+
+async fn spawn_registry_with(dir: &Path, extra: &[(&str, &str)]) -> String {
+    let mut env = Env::default();
+    for (k, v) in allowed(dir) {
+        env = env.with(k, v);
+    }
+    for (k, v) in extra {
+        env = env.with(k, *v);
+    }
+    let env = env
         .with("BERTH_LISTEN", "127.0.0.1:0")
         .with("BERTH_DATA_DIR", dir.display().to_string())
         .with(
@@ -47,7 +74,11 @@ async fn spawn_registry(dir: &Path) -> String {
 /// storage-ops, served in-process on port 0.
 async fn spawn_storage(db: &Path, registry_url: &str, extra: &[(&str, &str)]) -> String {
     service_kit::testing::init_test_logging();
-    let mut env = Env::default()
+    let mut env = Env::default();
+    for (k, v) in allowed(db.parent().unwrap()) {
+        env = env.with(k, v);
+    }
+    let mut env = env
         .with("BERTH_LISTEN", "127.0.0.1:0")
         .with(env_vars::STORAGE_DB, db.display().to_string())
         .with(env_vars::REGISTRY_URL, registry_url)
@@ -374,6 +405,137 @@ async fn a_hundred_concurrent_adds_of_different_specs_conflict_and_leave_the_fir
 }
 
 #[tokio::test]
+async fn a_body_that_is_not_an_object_is_a_400_and_nothing_is_made() {
+    let app = spawn_app().await;
+    // serde reads a struct from an array by position, so this was a 201 for volume "arrayvol".
+    for body in [
+        json!(["arrayvol", null, "1Mi"]),
+        json!([["arrayvol"]]),
+        json!("arrayvol"),
+    ] {
+        let (status, p) = problem(app.post_raw(&body).await).await;
+        assert_eq!(status, 400, "{body}: {p}");
+        assert_eq!(p["code"], 3, "{p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with("body: must be a JSON object"),
+            "{body}: {detail}"
+        );
+    }
+    assert!(
+        app.storage
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(app.objects("default").is_empty());
+}
+
+#[tokio::test]
+async fn every_route_refuses_query_parameters_it_does_not_declare() {
+    let app = spawn_app().await;
+    app.storage.add(&profile("data", "1Gi")).await.unwrap();
+    for (method, path, name) in [
+        ("GET", "/v1/volumes?bogus=1", "bogus"),
+        ("GET", "/v1/volumes?limit=5&Namespace=team", "Namespace"),
+        ("GET", "/v1/volumes/team/data?bogus=1", "bogus"),
+        ("GET", "/v1/volumes/team/data/stats?verbose", "verbose"),
+        ("GET", "/v1/orphans?bogus=1", "bogus"),
+        ("DELETE", "/v1/volumes/team/data?force=true", "force"),
+        ("POST", "/v1/volumes?dryRun=true", "dryRun"),
+    ] {
+        let request = app
+            .http
+            .request(method.parse().unwrap(), format!("{}{path}", app.url));
+        let request = if method == "POST" {
+            request.json(&json!({"name": "other", "capacity": "1Gi"}))
+        } else {
+            request
+        };
+        let (status, p) = problem(request.send().await.unwrap()).await;
+        assert_eq!(status, 400, "{method} {path}: {p}");
+        assert_eq!(p["code"], 3, "{p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with(&format!("{name}: is not a query parameter of {method} ")),
+            "{method} {path}: {detail}"
+        );
+    }
+    // Nothing was made or removed by the refused calls; declared parameters still work.
+    let page = app
+        .storage
+        .list(&ListParams {
+            namespace: Some("team".into()),
+            limit: Some(5),
+            ..ListParams::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    let gone = app
+        .storage
+        .delete_with_policy("team", "data", ReclaimPolicy::Delete)
+        .await
+        .unwrap();
+    assert!(gone.deleted);
+}
+
+#[tokio::test]
+async fn capacities_have_one_limit_and_one_wording() {
+    let app = spawn_app().await;
+    const TOO_LARGE: &str =
+        "is too large: a quantity must be less than 8Ei (at most 9223372036854775807 bytes)";
+    for capacity in [
+        "8Ei",
+        "16Ei",
+        "9223372036854775808",
+        "18446744073709551616",
+        "1e19",
+        "1e400",
+        "1e99999",
+        "9300P",
+    ] {
+        let (status, p) = problem(
+            app.post_raw(&json!({"name": "big", "capacity": capacity}))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 400, "{capacity}: {p}");
+        assert_eq!(
+            p["detail"],
+            format!("capacity: {capacity:?} {TOO_LARGE}"),
+            "{capacity}"
+        );
+    }
+    // An exponent and a unit together are not a quantity at all, whatever their size, and say why.
+    for capacity in ["1e400Gi", "1e3Gi"] {
+        let (status, p) = problem(
+            app.post_raw(&json!({"name": "big", "capacity": capacity}))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 400, "{capacity}: {p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with(&format!("capacity: {capacity:?} is not a quantity: ")),
+            "{detail}"
+        );
+        assert!(detail.contains("not both"), "{detail}");
+    }
+    // Just under the limit is a capacity like any other.
+    let (v, created) = app
+        .storage
+        .add(&profile("largest", "9223372036854775807"))
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(v.spec.capacity_bytes, i64::MAX as u64);
+    assert!(app.storage.add(&profile("big", "7Ei")).await.unwrap().1);
+}
+
+#[tokio::test]
 async fn bad_input_is_a_400_naming_the_field_and_nothing_is_made() {
     let app = spawn_app().await;
     let long = "a".repeat(64);
@@ -405,7 +567,7 @@ async fn bad_input_is_a_400_naming_the_field_and_nothing_is_made() {
         ),
         (
             json!({"name": "ok", "capacity": "1Gi", "size": "2"}),
-            "body",
+            "size: unknown field `size`",
         ),
         (
             json!({"name": "ok", "capacity": "1Gi", "orchestrator": "nope"}),
@@ -608,6 +770,297 @@ async fn a_registry_that_is_down_or_failing_is_a_503_and_nothing_is_written() {
 }
 
 #[tokio::test]
+async fn continue_tokens_are_signed_and_outlive_a_restart() {
+    use base64::Engine as _;
+    let app = spawn_app().await;
+    for name in ["a", "b", "c"] {
+        app.storage.add(&profile(name, "1Mi")).await.unwrap();
+    }
+    let first = app
+        .storage
+        .list(&ListParams {
+            limit: Some(1),
+            ..ListParams::default()
+        })
+        .await
+        .unwrap();
+    let token = first.continue_token.expect("a next page");
+    // Forged positions: the old token format (base64url of a JSON pair) of positions this service
+    // never issued, and an issued token with its position changed.
+    let forge = |pair: Value| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(pair.to_string().as_bytes())
+    };
+    let (_, mac) = token.rsplit_once('.').expect("a signed token");
+    for forged in [
+        forge(json!(["../..", "%"])),
+        forge(json!(["team", "a"])),
+        format!("{}.{mac}", forge(json!(["team", "b"]))),
+        format!("{token}x"),
+        "garbage".to_string(),
+    ] {
+        let (status, p) = problem(
+            app.http
+                .get(format!("{}/v1/volumes", app.url))
+                .query(&[("continue", forged.as_str())])
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(status, 400, "{forged}: {p}");
+        assert!(
+            p["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("continue: is not a token this service issued"),
+            "{p}"
+        );
+    }
+    // Another process on the same database (a restart) takes the token and goes on from it.
+    let again = spawn_storage(
+        &app.tmp.path().join("storage.db"),
+        app.registry.service().base_url(),
+        &[],
+    )
+    .await;
+    let rest = storage_client(&again)
+        .list(&ListParams {
+            continue_token: Some(token),
+            ..ListParams::default()
+        })
+        .await
+        .unwrap();
+    let names: Vec<_> = rest
+        .items
+        .iter()
+        .map(|v| v.metadata.name.as_str())
+        .collect();
+    assert_eq!(names, ["b", "c"]);
+}
+
+/// Fails when `text` names any of `internals` (hosts, ports, paths, sockets).
+fn assert_names_none(text: &str, internals: &[&str]) {
+    for internal in internals {
+        assert!(
+            !text.contains(internal),
+            "{internal:?} leaked into an answer: {text}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn no_5xx_names_an_internal_host_port_or_path() {
+    let app = spawn_app().await;
+    let tmp = app.tmp.path().display().to_string();
+    app.storage.add(&profile("kept", "1Gi")).await.unwrap();
+    // The registry down, failing with a body that names its own internals, or hanging.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let failing = service_kit::testing::spawn(axum::Router::new().fallback(|| async {
+        (
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            "proxy: upstream http://10.9.8.7:6543/internal/db failed",
+        )
+    }))
+    .await;
+    let hanging = service_kit::testing::spawn(axum::Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        "late"
+    }))
+    .await;
+    for registry in [
+        format!("http://{closed}"),
+        failing.url.clone(),
+        hanging.url.clone(),
+    ] {
+        let port = registry.rsplit(':').next().unwrap().to_string();
+        let internals = [
+            registry.as_str(),
+            "127.0.0.1",
+            port.as_str(),
+            "10.9.8.7",
+            "6543",
+            "/internal",
+            tmp.as_str(),
+        ];
+        // A second storage-ops on the same database, whose registry is this one.
+        let url = spawn_storage(
+            &app.tmp.path().join("storage.db"),
+            &registry,
+            &[(env_vars::REGISTRY_TIMEOUT, "300ms")],
+        )
+        .await;
+        let storage = storage_client(&url);
+        for e in [
+            storage.add(&profile("new", "1Gi")).await.unwrap_err(),
+            storage.delete("team", "kept").await.unwrap_err(),
+        ] {
+            assert_eq!(e.http_status, Some(503), "{registry}: {e}");
+            assert!(
+                e.status
+                    .message
+                    .contains("orchestrator registry is unavailable"),
+                "{e}"
+            );
+            assert_names_none(&e.status.message, &internals);
+        }
+        let ready = reqwest::get(format!("{url}/readyz")).await.unwrap();
+        assert_eq!(ready.status(), 503);
+        assert_names_none(&ready.text().await.unwrap(), &internals);
+    }
+    // A backend that fails: a base path under a file (500), and an Engine socket nobody serves (503).
+    let blocked = app.tmp.path().join("blocked");
+    std::fs::write(&blocked, b"not a directory").unwrap();
+    register_local(&app.registry, "blocked", &blocked.join("vols"), None, false).await;
+    let socket = app.tmp.path().join("no-engine.sock");
+    app.registry
+        .register(
+            "engine",
+            &RegisterOrchestrator {
+                config: Some(json!({"host": format!("unix://{}", socket.display())})),
+                ..RegisterOrchestrator::new(OrchestratorKind::Docker)
+            },
+        )
+        .await
+        .unwrap();
+    for (orchestrator, status) in [("blocked", 500), ("engine", 503)] {
+        let mut p = profile(&format!("on-{orchestrator}"), "1Gi");
+        p.orchestrator = Some(orchestrator.into());
+        let e = app.storage.add(&p).await.unwrap_err();
+        assert_eq!(e.http_status, Some(status), "{e}");
+        assert_names_none(
+            &e.status.message,
+            &[tmp.as_str(), "no-engine.sock", "unix://"],
+        );
+        let v = app.storage.get("team", &p.name).await.unwrap();
+        assert_eq!(v.status.phase, VolumePhase::Failed);
+        assert_names_none(
+            &v.status.message,
+            &[tmp.as_str(), "no-engine.sock", "unix://"],
+        );
+        // Deleting it asks the backend again; that failure is no more telling.
+        if let Err(e) = app.storage.delete("team", &p.name).await {
+            assert_names_none(&e.status.message, &[tmp.as_str(), "no-engine.sock"]);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hung_registry_is_a_503_within_the_gateways_upstream_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hanging = service_kit::testing::spawn(axum::Router::new().fallback(|| async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        "late"
+    }))
+    .await;
+    // The gateway gives storage-ops 2s; nothing sets the registry timeout, so it follows from that.
+    let url = spawn_storage(
+        &tmp.path().join("storage.db"),
+        &hanging.url,
+        &[("BERTH_UPSTREAM_TIMEOUT", "2s")],
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let e = storage_client(&url)
+        .add(&profile("data", "1Gi"))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(e.http_status, Some(503), "{e}");
+    assert!(e.retry_after.is_some(), "Retry-After on 503");
+    assert!(
+        took < Duration::from_secs(2),
+        "answered after {took:?}: the gateway would have given up first (504, no Retry-After)"
+    );
+}
+
+#[tokio::test]
+async fn storage_ops_uses_no_orchestrator_outside_what_its_operator_allows() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // The registry allows all of the test's directory and a TCP Engine; storage-ops, as if it had
+    // been configured more narrowly since (or the registry's database held older registrations),
+    // only `allowed/` and the local socket.
+    let registry_url = spawn_registry_with(
+        dir,
+        &[(
+            "BERTH_DOCKER_ENDPOINTS",
+            "unix:///var/run/docker.sock,tcp://127.0.0.1:9",
+        )],
+    )
+    .await;
+    let registry = registry_client(&registry_url);
+    let allowed_root = dir.join("allowed");
+    let allowed_root_text = allowed_root.display().to_string();
+    let url = spawn_storage(
+        &dir.join("storage.db"),
+        &registry_url,
+        &[
+            ("BERTH_LOCAL_ROOTS", allowed_root_text.as_str()),
+            ("BERTH_DOCKER_ENDPOINTS", "unix:///var/run/docker.sock"),
+        ],
+    )
+    .await;
+    let storage = storage_client(&url);
+    register_local(&registry, "inside", &allowed_root.join("vols"), None, false).await;
+    register_local(&registry, "elsewhere", &dir.join("elsewhere"), None, false).await;
+    // Registered while nothing was there; a link planted afterwards leads outside.
+    register_local(&registry, "linked", &allowed_root.join("link"), None, false).await;
+    std::fs::create_dir_all(&allowed_root).unwrap();
+    std::fs::create_dir_all(dir.join("outside")).unwrap();
+    std::os::unix::fs::symlink(dir.join("outside"), allowed_root.join("link")).unwrap();
+    registry
+        .register(
+            "remote",
+            &RegisterOrchestrator {
+                config: Some(json!({"host": "tcp://127.0.0.1:9"})),
+                ..RegisterOrchestrator::new(OrchestratorKind::Docker)
+            },
+        )
+        .await
+        .unwrap();
+    for (orchestrator, setting) in [
+        ("elsewhere", "BERTH_LOCAL_ROOTS"),
+        ("linked", "symbolic link"),
+        ("remote", "BERTH_DOCKER_ENDPOINTS"),
+    ] {
+        let mut p = profile(&format!("on-{orchestrator}"), "1Gi");
+        p.orchestrator = Some(orchestrator.into());
+        let e = storage.add(&p).await.unwrap_err();
+        assert_eq!(e.http_status, Some(412), "{orchestrator}: {e}");
+        assert!(e.status.message.contains(setting), "{orchestrator}: {e}");
+        assert!(
+            !e.status
+                .message
+                .contains(&dir.join("outside").display().to_string()),
+            "{e}"
+        );
+    }
+    assert!(
+        !dir.join("elsewhere").exists(),
+        "nothing made outside the roots"
+    );
+    assert_eq!(std::fs::read_dir(dir.join("outside")).unwrap().count(), 0);
+    assert!(
+        storage
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len()
+            <= 1,
+        "at most a Failed record of the linked one"
+    );
+    let mut p = profile("fine", "1Gi");
+    p.orchestrator = Some("inside".into());
+    let (v, created) = storage.add(&p).await.unwrap();
+    assert!(created && v.status.phase == VolumePhase::Ready);
+    assert!(v.status.location.starts_with(&allowed_root_text));
+}
+
+#[tokio::test]
 async fn pages_are_stable_complete_and_filtered_pages_are_full() {
     let app = spawn_app().await;
     let mut expected = Vec::new();
@@ -740,7 +1193,11 @@ async fn a_backend_failure_keeps_the_volume_failed_with_its_message_and_a_retry_
     let v = app.storage.get("team", "data").await.unwrap();
     assert_eq!(v.status.phase, VolumePhase::Failed);
     assert_eq!(v.status.reason, "BackendError");
-    assert!(v.status.message.contains("blocked"), "{}", v.status.message);
+    assert!(
+        v.status.message.contains("base path"),
+        "{}",
+        v.status.message
+    );
 
     std::fs::remove_file(&blocked).unwrap();
     let (healed, created) = app.storage.add(&p).await.unwrap();
@@ -997,6 +1454,7 @@ async fn start_binary(db: &Path, data: &Path, registry_url: &str) -> (Child, Str
         .env("BERTH_DATA_DIR", data)
         .env(env_vars::REGISTRY_URL, registry_url)
         .env(env_vars::RECONCILE_INTERVAL, "200ms")
+        .envs(allowed(data))
         .env("BERTH_LOG", "warn")
         .stdout(if quiet {
             std::process::Stdio::null()
@@ -1197,6 +1655,7 @@ async fn the_internal_credential_is_required_and_presented_to_the_registry() {
     let env = Env::default()
         .with("BERTH_LISTEN", "127.0.0.1:0")
         .with("BERTH_DATA_DIR", tmp.path().display().to_string())
+        .with("BERTH_LOCAL_ROOTS", tmp.path().display().to_string())
         .with("BERTH_INTERNAL_TOKEN", "s3cret");
     let registry =
         orchestrator_registry::build(orchestrator_registry::Config::from_env(&env).unwrap())
@@ -1235,4 +1694,18 @@ async fn the_internal_credential_is_required_and_presented_to_the_registry() {
     let storage = client::storage::Client::new(with_token(&url));
     let (v, created) = storage.add(&profile("data", "1Gi")).await.unwrap();
     assert!(created && v.status.phase == VolumePhase::Ready);
+    // Under `berth up` the credential is random and never shown: each service's own document must
+    // still be readable without it, like the probes.
+    for service in [&url, &registry_url] {
+        let r = reqwest::get(format!("{service}/openapi.json"))
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status(),
+            200,
+            "{service}/openapi.json without the credential"
+        );
+        let doc: Value = r.json().await.unwrap();
+        assert!(doc["paths"].is_object(), "{doc}");
+    }
 }

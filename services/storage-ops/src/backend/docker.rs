@@ -75,16 +75,18 @@ impl DockerBackend {
                         bollard::API_DEFAULT_VERSION,
                     )
                 }
-                .map_err(|e| self.error("connecting to", e))?;
+                .map_err(|e| self.error("connecting", e))?;
                 docker
                     .negotiate_version()
                     .await
-                    .map_err(|e| self.error("negotiating the API version with", e))
+                    .map_err(|e| self.error("negotiating the API version", e))
             })
             .await
     }
 
-    /// Maps an Engine error: no answer is Unavailable, an answer keeps its meaning.
+    /// Maps an Engine error: no answer is Unavailable, an answer keeps its meaning. The caller hears
+    /// what failed; the Engine's address, and an Engine's own words for its server errors (which
+    /// may name its host's paths), go to the log only.
     fn error(&self, what: &str, e: DockerError) -> BackendError {
         match e {
             DockerError::DockerResponseServerError {
@@ -98,18 +100,19 @@ impl DockerBackend {
                     500..=599 => Code::Unavailable,
                     _ => Code::Internal,
                 };
-                BackendError::new(
-                    code,
-                    format!("Docker Engine at {}: {what}: {message}", self.host),
-                )
+                let public = if (400..500).contains(&status_code) {
+                    format!("the Docker Engine refused {what}: {message}")
+                } else {
+                    format!("the Docker Engine failed {what} (HTTP {status_code})")
+                };
+                BackendError::new(code, public)
+                    .with_detail(format!("Engine at {}: {message}", self.host))
             }
             other => BackendError::new(
                 Code::Unavailable,
-                format!(
-                    "Docker Engine at {} does not answer ({what}): {other}",
-                    self.host
-                ),
-            ),
+                format!("the Docker Engine does not answer ({what})"),
+            )
+            .with_detail(format!("Engine at {}: {other}", self.host)),
         }
     }
 
@@ -140,10 +143,11 @@ impl DockerBackend {
             return Err(BackendError::new(
                 Code::AlreadyExists,
                 format!(
-                    "Docker volume {name} exists on {} and does not belong to volume uid {}",
-                    self.host, v.uid
+                    "Docker volume {name} exists and does not belong to volume uid {}",
+                    v.uid
                 ),
-            ));
+            )
+            .with_detail(format!("Engine at {}", self.host)));
         }
         Ok(name)
     }

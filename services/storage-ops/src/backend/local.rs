@@ -12,27 +12,54 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use domain::Code;
 use futures::future::BoxFuture;
+use service_kit::paths::{Escape, check_within};
 
 use super::{Backend, BackendError, Found, ObjectRef, Usage};
 
-/// Directories and files under one base path.
+/// Directories and files under one base path, itself under one of the operator's roots.
 #[derive(Debug, Clone)]
 pub struct LocalBackend {
     base: PathBuf,
+    roots: Arc<[String]>,
 }
 
 /// Most files a usage walk visits before it stops and reports what it has counted.
 const WALK_LIMIT: usize = 100_000;
 
 impl LocalBackend {
-    /// The backend of the (normalised, absolute) `base_path`.
-    pub fn new(base_path: &str) -> Self {
+    /// The backend of the (normalised, absolute) `base_path`, which must lead (links followed) under
+    /// one of `roots` whenever the backend touches it.
+    pub fn new(base_path: &str, roots: Arc<[String]>) -> Self {
         LocalBackend {
             base: PathBuf::from(base_path),
+            roots,
         }
+    }
+
+    /// Refuses a base path that leads outside the roots through a symbolic link (its text is under
+    /// one: `Backends` checked that). Checked before anything is made, and again after the base
+    /// path is made, so a link swapped in meanwhile is not used either.
+    fn check_base(&self) -> Result<(), BackendError> {
+        check_within(&self.base, &self.roots).map_err(|escape| {
+            let detail = match &escape {
+                Escape::Outside { resolved } => {
+                    format!("{} resolves to {}", self.base.display(), resolved.display())
+                }
+                Escape::Unresolvable(e) => format!("{}: {e}", self.base.display()),
+            };
+            BackendError::new(
+                Code::FailedPrecondition,
+                format!(
+                    "the base path {escape}; refusing to use it (an operator allows directories with {})",
+                    domain::orchestrator::LOCAL_ROOTS_SETTING
+                ),
+            )
+            .with_detail(detail)
+        })
     }
 
     /// The object's file name: `<name>-<uid>`.
@@ -52,23 +79,20 @@ impl LocalBackend {
                 format!("namespace {namespace:?} cannot be a directory name"),
             ));
         }
+        self.check_base()?;
         if create {
             DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(&self.base)
-                .map_err(|e| {
-                    BackendError::io(&format!("making base path {}", self.base.display()), &e)
-                })?;
+                .map_err(|e| BackendError::io("making the base path", &self.base, &e))?;
+            self.check_base()?;
         }
         let base = match fs::canonicalize(&self.base) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => {
-                return Err(BackendError::io(
-                    &format!("resolving base path {}", self.base.display()),
-                    &e,
-                ));
+                return Err(BackendError::io("resolving the base path", &self.base, &e));
             }
         };
         let dir = base.join(namespace);
@@ -77,7 +101,7 @@ impl LocalBackend {
                 Ok(()) => sync_dir(&base)?,
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
                 Err(e) => {
-                    return Err(BackendError::io(&format!("making {}", dir.display()), &e));
+                    return Err(BackendError::io("making the namespace directory", &dir, &e));
                 }
             }
         }
@@ -87,24 +111,30 @@ impl LocalBackend {
                 return Err(BackendError::new(
                     Code::FailedPrecondition,
                     format!(
-                        "{} is not a directory (a link or a file); refusing to use it",
-                        dir.display()
+                        "the directory of namespace {namespace:?} is not a directory (a link or a file); refusing to use it"
                     ),
-                ));
+                )
+                .with_detail(format!("at {}", dir.display())));
             }
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(BackendError::io(&format!("reading {}", dir.display()), &e)),
+            Err(e) => {
+                return Err(BackendError::io(
+                    "reading the namespace directory",
+                    &dir,
+                    &e,
+                ));
+            }
         }
         let resolved = fs::canonicalize(&dir)
-            .map_err(|e| BackendError::io(&format!("resolving {}", dir.display()), &e))?;
+            .map_err(|e| BackendError::io("resolving the namespace directory", &dir, &e))?;
         if resolved.parent() != Some(base.as_path()) {
             return Err(BackendError::new(
                 Code::FailedPrecondition,
                 format!(
-                    "{} resolves outside the base path; refusing to use it",
-                    dir.display()
+                    "the directory of namespace {namespace:?} resolves outside the base path; refusing to use it"
                 ),
-            ));
+            )
+            .with_detail(format!("{} resolves to {}", dir.display(), resolved.display())));
         }
         Ok(Some(resolved))
     }
@@ -122,27 +152,28 @@ impl LocalBackend {
                 .mode(0o600)
                 .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
                 .open(&path)
-                .map_err(|e| BackendError::io(&format!("making {}", path.display()), &e))?;
+                .map_err(|e| BackendError::io("making the volume's file", &path, &e))?;
             // Sparse: set_len allocates nothing, so the file has the exact capacity and costs no space.
             file.set_len(v.capacity_bytes)
-                .map_err(|e| BackendError::io(&format!("sizing {}", path.display()), &e))?;
+                .map_err(|e| BackendError::io("sizing the volume's file", &path, &e))?;
             file.sync_all()
-                .map_err(|e| BackendError::io(&format!("syncing {}", path.display()), &e))?;
+                .map_err(|e| BackendError::io("syncing the volume's file", &path, &e))?;
         } else {
             match DirBuilder::new().mode(0o700).create(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                     let m = fs::symlink_metadata(&path).map_err(|e| {
-                        BackendError::io(&format!("reading {}", path.display()), &e)
+                        BackendError::io("reading the volume's directory", &path, &e)
                     })?;
                     if !m.is_dir() {
                         return Err(BackendError::new(
                             Code::AlreadyExists,
-                            format!("{} exists and is not a directory", path.display()),
-                        ));
+                            "the volume's path exists and is not a directory",
+                        )
+                        .with_detail(format!("at {}", path.display())));
                     }
                 }
-                Err(e) => return Err(BackendError::io(&format!("making {}", path.display()), &e)),
+                Err(e) => return Err(BackendError::io("making the volume's directory", &path, &e)),
             }
         }
         sync_dir(&dir)?;
@@ -162,10 +193,7 @@ impl LocalBackend {
         match removed {
             Ok(()) => sync_dir(&dir),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(BackendError::io(
-                &format!("removing {}", path.display()),
-                &e,
-            )),
+            Err(e) => Err(BackendError::io("removing the volume's object", &path, &e)),
         }
     }
 
@@ -173,12 +201,13 @@ impl LocalBackend {
         let Some(dir) = self.namespace_dir(&v.namespace, false)? else {
             return Err(BackendError::new(
                 Code::NotFound,
-                format!("{}/{} has no directory", self.base.display(), v.namespace),
-            ));
+                format!("namespace {:?} has no directory", v.namespace),
+            )
+            .with_detail(format!("under {}", self.base.display())));
         };
         let path = dir.join(Self::object_name(v));
         let m = fs::symlink_metadata(&path)
-            .map_err(|e| BackendError::io(&format!("reading {}", path.display()), &e))?;
+            .map_err(|e| BackendError::io("reading the volume's object", &path, &e))?;
         let available_bytes = nix::sys::statvfs::statvfs(&path)
             .ok()
             .map(|s| s.blocks_available().saturating_mul(s.fragment_size()));
@@ -197,14 +226,12 @@ impl LocalBackend {
     }
 
     fn scan_blocking(&self) -> Result<Vec<Found>, BackendError> {
+        self.check_base()?;
         let base = match fs::canonicalize(&self.base) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => {
-                return Err(BackendError::io(
-                    &format!("reading {}", self.base.display()),
-                    &e,
-                ));
+                return Err(BackendError::io("reading the base path", &self.base, &e));
             }
         };
         let mut found = Vec::new();
@@ -252,13 +279,13 @@ pub fn parse_object_name(file: &str) -> Option<(&str, &str)> {
 }
 
 fn read_dir(path: &Path) -> Result<fs::ReadDir, BackendError> {
-    fs::read_dir(path).map_err(|e| BackendError::io(&format!("reading {}", path.display()), &e))
+    fs::read_dir(path).map_err(|e| BackendError::io("listing a directory", path, &e))
 }
 
 fn sync_dir(dir: &Path) -> Result<(), BackendError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
-        .map_err(|e| BackendError::io(&format!("syncing {}", dir.display()), &e))
+        .map_err(|e| BackendError::io("syncing a directory", dir, &e))
 }
 
 /// Allocated bytes of everything under `root`, links not followed, at most [`WALK_LIMIT`] entries.
@@ -336,6 +363,10 @@ impl Backend for LocalBackend {
 mod tests {
     use super::*;
 
+    fn roots(dir: &Path) -> Arc<[String]> {
+        vec![dir.display().to_string()].into()
+    }
+
     fn object(name: &str, file: bool) -> ObjectRef {
         ObjectRef {
             uid: uuid::Uuid::new_v4().to_string(),
@@ -349,7 +380,10 @@ mod tests {
     #[tokio::test]
     async fn directories_and_sparse_files_are_made_idempotently_and_removed() {
         let tmp = tempfile::tempdir().unwrap();
-        let backend = LocalBackend::new(&tmp.path().join("base").display().to_string());
+        let backend = LocalBackend::new(
+            &tmp.path().join("base").display().to_string(),
+            roots(tmp.path()),
+        );
         let dir = object("data", false);
         let at = backend.create(&dir).await.unwrap();
         assert_eq!(backend.create(&dir).await.unwrap(), at);
@@ -381,10 +415,32 @@ mod tests {
         fs::create_dir_all(&base).unwrap();
         fs::create_dir_all(&outside).unwrap();
         std::os::unix::fs::symlink(&outside, base.join("ns")).unwrap();
-        let backend = LocalBackend::new(&base.display().to_string());
+        let backend = LocalBackend::new(&base.display().to_string(), roots(tmp.path()));
         let e = backend.create(&object("data", false)).await.unwrap_err();
         assert_eq!(e.code, Code::FailedPrecondition, "{e}");
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_base_path_that_links_out_of_the_roots_is_refused_before_anything_is_made() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let backend =
+            LocalBackend::new(&root.join("link/vols").display().to_string(), roots(&root));
+        let e = backend.create(&object("data", false)).await.unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+        assert!(e.message.contains("symbolic link"), "{}", e.message);
+        assert!(
+            !e.message.contains(&outside.display().to_string()),
+            "{}",
+            e.message
+        );
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "nothing made");
+        assert!(backend.scan().await.is_err());
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use domain::orchestrator::{DockerConfig, LocalConfig};
+use domain::orchestrator::{DockerConfig, LocalConfig, OrchestratorLimits};
 use domain::{Code, OrchestratorKind, Status};
 use futures::future::BoxFuture;
 
@@ -23,27 +23,41 @@ use crate::store::VolumeRow;
 pub mod docker;
 pub mod local;
 
-/// A failed backend operation: the machine code it maps to and the backend's own words.
+/// A failed backend operation: the machine code it maps to, the backend's words for the caller, and
+/// where it happened, for the log.
+///
+/// The two are kept apart because callers see `message` (in the answer, and in the volume's
+/// `status.message`) while a host, port, socket or file-system path must never reach them: those go in
+/// `detail`, which `Display` (and so every log line) includes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
+#[error("{message}{}", if detail.is_empty() { String::new() } else { format!(" ({detail})") })]
 pub struct BackendError {
     /// What kind of failure.
     pub code: Code,
-    /// The backend's message.
+    /// What failed and why, for the caller: no host, port or path.
     pub message: String,
+    /// Where it failed (a path, an Engine's address) and the raw cause: for the log only.
+    pub detail: String,
 }
 
 impl BackendError {
-    /// A failure with this code.
+    /// A failure with this code; `message` is shown to callers.
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         BackendError {
             code,
             message: message.into(),
+            detail: String::new(),
         }
     }
 
-    /// A file-system failure while doing `what`.
-    pub fn io(what: &str, e: &std::io::Error) -> Self {
+    /// Adds where it happened, for the log only.
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = detail.into();
+        self
+    }
+
+    /// A file-system failure while doing `what` (said without the path) at `path`.
+    pub fn io(what: &str, path: &std::path::Path, e: &std::io::Error) -> Self {
         let code = match e.kind() {
             std::io::ErrorKind::PermissionDenied => Code::FailedPrecondition,
             std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
@@ -51,7 +65,9 @@ impl BackendError {
             }
             _ => Code::Internal,
         };
+        // An io::Error made by the standard library's file functions does not name the path.
         BackendError::new(code, format!("{what}: {e}"))
+            .with_detail(format!("at {}", path.display()))
     }
 }
 
@@ -136,20 +152,27 @@ pub trait Backend: Send + Sync {
 #[derive(Clone)]
 pub struct Backends {
     instance: String,
+    limits: OrchestratorLimits,
+    local_roots: Arc<[String]>,
     docker_clients: Arc<Mutex<HashMap<String, docker::SharedClient>>>,
 }
 
 impl Backends {
-    /// Backends labelling their objects as made by the store `instance`.
-    pub fn new(instance: &str) -> Self {
+    /// Backends labelling their objects as made by the store `instance`, using only what `limits`
+    /// allows.
+    pub fn new(instance: &str, limits: OrchestratorLimits) -> Self {
         Backends {
             instance: instance.to_string(),
+            local_roots: limits.local_roots.clone().into(),
+            limits,
             docker_clients: Arc::default(),
         }
     }
 
     /// The backend of an orchestrator of `kind` configured with `config`. A config that does not
-    /// parse is the orchestrator's fault, not the caller's: FailedPrecondition.
+    /// parse, or points outside what this service's operator allows (the registry may hold
+    /// registrations older than its limits, or be configured apart), is the orchestrator's fault,
+    /// not the caller's: FailedPrecondition.
     pub fn for_orchestrator(
         &self,
         orchestrator: &str,
@@ -168,10 +191,19 @@ impl Backends {
         match kind {
             OrchestratorKind::Local => {
                 let config = LocalConfig::from_config(config).map_err(bad_config)?;
-                Ok(Arc::new(local::LocalBackend::new(&config.base_path)))
+                self.limits
+                    .check_base_path("config.basePath", &config.base_path)
+                    .map_err(bad_config)?;
+                Ok(Arc::new(local::LocalBackend::new(
+                    &config.base_path,
+                    self.local_roots.clone(),
+                )))
             }
             OrchestratorKind::Docker => {
                 let config = DockerConfig::from_config(config).map_err(bad_config)?;
+                self.limits
+                    .check_docker_host("config.host", &config.host)
+                    .map_err(bad_config)?;
                 let client = self
                     .docker_clients
                     .lock()
@@ -210,9 +242,42 @@ pub fn capacity_limit(kind: OrchestratorKind, config: &serde_json::Value) -> Opt
 mod tests {
     use super::*;
 
+    fn limits() -> OrchestratorLimits {
+        OrchestratorLimits {
+            local_roots: vec!["/srv".into()],
+            docker_endpoints: vec![domain::orchestrator::DEFAULT_DOCKER_HOST.into()],
+        }
+    }
+
+    #[test]
+    fn configs_outside_the_limits_are_a_precondition() {
+        let backends = Backends::new("test", limits());
+        for (kind, config, setting) in [
+            (
+                OrchestratorKind::Local,
+                serde_json::json!({"basePath": "/etc/x"}),
+                "BERTH_LOCAL_ROOTS",
+            ),
+            (
+                OrchestratorKind::Docker,
+                serde_json::json!({"host": "tcp://10.0.0.1:2375"}),
+                "BERTH_DOCKER_ENDPOINTS",
+            ),
+        ] {
+            let e = backends.for_orchestrator("o", kind, &config).err().unwrap();
+            assert_eq!(e.code, Code::FailedPrecondition);
+            assert!(e.message.contains(setting), "{}", e.message);
+        }
+        assert!(
+            backends
+                .for_orchestrator("o", OrchestratorKind::Docker, &serde_json::json!({}))
+                .is_ok()
+        );
+    }
+
     #[test]
     fn kinds_without_a_backend_are_unimplemented_and_bad_configs_a_precondition() {
-        let backends = Backends::new("test");
+        let backends = Backends::new("test", limits());
         for kind in [OrchestratorKind::Kubernetes, OrchestratorKind::Nomad] {
             let e = backends
                 .for_orchestrator("o", kind, &serde_json::json!({}))
