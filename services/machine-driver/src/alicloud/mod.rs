@@ -625,7 +625,7 @@ fn initialized_condition(i: &Instance, machine: &str) -> Condition {
         _ => (
             "False",
             format!(
-                "ECS instance {id} backing machine {machine:?} exists but is not initialised: it is {status}; it is once it is Running"
+                "ECS instance {id} backing machine {machine:?} exists but is not initialised: it is {status}, and counts as initialised once it is Running"
             ),
         ),
     };
