@@ -1,12 +1,11 @@
 //! The ECS actions: parameter validation as ECS does it, state changes, and the real JSON shapes.
 
-use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::{Hash, Hasher};
 use std::ops::Bound;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
 use tokio::time::Instant;
 
 use crate::config::{Faults, Lifecycle};
@@ -27,6 +26,23 @@ pub const ACTIONS: [&str; 11] = [
     "DeleteNetworkInterface",
     "DescribeRegions",
 ];
+
+/// The actions that change the account: after one succeeds, a persistent emulator writes its state
+/// before answering.
+const MUTATING: [&str; 7] = [
+    "RunInstances",
+    "DeleteInstance",
+    "StartInstance",
+    "StopInstance",
+    "ModifyDiskAttribute",
+    "DeleteDisk",
+    "DeleteNetworkInterface",
+];
+
+/// Whether `action` changes the account (see [`MUTATING`]).
+pub(crate) fn mutates(action: &str) -> bool {
+    MUTATING.contains(&action)
+}
 
 /// Parameters that are about the transport, not the action: left out of a ClientToken's
 /// fingerprint, so a retry with a fresh nonce and timestamp still matches.
@@ -248,14 +264,21 @@ fn paginate<'a, T>(
     })
 }
 
+/// A digest of a RunInstances call's own parameters. SHA-256 rather than std's hasher, whose
+/// output may change between Rust releases: fingerprints outlive the process in a state directory.
 fn fingerprint(p: &Params) -> u64 {
-    let mut h = DefaultHasher::new();
+    let mut h = Sha256::new();
     for (k, v) in p {
         if !TRANSPORT_PARAMS.contains(&k.as_str()) {
-            (k, v).hash(&mut h);
+            // Length-prefixed, so ("ab","c") and ("a","bc") differ.
+            for part in [k, v] {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part.as_bytes());
+            }
         }
     }
-    h.finish()
+    let digest = h.finalize();
+    u64::from_le_bytes(digest[..8].try_into().expect("32 bytes"))
 }
 
 struct DiskSpec {
@@ -456,7 +479,7 @@ fn run_instances(state: &mut State, ctx: &Ctx<'_>, p: &Params) -> Result<Value, 
                 name: opt(p, "SystemDisk.DiskName").unwrap_or("").to_owned(),
                 description: String::new(),
                 instance_id: id.clone(),
-                kind: "system",
+                kind: "system".into(),
                 category: opt(p, "SystemDisk.Category")
                     .unwrap_or("cloud_efficiency")
                     .to_owned(),
@@ -479,7 +502,7 @@ fn run_instances(state: &mut State, ctx: &Ctx<'_>, p: &Params) -> Result<Value, 
                     name: spec.name.clone(),
                     description: spec.description.clone(),
                     instance_id: id.clone(),
-                    kind: "data",
+                    kind: "data".into(),
                     category: spec.category.clone(),
                     size: spec.size,
                     delete_with_instance: spec.delete_with_instance,
@@ -497,7 +520,7 @@ fn run_instances(state: &mut State, ctx: &Ctx<'_>, p: &Params) -> Result<Value, 
             Nic {
                 id: nic_id,
                 instance_id: id.clone(),
-                kind: "Primary",
+                kind: "Primary".into(),
                 private_ip: instance.private_ip.clone(),
                 mac,
                 vpc_id: "vpc-emulator".into(),
@@ -613,7 +636,7 @@ fn delete_instance(state: &mut State, ctx: &Ctx<'_>, p: &Params) -> Result<Value
         }
         // A detached interface cannot stay primary.
         n.instance_id.clear();
-        n.kind = "Secondary";
+        n.kind = "Secondary".into();
         true
     });
     Ok(json!({}))

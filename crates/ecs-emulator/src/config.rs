@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -146,6 +147,11 @@ pub struct Config {
     pub max_clock_skew: Duration,
     /// The region used when a request does not name one (admin seeding).
     pub default_region: String,
+    /// Where [`crate::Emulator::open`] keeps the account (instances with their ids, statuses and
+    /// tags, disks, network interfaces, ClientTokens), so a restart finds it again; `None` keeps
+    /// it in memory only. See [`crate::persist`] for the files and [`crate::stored_access_key`]
+    /// for keeping a generated access key there too.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -156,6 +162,7 @@ impl Default for Config {
             faults: Faults::default(),
             max_clock_skew: Duration::from_secs(15 * 60),
             default_region: "cn-shanghai".into(),
+            state_dir: None,
         }
     }
 }
@@ -179,6 +186,12 @@ impl Config {
     /// Sets the initial faults.
     pub fn with_faults(mut self, faults: Faults) -> Self {
         self.faults = faults;
+        self
+    }
+
+    /// Keeps the account in `dir` (see [`Config::state_dir`]).
+    pub fn with_state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = Some(dir.into());
         self
     }
 

@@ -8,6 +8,11 @@
 //! after configurable delays; each comes with a system disk, its data disks and a primary network
 //! interface, tagged like the instance.
 //!
+//! By default the account lives in memory. With [`Config::state_dir`], [`Emulator::open`] keeps it
+//! in that directory, written crash-safely after every change, so a restarted emulator still has
+//! its instances (ids, statuses, tags), disks, network interfaces and ClientTokens; with
+//! [`stored_access_key`] the access key it accepts is kept there too.
+//!
 //! For tests it injects faults (throttling with `x-ratelimit-*` headers, 5xx answers, latency,
 //! `OperationDenied.NoStock` per zone, resources leaked on delete, a status pinned on an instance)
 //! and exposes its state, either through [`Emulator`]'s methods in-process or the unauthenticated
@@ -31,15 +36,18 @@
 //! - `wire`: parameter decoding, RFC 3986 encoding, ECS error answers.
 //! - `state`: the account's resources in ordered maps, ids, lifecycle, filters.
 //! - `actions`: the ECS actions ([`ACTIONS`]) and seeding.
+//! - [`persist`]: the state directory: crash-safe writes, loading, the stored access key.
 //! - this file: [`Emulator`], [`router`] and the HTTP handlers.
 
 mod actions;
 mod auth;
 pub mod config;
+pub mod persist;
 mod state;
 mod wire;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -55,6 +63,7 @@ use serde_json::{Value, json};
 
 pub use actions::{ACTIONS, Seed};
 pub use config::{AccessKey, Config, Faults, Lifecycle};
+pub use persist::{StateError, stored_access_key};
 
 use auth::{Incoming, NonceStore};
 use wire::EcsError;
@@ -91,6 +100,36 @@ struct Inner {
     state: Mutex<state::State>,
     nonces: Mutex<NonceStore>,
     knobs: Mutex<Knobs>,
+    /// Where the account is kept, for an emulator made by [`Emulator::open`] with a state dir.
+    store: Option<Arc<persist::Store>>,
+    /// Counts changes to `state`; taken under its lock, so a higher revision is a newer account.
+    revision: AtomicU64,
+}
+
+/// The account as it was after one change, to be written before the change is acknowledged.
+struct Snapshot {
+    store: Arc<persist::Store>,
+    revision: u64,
+    bytes: Vec<u8>,
+}
+
+impl Snapshot {
+    /// Writes it (blocking: fsync).
+    fn save(self) -> Result<(), StateError> {
+        self.store.save(self.revision, &self.bytes)
+    }
+
+    /// Writes it on the blocking pool, so a slow disk never stalls the async runtime.
+    async fn save_off_runtime(self) -> Result<(), StateError> {
+        tokio::task::spawn_blocking(move || self.save())
+            .await
+            .unwrap_or_else(|e| {
+                Err(StateError::Io {
+                    path: std::path::PathBuf::from(persist::STATE_FILE),
+                    source: std::io::Error::other(e.to_string()),
+                })
+            })
+    }
 }
 
 struct Knobs {
@@ -113,8 +152,37 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Emulator {
-    /// An emulator with an empty account.
+    /// An emulator with an empty account kept in memory only. `config.state_dir` is neither read
+    /// nor written: [`Emulator::open`] is the constructor that uses it.
     pub fn new(config: Config) -> Self {
+        if config.state_dir.is_some() {
+            tracing::warn!(
+                "Emulator::new ignores state_dir; use Emulator::open to keep the account"
+            );
+        }
+        Emulator::build(config, state::State::default(), None)
+    }
+
+    /// An emulator whose account lives in `config.state_dir`: the one kept there is loaded (an
+    /// empty one on first use, creating the directory), and every change is written back,
+    /// crash-safely, before it is answered. Without a state dir this is [`Emulator::new`].
+    ///
+    /// Fails when the directory cannot be created or read, or holds a state file this emulator
+    /// did not write (which is then left untouched).
+    pub fn open(config: Config) -> Result<Self, StateError> {
+        let Some(dir) = config.state_dir.clone() else {
+            return Ok(Emulator::build(config, state::State::default(), None));
+        };
+        let (store, account) = persist::Store::open(&dir)?;
+        tracing::info!(
+            state_dir = %dir.display(),
+            instances = account.instances.len(),
+            "ECS emulator account loaded"
+        );
+        Ok(Emulator::build(config, account, Some(Arc::new(store))))
+    }
+
+    fn build(config: Config, account: state::State, store: Option<Arc<persist::Store>>) -> Self {
         let knobs = Knobs {
             faults: config.faults.clone(),
             lifecycle: config.lifecycle,
@@ -123,11 +191,33 @@ impl Emulator {
         Emulator {
             inner: Arc::new(Inner {
                 config,
-                state: Mutex::default(),
+                state: Mutex::new(account),
                 nonces: Mutex::default(),
                 knobs: Mutex::new(knobs),
+                store,
+                revision: AtomicU64::new(0),
             }),
         }
+    }
+
+    /// What must be written after a change to `account` (whose lock the caller holds), if the
+    /// account is kept on disk.
+    fn snapshot_of(&self, account: &state::State) -> Option<Snapshot> {
+        let store = self.inner.store.as_ref()?;
+        Some(Snapshot {
+            store: Arc::clone(store),
+            revision: self.inner.revision.fetch_add(1, Ordering::SeqCst) + 1,
+            bytes: persist::encode(account),
+        })
+    }
+
+    /// Writes a change made outside an ECS call (admin), now.
+    fn save_now(snapshot: Option<Snapshot>) -> Result<(), String> {
+        snapshot
+            .map(Snapshot::save)
+            .transpose()
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// The HTTP router (ECS on `/`, admin under `/_emulator/`).
@@ -173,7 +263,9 @@ impl Emulator {
             .ok_or_else(|| format!("no instance {instance_id}"))?;
         i.set_status(status, tokio::time::Instant::now());
         i.pinned = true;
-        Ok(())
+        let snapshot = self.snapshot_of(&s);
+        drop(s);
+        Emulator::save_now(snapshot)
     }
 
     /// Lets a pinned instance continue its lifecycle from now.
@@ -185,18 +277,24 @@ impl Emulator {
             .ok_or_else(|| format!("no instance {instance_id}"))?;
         i.pinned = false;
         i.since = tokio::time::Instant::now();
-        Ok(())
+        let snapshot = self.snapshot_of(&s);
+        drop(s);
+        Emulator::save_now(snapshot)
     }
 
     /// Creates instances in bulk; returns their ids.
     pub fn seed(&self, seed: &Seed) -> Result<Vec<String>, String> {
         let mut s = lock(&self.inner.state);
-        actions::seed(
+        let ids = actions::seed(
             &mut s,
             tokio::time::Instant::now(),
             &self.inner.config.default_region,
             seed,
-        )
+        )?;
+        let snapshot = self.snapshot_of(&s);
+        drop(s);
+        Emulator::save_now(snapshot)?;
+        Ok(ids)
     }
 
     /// Instances, disks and network interfaces in ECS's JSON shapes (statuses brought up to date).
@@ -241,9 +339,16 @@ impl Emulator {
     }
 
     /// Forgets every resource, client token, nonce and count; faults and lifecycle return to the
-    /// start configuration.
+    /// start configuration. A kept account is emptied on disk too (a failure to write is logged).
     pub fn reset(&self) {
-        lock(&self.inner.state).clear();
+        let snapshot = {
+            let mut s = lock(&self.inner.state);
+            s.clear();
+            self.snapshot_of(&s)
+        };
+        if let Err(e) = Emulator::save_now(snapshot) {
+            tracing::error!(error = %e, "the emptied account could not be written");
+        }
         lock(&self.inner.nonces).clear();
         let mut k = lock(&self.inner.knobs);
         k.faults = self.inner.config.faults.clone();
@@ -251,14 +356,15 @@ impl Emulator {
         k.stats = Stats::default();
     }
 
-    /// Handles one ECS call (after any injected latency).
+    /// Handles one ECS call (after any injected latency). A call that changed a kept account also
+    /// returns the snapshot to write before answering.
     fn handle(
         &self,
         method: &Method,
         uri: &Uri,
         headers: &HeaderMap,
         body: &[u8],
-    ) -> Result<Value, EcsError> {
+    ) -> Result<(Value, Option<Snapshot>), EcsError> {
         let mut query = BTreeMap::new();
         wire::parse_pairs(uri.query().unwrap_or(""), &mut query);
         let mut all = query.clone();
@@ -356,7 +462,13 @@ impl Emulator {
             faults: &faults,
         };
         let mut s = lock(&self.inner.state);
-        actions::dispatch(&mut s, &ctx, &a.action, &a.params)
+        let answer = actions::dispatch(&mut s, &ctx, &a.action, &a.params)?;
+        let snapshot = if actions::mutates(&a.action) {
+            self.snapshot_of(&s)
+        } else {
+            None
+        };
+        Ok((answer, snapshot))
     }
 }
 
@@ -392,7 +504,19 @@ async fn ecs(
         tokio::time::sleep(Duration::from_millis(latency)).await;
     }
     match emu.handle(&method, &uri, &headers, &body) {
-        Ok(mut answer) => {
+        Ok((mut answer, snapshot)) => {
+            if let Some(snapshot) = snapshot
+                && let Err(e) = snapshot.save_off_runtime().await
+            {
+                // The change stands in memory but is not durable: say so as ECS says "retry".
+                tracing::error!(error = %e, "the account could not be written");
+                return EcsError::new(
+                    500,
+                    "InternalError",
+                    "The request processing has failed due to some unknown error, exception or failure.",
+                )
+                .into_response(&request_id);
+            }
             answer["RequestId"] = Value::String(request_id);
             axum::Json(answer).into_response()
         }
@@ -764,5 +888,158 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(l["startingMs"], 6);
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // A kept account
+    // -----------------------------------------------------------------------------------------
+
+    fn kept(dir: &std::path::Path, lifecycle: Lifecycle) -> Emulator {
+        Emulator::open(
+            Config::for_tests(ID, SECRET)
+                .with_lifecycle(lifecycle)
+                .with_state_dir(dir),
+        )
+        .unwrap()
+    }
+
+    async fn run(emu: &Emulator, name: &str, token: &str, nonce: &str) -> String {
+        let (status, v) = send(
+            emu,
+            v1_get(
+                "RunInstances",
+                &[
+                    ("RegionId", "cn-shanghai"),
+                    ("ImageId", "img"),
+                    ("InstanceType", "ecs.t"),
+                    ("InstanceName", name),
+                    ("ClientToken", token),
+                    ("Tag.1.Key", "owner"),
+                    ("Tag.1.Value", name),
+                ],
+                nonce,
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v["InstanceIdSets"]["InstanceIdSet"][0]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// id → (status, tags) of every instance, as DescribeInstances answers.
+    async fn described(emu: &Emulator, nonce: &str) -> BTreeMap<String, (String, Value)> {
+        let (status, v) = send(
+            emu,
+            v1_get(
+                "DescribeInstances",
+                &[("RegionId", "cn-shanghai"), ("MaxResults", "100")],
+                nonce,
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        v["Instances"]["Instance"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i["InstanceId"].as_str().unwrap().to_owned(),
+                    (i["Status"].as_str().unwrap().to_owned(), i["Tags"].clone()),
+                )
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_restarted_emulator_keeps_ids_statuses_tags_and_client_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = kept(dir.path(), Lifecycle::instant());
+        let a = run(&first, "m-a", "token-a", "n1").await;
+        let b = run(&first, "m-b", "token-b", "n2").await;
+        let (status, v) = send(
+            &first,
+            v1_get("StopInstance", &[("InstanceId", b.as_str())], "n3"),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        let before = described(&first, "n4").await;
+        assert_eq!(before[&a].0, "Running");
+        assert_eq!(before[&b].0, "Stopped");
+        let resources = (first.disk_count(), first.network_interface_count());
+        drop(first);
+
+        let second = kept(dir.path(), Lifecycle::instant());
+        assert_eq!(described(&second, "n5").await, before);
+        assert_eq!(
+            (second.disk_count(), second.network_interface_count()),
+            resources
+        );
+        // The ClientToken still names its instance, and ids never repeat.
+        assert_eq!(run(&second, "m-a", "token-a", "n6").await, a);
+        let c = run(&second, "m-c", "token-c", "n7").await;
+        assert!(c != a && c != b && c > b, "{c}");
+        // Deleting is kept as well.
+        let (status, v) = send(
+            &second,
+            v1_get(
+                "DeleteInstance",
+                &[("InstanceId", a.as_str()), ("Force", "true")],
+                "n8",
+            ),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        drop(second);
+        let third = kept(dir.path(), Lifecycle::instant());
+        let ids: Vec<String> = described(&third, "n9").await.into_keys().collect();
+        assert_eq!(ids, [b, c]);
+    }
+
+    #[tokio::test]
+    async fn an_instance_mid_transition_resumes_its_lifecycle_after_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let slow = Lifecycle {
+            pending_ms: 60_000,
+            ..Lifecycle::instant()
+        };
+        let first = kept(dir.path(), slow);
+        let id = run(&first, "m-slow", "token-slow", "n1").await;
+        drop(first);
+        // Still within its Pending minute: not Running just because the process restarted.
+        let second = kept(dir.path(), slow);
+        assert_eq!(described(&second, "n2").await[&id].0, "Pending");
+        drop(second);
+        // Restarted with no Pending delay, it moves on at once.
+        let third = kept(dir.path(), Lifecycle::instant());
+        assert_eq!(described(&third, "n3").await[&id].0, "Running");
+    }
+
+    #[tokio::test]
+    async fn admin_changes_are_kept_and_an_in_memory_emulator_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = kept(dir.path(), Lifecycle::instant());
+        let ids = first
+            .seed(&Seed {
+                count: 2,
+                ..Seed::default()
+            })
+            .unwrap();
+        first.pin_status(&ids[0], "Starting").unwrap();
+        drop(first);
+        let second = kept(dir.path(), Lifecycle::instant());
+        let state = second.snapshot();
+        assert_eq!(state["instances"][0]["Status"], "Starting");
+        assert_eq!(state["instances"][0]["Pinned"], true);
+        second.reset();
+        drop(second);
+        assert_eq!(kept(dir.path(), Lifecycle::instant()).instance_count(), 0);
+
+        let untouched = tempfile::tempdir().unwrap();
+        let memory = Emulator::new(Config::for_tests(ID, SECRET).with_state_dir(untouched.path()));
+        run(&memory, "m-mem", "token-mem", "n1").await;
+        assert_eq!(std::fs::read_dir(untouched.path()).unwrap().count(), 0);
     }
 }

@@ -4,12 +4,15 @@
 //! ecs-emulator [--host 127.0.0.1] [--port 8090] [--access-key-id emulator] [--access-key-secret ...]
 //!              [--throttle-rate 0.2] [--server-error-rate 0.05] [--latency-ms 20]
 //!              [--no-stock-zone cn-shanghai-b]... [--pending-ms 1000] [--starting-ms 1000]
-//!              [--stopping-ms 1000] [--seed-instances 10000]
+//!              [--stopping-ms 1000] [--seed-instances 10000] [--state-dir /var/lib/ecs-emulator]
 //! ecs-emulator healthcheck [--host ...] [--port ...]
 //! ```
 //! Every flag can also be set by the `BERTH_ECS_EMULATOR_*` variable named in `--help`. The admin
 //! endpoints under `/_emulator/` are unauthenticated: keep the default loopback host unless the
 //! emulator runs in an isolated network (a compose stack).
+//!
+//! With `--state-dir` (a volume, in a compose stack) the account survives restarts: instances keep
+//! their ids, statuses and tags. The access key stays whatever the flags say.
 
 /// The binary picks the allocator, not a library it links: mimalloc, since under load the services
 /// allocate small, short-lived buffers on many threads, where glibc's allocator showed up as the
@@ -90,9 +93,15 @@ struct Args {
     /// Milliseconds an instance stays Stopping.
     #[arg(long, env = "BERTH_ECS_EMULATOR_STOPPING_MS", default_value_t = 1000)]
     stopping_ms: u64,
-    /// Create this many Running instances at start (for list benchmarks).
+    /// Create this many Running instances at start (for list benchmarks); with a state dir, only
+    /// into an empty account.
     #[arg(long, env = "BERTH_ECS_EMULATOR_SEED_INSTANCES", default_value_t = 0)]
     seed_instances: usize,
+    /// Keep the account (instances, disks, network interfaces, ClientTokens) in this directory,
+    /// written crash-safely after every change, and load it at start. Without it the account lives
+    /// in memory and a restart empties it.
+    #[arg(long, env = "BERTH_ECS_EMULATOR_STATE_DIR")]
+    state_dir: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
@@ -146,10 +155,17 @@ async fn main() -> ExitCode {
             stopping_ms: args.stopping_ms,
         },
         faults,
+        state_dir: args.state_dir.clone(),
         ..Config::default()
     };
-    let emulator = Emulator::new(config);
-    if args.seed_instances > 0 {
+    let emulator = match Emulator::open(config) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("ecs-emulator: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.seed_instances > 0 && emulator.instance_count() == 0 {
         match emulator.seed(&Seed {
             count: args.seed_instances,
             ..Seed::default()

@@ -4,17 +4,21 @@
 //! Resource ids start with a fixed-width base-36 sequence number, so the maps' key order is creation
 //! order and a `NextToken` (the last id of a page) resumes a scan in O(log n) even while resources
 //! are added or removed between pages.
+//!
+//! Everything here (de)serialises, so `persist` can keep the account across restarts. A status's
+//! start ([`Instance::since`]) is a monotonic instant in memory and a wall-clock time on disk.
 
 use std::collections::{BTreeMap, HashMap};
 
 use rand::Rng as _;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
 use crate::config::Lifecycle;
 
 /// An instance's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Status {
     Pending,
     Starting,
@@ -48,7 +52,8 @@ impl Status {
 
 pub(crate) type Tags = Vec<(String, String)>;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct Instance {
     pub(crate) id: String,
     pub(crate) name: String,
@@ -75,6 +80,7 @@ pub(crate) struct Instance {
     pub(crate) start_time: String,
     pub(crate) status: Status,
     /// When the current status was entered (for the lifecycle).
+    #[serde(with = "wall_clock")]
     pub(crate) since: Instant,
     /// A pinned status never advances (admin fault: "keep it Pending").
     pub(crate) pinned: bool,
@@ -156,13 +162,14 @@ impl Instance {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct Disk {
     pub(crate) id: String,
     pub(crate) name: String,
     pub(crate) description: String,
     pub(crate) instance_id: String,
-    pub(crate) kind: &'static str,
+    pub(crate) kind: String,
     pub(crate) category: String,
     pub(crate) size: u32,
     pub(crate) delete_with_instance: bool,
@@ -205,11 +212,12 @@ impl Disk {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct Nic {
     pub(crate) id: String,
     pub(crate) instance_id: String,
-    pub(crate) kind: &'static str,
+    pub(crate) kind: String,
     pub(crate) private_ip: String,
     pub(crate) mac: String,
     pub(crate) vpc_id: String,
@@ -257,20 +265,51 @@ pub(crate) fn ecs_time() -> String {
 }
 
 /// What a ClientToken was first used with.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct TokenUse {
     pub(crate) fingerprint: u64,
     pub(crate) instance_ids: Vec<String>,
 }
 
 /// The whole emulated account.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
 pub(crate) struct State {
     pub(crate) instances: BTreeMap<String, Instance>,
     pub(crate) disks: BTreeMap<String, Disk>,
     pub(crate) nics: BTreeMap<String, Nic>,
     pub(crate) client_tokens: HashMap<String, TokenUse>,
     sequence: u64,
+}
+
+/// [`Instance::since`] on disk: the wall-clock time (Unix milliseconds) that instant stands for, so
+/// an instance Pending for 0.5 s when the emulator stopped is Pending for 0.5 s after it starts
+/// again, and one whose delays ran out meanwhile has moved on.
+mod wall_clock {
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use serde::{Deserialize, Deserializer, Serializer};
+    use tokio::time::Instant;
+
+    fn unix_ms_now() -> u64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64)
+    }
+
+    pub(super) fn serialize<S: Serializer>(since: &Instant, s: S) -> Result<S::Ok, S::Error> {
+        let ago = Instant::now().saturating_duration_since(*since).as_millis() as u64;
+        s.serialize_u64(unix_ms_now().saturating_sub(ago))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Instant, D::Error> {
+        let at = u64::deserialize(d)?;
+        // A time in the future (a clock set back) counts as now.
+        let ago = Duration::from_millis(unix_ms_now().saturating_sub(at));
+        let now = Instant::now();
+        Ok(now.checked_sub(ago).unwrap_or(now))
+    }
 }
 
 const ALNUM: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";

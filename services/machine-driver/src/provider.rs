@@ -17,6 +17,14 @@ use domain::machine::{
 };
 use domain::{Code, Status};
 
+/// The condition type through which a provider's GetMachineStatus says whether the VM is
+/// initialised. `False` means the VM exists but is not initialised yet (stopped, still starting):
+/// the API then answers MCM's Uninitialized (17) with the condition's message, and keeps the VM's
+/// providerID, nodeName, addresses and conditions in the answer, because MCM's creation flow reads
+/// providerID and nodeName from the response that comes with code 17 before it calls
+/// InitializeMachine. Without this condition a VM counts as initialised.
+pub const INITIALIZED_CONDITION: &str = "Initialized";
+
 /// A machine provider plugin (MCM's `driver.Driver`).
 ///
 /// Every method is called with the class the registry chose the plugin for (except
@@ -44,7 +52,9 @@ pub trait Provider: Send + Sync + 'static {
     /// DeleteMachine: releases the VM and whatever it left behind; a missing VM is OK.
     async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status>;
 
-    /// GetMachineStatus: NotFound (5) when no VM backs the machine, OutOfRange (11) when several do.
+    /// GetMachineStatus: NotFound (5) when no VM backs the machine, OutOfRange (11) when several do;
+    /// a VM that exists but is not initialised is answered with an [`INITIALIZED_CONDITION`]
+    /// `False` (which the API turns into Uninitialized, 17).
     async fn get_machine_status(
         &self,
         req: &MachineRequest,

@@ -765,7 +765,10 @@ async fn get_machine_status_successfully() {
     assert_eq!(s.provider_id, created.provider_id);
     assert_eq!(s.node_name, created.node_name);
     assert!(s.addresses.iter().any(|a| a.kind == "InternalIP"));
-    assert_eq!(s.conditions.len(), 1);
+    // The ECS status, and whether the VM is initialised (first_day.rs covers the `False` side).
+    assert_eq!(s.conditions.len(), 2);
+    assert_eq!(s.conditions[1].kind, "Initialized");
+    assert_eq!(s.conditions[1].status, "True");
     assert_eq!(s.conditions[0].kind, "InstanceStatus");
     assert_eq!(s.conditions[0].reason, "Running");
     assert_eq!(s.conditions[0].status, "True");

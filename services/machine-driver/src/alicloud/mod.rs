@@ -4,6 +4,9 @@
 //! - CreateMachine is idempotent: it adopts the instance that already backs the machine (by
 //!   `spec.providerID`, else by name within the cluster's tag), and otherwise sends RunInstances with a
 //!   `ClientToken` derived from the machine's UID, so no retry or lost answer can make a second VM.
+//!   It answers OK only for an instance that exists: when ECS answers the token with an instance
+//!   since released (the machine is created again with the same UID), it goes on to the next
+//!   token of the machine's deterministic series, which its retries walk alike.
 //! - One name is one VM, across driver replicas: every instance records the UID it was made for
 //!   (`berth.io/machine-uid`). When creates for one name race (different UIDs, or one without), each
 //!   creator looks again after RunInstances and every replica reaches the same verdict from the same
@@ -17,7 +20,9 @@
 //! - DeleteMachine answers OK for a missing VM (the MCM contract), Unavailable while the VM is
 //!   between states, and releases the disks and network interfaces the machine left behind (found
 //!   by the `berth.io/machine` tag the driver puts on everything it creates).
-//! - InitializeMachine starts a Stopped instance and says Uninitialized until it runs.
+//! - GetMachineStatus reports an `Initialized` condition, `False` until the instance is Running;
+//!   the API answers that as MCM's Uninitialized (17), so MCM calls InitializeMachine, which starts
+//!   a Stopped instance and says Uninitialized until it runs.
 //!
 //! # Layout
 //! - [`spec`]: the provider spec, its validation, the region policy, owners, naming helpers.
@@ -47,8 +52,17 @@ use spec::{MACHINE_TAG, Owner, ProviderSpec, RegionPolicy};
 /// The provider's name (`MachineClass.provider`).
 pub const NAME: &str = "Alicloud";
 
-/// How often CreateMachine follows a stale ClientToken to a fresh one before giving up.
-const MAX_TOKEN_HOPS: usize = 3;
+/// How far CreateMachine walks a machine's ClientToken series ([`spec::client_token`]) past tokens
+/// ECS answers with released instances before giving up. The operation deadline usually ends the
+/// walk first: each released token costs up to [`CONFIRM_WINDOW`].
+const MAX_TOKEN_SERIES: u32 = 64;
+
+/// How long, in all, CreateMachine looks for the instance RunInstances answered before taking it
+/// for a released one: ECS may list a brand-new instance a moment after creating it. Should a new
+/// instance be listed later still, the walk makes one more for the machine, and the two (both
+/// carrying the machine's owner tag and name) are settled by [`decide`] on the next look: the
+/// earlier stays, the other is released.
+const CONFIRM_WINDOW: Duration = Duration::from_millis(1500);
 
 /// The Alicloud provider plugin.
 #[derive(Debug, Clone)]
@@ -243,7 +257,7 @@ impl Alicloud {
         let found = client
             .describe_all_instances(&filter, deadline)
             .await
-            .map_err(|e| e.to_status())?;
+            .map_err(|e| ecs_status(&e))?;
         Ok(found.into_iter().find(|i| i.instance_id == instance_id))
     }
 
@@ -263,7 +277,7 @@ impl Alicloud {
         let found = client
             .describe_all_instances(&filter, deadline)
             .await
-            .map_err(|e| e.to_status())?;
+            .map_err(|e| ecs_status(&e))?;
         Ok(found
             .into_iter()
             .filter(|i| i.instance_name == name)
@@ -395,29 +409,28 @@ impl Alicloud {
         }
     }
 
-    /// After RunInstances: the instance it answered with, looked at a few times, since a cloud may
-    /// list a new instance a moment after creating it. `None` means it is gone: the token was
-    /// answered from an earlier, since released, creation.
+    /// After RunInstances: the instance it answered with, looked at at once and then a few times
+    /// within [`CONFIRM_WINDOW`], since a cloud may list a new instance a moment after creating it.
+    /// `None` means it is gone: the token was answered from an earlier, since released, creation.
     async fn confirm(
         &self,
         client: &EcsClient,
         instance_id: &str,
         deadline: alicloud::Instant,
     ) -> Result<Option<Instance>, Status> {
-        // About 3 s in all: long enough for ECS's listing delay after RunInstances, so an instance
-        // that is merely new is not taken for a released one.
-        const ATTEMPTS: u32 = 5;
-        let mut pause = Duration::from_millis(200);
-        for attempt in 1..=ATTEMPTS {
+        let mut pause = Duration::from_millis(100);
+        let mut waited = Duration::ZERO;
+        loop {
             if let Some(i) = self.by_id(client, instance_id, &[], deadline).await? {
                 return Ok(Some(i));
             }
-            if attempt < ATTEMPTS {
-                tokio::time::sleep(pause).await;
-                pause *= 2;
+            if waited >= CONFIRM_WINDOW {
+                return Ok(None);
             }
+            tokio::time::sleep(pause).await;
+            waited += pause;
+            pause *= 2;
         }
-        Ok(None)
     }
 
     /// Deletes the disks and network interfaces tagged for this machine that no instance uses any
@@ -450,7 +463,7 @@ impl Alicloud {
                 deadline,
             )
             .await
-            .map_err(|e| e.to_status())?;
+            .map_err(|e| ecs_status(&e))?;
         for d in disks {
             if d.delete_with_instance == Some(false) {
                 tracing::debug!(disk_id = %d.disk_id, "keeping disk the spec asked to keep");
@@ -460,7 +473,7 @@ impl Alicloud {
                 match client.delete_disk(&d.disk_id, deadline).await {
                     Ok(_) => disks_deleted.push(d.disk_id),
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(e.to_status()),
+                    Err(e) => return Err(ecs_status(&e)),
                 }
             } else if attached_to_released(&d.instance_id) {
                 detaching += 1;
@@ -475,7 +488,7 @@ impl Alicloud {
                 deadline,
             )
             .await
-            .map_err(|e| e.to_status())?;
+            .map_err(|e| ecs_status(&e))?;
         for n in nics {
             if n.status == "Available" {
                 match client
@@ -484,7 +497,7 @@ impl Alicloud {
                 {
                     Ok(_) => nics_deleted.push(n.network_interface_id),
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(e.to_status()),
+                    Err(e) => return Err(ecs_status(&e)),
                 }
             } else if attached_to_released(&n.instance_id) {
                 detaching += 1;
@@ -588,6 +601,43 @@ fn instance_condition(i: &Instance) -> Condition {
     }
 }
 
+/// Whether the instance is initialised ([`crate::provider::INITIALIZED_CONDITION`]): only a
+/// Running instance is. Stopped (or Stopping) needs InitializeMachine to start it; Pending and
+/// Starting are on their way. MCM, told Uninitialized, calls InitializeMachine, which starts what
+/// is stopped and answers OK once the instance runs.
+fn initialized_condition(i: &Instance, machine: &str) -> Condition {
+    let id = &i.instance_id;
+    let status = &i.status;
+    let (initialized, message) = match status {
+        InstanceStatus::Running => ("True", format!("ECS instance {id} is Running")),
+        InstanceStatus::Stopped => (
+            "False",
+            format!(
+                "ECS instance {id} backing machine {machine:?} exists but is not initialised: it is Stopped; InitializeMachine starts it"
+            ),
+        ),
+        InstanceStatus::Stopping => (
+            "False",
+            format!(
+                "ECS instance {id} backing machine {machine:?} exists but is not initialised: it is Stopping; InitializeMachine starts it once it has stopped"
+            ),
+        ),
+        _ => (
+            "False",
+            format!(
+                "ECS instance {id} backing machine {machine:?} exists but is not initialised: it is {status}, and counts as initialised once it is Running"
+            ),
+        ),
+    };
+    Condition {
+        kind: crate::provider::INITIALIZED_CONDITION.into(),
+        status: initialized.into(),
+        reason: status.as_str().to_owned(),
+        message,
+        last_transition_time: None,
+    }
+}
+
 /// A RunInstances failure as a status. `IdempotentParameterMismatch` means this machine's token
 /// already made an instance with other parameters (user data with a renewed bootstrap token, say)
 /// that the name lookup did not see yet: the next attempt adopts it, so that is a retry-soon.
@@ -597,7 +647,23 @@ fn create_error(e: &alicloud::Error, name: &str) -> Status {
             "an ECS instance for machine {name:?} was already requested with other parameters and is not listed yet; retry to adopt it ({e})"
         ));
     }
-    e.to_status()
+    ecs_status(e)
+}
+
+/// An ECS failure as the driver answers it. When ECS refuses the credentials, the answer says whose
+/// they are: a 401 from the driver otherwise reads like the caller's own Berth login failing.
+fn ecs_status(e: &alicloud::Error) -> Status {
+    let status = e.to_status();
+    if status.code != Code::Unauthenticated {
+        return status;
+    }
+    Status::new(
+        Code::Unauthenticated,
+        format!(
+            "{}: ECS refused the cloud access key in the request's secret (secret.data[alicloudAccessKeyID] and [alicloudAccessKeySecret]), not a Berth credential; put in the key the ECS endpoint accepts (under `berth up`, the emulator key it prints when it starts)",
+            status.message
+        ),
+    )
 }
 
 #[async_trait]
@@ -648,10 +714,14 @@ impl Provider for Alicloud {
                     format!("ECS instance {id} already backs machine {name}; adopted"),
                 ));
             }
+            // No instance backs the machine. Walk its ClientToken series: token n is answered
+            // with the instance it made before (a retry of this create finds it again), with a new
+            // instance (the first unused token), or with an instance since released (the machine
+            // is being created again after a delete, with the same UID: go on to token n+1).
             let mut run = p.spec.run_instances(&name, &owner, user_data);
-            let mut stale: Option<String> = None;
-            for _ in 0..MAX_TOKEN_HOPS {
-                run.client_token = Some(spec::client_token(&req.machine, stale.as_deref()));
+            let mut released: Vec<String> = Vec::new();
+            for n in 0..MAX_TOKEN_SERIES {
+                run.client_token = Some(spec::client_token(&req.machine, n));
                 let answer = client
                     .run_instances(&run, deadline)
                     .await
@@ -661,65 +731,51 @@ impl Provider for Alicloud {
                         "ECS instance creation failed for machine {name:?}: instance ID missing"
                     ))
                 })?;
-                match self.confirm(&client, &id, deadline).await? {
-                    Some(made) => {
-                        // Other creators (other UIDs, other replicas) may have made an instance for
-                        // this name meanwhile: look again and settle who keeps it. Every creator
-                        // reaches the same verdict, so exactly one instance stays.
-                        let mut seen = self.by_name(&client, &name, &scope, deadline).await?;
-                        if !seen.iter().any(|i| i.instance_id == id) {
-                            seen.push(made);
-                        }
-                        return match self.settle(&client, seen, &owner, &name, deadline).await? {
-                            Some(kept) if kept.instance_id == id => {
-                                tracing::info!(instance_id = %id, "instance created");
-                                Ok(create_answer(
-                                    client.region(),
-                                    &kept,
-                                    format!("ECS instance {id} created for machine {name}"),
-                                ))
-                            }
-                            // An earlier instance of this same machine keeps the name (a replica
-                            // made it meanwhile); ours was released.
-                            Some(kept) => {
-                                let kept_id = &kept.instance_id;
-                                tracing::info!(instance_id = %kept_id, "adopting the instance that keeps the name");
-                                Ok(create_answer(
-                                    client.region(),
-                                    &kept,
-                                    format!("ECS instance {kept_id} already backs machine {name}; adopted"),
-                                ))
-                            }
-                            None => Err(Status::internal(format!(
-                                "ECS instance {id} of machine {name:?} vanished while settling who keeps the name"
-                            ))),
-                        };
-                    }
-                    // A machine with a UID gets a token no earlier machine had, so the instance is
-                    // new and only not listed yet (ECS lists new instances with a delay). Without a
-                    // listing the race cannot be settled, so say "retry": the retry gets the same
-                    // instance back from the same token and settles then. Chaining to a fresh token
-                    // here could make a second VM.
-                    None if !req.machine.metadata.uid.is_empty() => {
-                        tracing::warn!(instance_id = %id, "created instance not listed yet");
-                        return Err(Status::unavailable(format!(
-                            "ECS instance {id} was created for machine {name:?} but is not listed yet; retry to confirm it is the only one"
-                        )));
-                    }
-                    // Without a UID the token comes from namespace/name, which a machine created again
-                    // after its VM was released shares with the old one: ECS then answers with the
-                    // released instance, and only a fresh token makes a new one.
-                    None => {
-                        tracing::warn!(
-                            instance_id = %id,
-                            "the machine's ClientToken names a released instance; creating with the next token"
-                        );
-                        stale = Some(id);
-                    }
+                let Some(made) = self.confirm(&client, &id, deadline).await? else {
+                    // Only an instance that exists may be answered OK.
+                    tracing::info!(
+                        instance_id = %id,
+                        token = n,
+                        "the machine's ClientToken names a released instance; trying the next token of its series"
+                    );
+                    released.push(id);
+                    continue;
+                };
+                // Other creators (other UIDs, other replicas) may have made an instance for this
+                // name meanwhile: look again and settle who keeps it. Every creator reaches the
+                // same verdict, so exactly one instance stays.
+                let mut seen = self.by_name(&client, &name, &scope, deadline).await?;
+                if !seen.iter().any(|i| i.instance_id == id) {
+                    seen.push(made);
                 }
+                return match self.settle(&client, seen, &owner, &name, deadline).await? {
+                    Some(kept) if kept.instance_id == id => {
+                        tracing::info!(instance_id = %id, token = n, "instance created");
+                        Ok(create_answer(
+                            client.region(),
+                            &kept,
+                            format!("ECS instance {id} created for machine {name}"),
+                        ))
+                    }
+                    // An earlier instance of this same machine keeps the name (a replica made it
+                    // meanwhile); ours was released.
+                    Some(kept) => {
+                        let kept_id = &kept.instance_id;
+                        tracing::info!(instance_id = %kept_id, "adopting the instance that keeps the name");
+                        Ok(create_answer(
+                            client.region(),
+                            &kept,
+                            format!("ECS instance {kept_id} already backs machine {name}; adopted"),
+                        ))
+                    }
+                    None => Err(Status::internal(format!(
+                        "ECS instance {id} of machine {name:?} vanished while settling who keeps the name"
+                    ))),
+                };
             }
             Err(Status::internal(format!(
-                "ECS kept answering RunInstances for machine {name:?} with released instances"
+                "ECS answered the first {MAX_TOKEN_SERIES} ClientTokens of machine {name:?} with released instances (the last: {}); a machine created that often should get a new UID",
+                released.last().map_or("none", String::as_str)
             )))
         }
         .instrument(span)
@@ -751,7 +807,7 @@ impl Provider for Alicloud {
                         Ok(_) => {}
                         // Someone else started it meanwhile: just as good.
                         Err(e) if e.ecs_code() == Some("IncorrectInstanceStatus") => {}
-                        Err(e) => return Err(e.to_status()),
+                        Err(e) => return Err(ecs_status(&e)),
                     }
                     tracing::info!(instance_id = %id, "started the stopped instance");
                     waiting(format!(
@@ -793,7 +849,7 @@ impl Provider for Alicloud {
                 match f.client.delete_instance(&i.instance_id, true, deadline).await {
                     Ok(_) => {}
                     Err(e) if e.is_not_found() => {}
-                    Err(e) => return Err(e.to_status()),
+                    Err(e) => return Err(ecs_status(&e)),
                 }
                 tracing::info!(instance_id = %i.instance_id, "instance released");
                 released.push(i.instance_id.clone());
@@ -852,7 +908,10 @@ impl Provider for Alicloud {
                 provider_id: provider_id_of(&f),
                 node_name: spec::node_name(&f.instance.instance_id),
                 addresses: addresses(&f.instance),
-                conditions: vec![instance_condition(&f.instance)],
+                conditions: vec![
+                    instance_condition(&f.instance),
+                    initialized_condition(&f.instance, &name),
+                ],
             })
         }
         .instrument(span)
@@ -874,7 +933,7 @@ impl Provider for Alicloud {
             let instances = client
                 .describe_all_instances(&filter, self.deadline())
                 .await
-                .map_err(|e| e.to_status())?;
+                .map_err(|e| ecs_status(&e))?;
             tracing::debug!(count = instances.len(), "instances listed");
             Ok(ListMachinesResponse {
                 machine_list: instances

@@ -502,20 +502,63 @@ pub fn machine_name(machine: &Machine, for_create: bool) -> Result<String, Statu
 
 /// The first non-empty value of `keys` in the secret, trimmed.
 fn first_key(secret: &Secret, keys: &[&str]) -> Result<Option<String>, Status> {
+    Ok(first_key_named(secret, keys)?.map(|(_, v)| v))
+}
+
+/// The first of `keys` the secret has a non-empty value for, with that key.
+fn first_key_named<'k>(
+    secret: &Secret,
+    keys: &[&'k str],
+) -> Result<Option<(&'k str, String)>, Status> {
     for key in keys {
         if let Some(v) = secret.get_str(key)?
             && !v.is_empty()
         {
-            return Ok(Some(v));
+            return Ok(Some((key, v)));
         }
     }
     Ok(None)
 }
 
+/// The access key id Berth's examples (`examples/machine.yaml`, `examples/machine-request.json`)
+/// ship in place of a real one.
+pub const EXAMPLE_KEY_ID_PLACEHOLDER: &str = "EMULATOR_ACCESS_KEY_ID";
+/// The access key secret Berth's examples ship in place of a real one (public text, not a secret).
+pub const EXAMPLE_KEY_SECRET_PLACEHOLDER: &str = "EMULATOR_ACCESS_KEY_SECRET";
+
+/// An InvalidArgument when the secret still holds the examples' placeholders: signing with them
+/// can only earn ECS's `InvalidAccessKeyId.NotFound`, which reads like a Berth login problem, so the
+/// driver says what is wrong and how to fix it without calling ECS. Only the placeholder itself is
+/// ever named, never a value the caller chose.
+fn refuse_placeholders(id: (&str, &str), key_secret: (&str, &str)) -> Result<(), Status> {
+    let stale: Vec<String> = [
+        (id, EXAMPLE_KEY_ID_PLACEHOLDER),
+        (key_secret, EXAMPLE_KEY_SECRET_PLACEHOLDER),
+    ]
+    .into_iter()
+    .filter(|((_, value), placeholder)| value == placeholder)
+    .map(|((key, _), placeholder)| {
+        format!("secret.data[{key}] still holds the example's placeholder {placeholder}")
+    })
+    .collect();
+    if stale.is_empty() {
+        return Ok(());
+    }
+    Err(Status::new(
+        Code::InvalidArgument,
+        format!(
+            "{}: replace {} with the access key of the ECS endpoint the driver calls: under `berth up`, the emulator's key id and secret that `berth up` prints when it starts; on Alibaba Cloud, an AccessKey of your account",
+            stale.join(", and "),
+            if stale.len() > 1 { "them" } else { "it" }
+        ),
+    ))
+}
+
 /// The access key from the secret: `alicloudAccessKeyID` (else `accessKeyID`) and
 /// `alicloudAccessKeySecret` (else `accessKeySecret`), plus an optional STS token
-/// (`alicloudSecurityToken`, else `securityToken`). A missing key is an InvalidArgument naming the
-/// key; no message ever carries a value.
+/// (`alicloudSecurityToken`, else `securityToken`). A missing key, or one still holding the
+/// examples' placeholder, is an InvalidArgument naming the key; no message ever carries a value
+/// the caller chose.
 pub fn credentials(secret: &Secret) -> Result<Credentials, Status> {
     let missing = |key: &str, fallback: &str| {
         Status::invalid(
@@ -523,10 +566,12 @@ pub fn credentials(secret: &Secret) -> Result<Credentials, Status> {
             format!("is required (or its fallback {fallback})"),
         )
     };
-    let id = first_key(secret, &["alicloudAccessKeyID", "accessKeyID"])?
+    let (id_key, id) = first_key_named(secret, &["alicloudAccessKeyID", "accessKeyID"])?
         .ok_or_else(|| missing("alicloudAccessKeyID", "accessKeyID"))?;
-    let key_secret = first_key(secret, &["alicloudAccessKeySecret", "accessKeySecret"])?
-        .ok_or_else(|| missing("alicloudAccessKeySecret", "accessKeySecret"))?;
+    let (secret_key, key_secret) =
+        first_key_named(secret, &["alicloudAccessKeySecret", "accessKeySecret"])?
+            .ok_or_else(|| missing("alicloudAccessKeySecret", "accessKeySecret"))?;
+    refuse_placeholders((id_key, &id), (secret_key, &key_secret))?;
     let credentials = Credentials::new(id, key_secret);
     Ok(
         match first_key(secret, &["alicloudSecurityToken", "securityToken"])? {
@@ -691,12 +736,14 @@ pub fn node_name(instance_id: &str) -> String {
     format!("{}z", instance_id.replacen('-', "z", 1))
 }
 
-/// The RunInstances `ClientToken` of a machine: a SHA-256 (64 hex characters, ECS's limit) of its
-/// UID, or of namespace/name when it has none, so every retry of CreateMachine for this machine
-/// sends the same token and ECS can never make a second VM for it. `after` chains a new token when
-/// ECS answers the old one with an instance that no longer exists (the machine's VM was released and
-/// the machine is being created again).
-pub fn client_token(machine: &Machine, after: Option<&str>) -> String {
+/// Token `n` of a machine's RunInstances `ClientToken` series: a SHA-256 (64 hex characters, ECS's
+/// limit) of its UID, or of namespace/name when it has none, and `n`. Every attempt of CreateMachine
+/// for the machine walks the series from 0, so its retries send the same tokens in the same order
+/// and ECS never makes a second VM for one token. The walk moves past token `n` only when ECS
+/// answers it with an instance that no longer exists: the machine's VM was released and the
+/// machine (the same UID, as the examples reuse one) is being created again. Token 0 is the token
+/// Berth has always sent, so VMs made before the series existed are still found by it.
+pub fn client_token(machine: &Machine, n: u32) -> String {
     let m = &machine.metadata;
     let key = if m.uid.is_empty() {
         format!("name:{}/{}", m.namespace, m.name)
@@ -706,9 +753,8 @@ pub fn client_token(machine: &Machine, after: Option<&str>) -> String {
     let mut h = Sha256::new();
     h.update(b"berth/alicloud/RunInstances/v1\n");
     h.update(key.as_bytes());
-    if let Some(previous) = after {
-        h.update(b"\nafter:");
-        h.update(previous.as_bytes());
+    if n > 0 {
+        h.update(format!("\n#{n}").as_bytes());
     }
     hex::encode(h.finalize())
 }
@@ -1003,6 +1049,29 @@ mod tests {
     }
 
     #[test]
+    fn the_examples_placeholders_are_refused_under_the_key_that_holds_them() {
+        let s = Secret::from_string_data([
+            ("accessKeyID", EXAMPLE_KEY_ID_PLACEHOLDER),
+            ("accessKeySecret", EXAMPLE_KEY_SECRET_PLACEHOLDER),
+        ]);
+        let e = credentials(&s).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
+        assert!(
+            e.message.starts_with(
+                "secret.data[accessKeyID] still holds the example's placeholder EMULATOR_ACCESS_KEY_ID, and secret.data[accessKeySecret] still holds the example's placeholder EMULATOR_ACCESS_KEY_SECRET: replace them"
+            ),
+            "{}",
+            e.message
+        );
+        // A real key merely containing the text is a real key.
+        let s = Secret::from_string_data([
+            ("alicloudAccessKeyID", "EMULATOR_ACCESS_KEY_ID_2"),
+            ("alicloudAccessKeySecret", "x"),
+        ]);
+        assert!(credentials(&s).is_ok());
+    }
+
+    #[test]
     fn secret_keys_with_fallbacks_never_echo_values() {
         let s = Secret::from_string_data([("accessKeyID", "AKID"), ("accessKeySecret", "s3cr3t")]);
         let c = credentials(&s).unwrap();
@@ -1080,11 +1149,25 @@ mod tests {
         let mut m = Machine::default();
         m.metadata.name = "m".into();
         m.metadata.namespace = "ns".into();
-        let by_name = client_token(&m, None);
+        let by_name = client_token(&m, 0);
         assert_eq!(by_name.len(), 64);
-        assert_eq!(by_name, client_token(&m, None));
-        assert_ne!(by_name, client_token(&m, Some("i-1")));
+        assert_eq!(by_name, client_token(&m, 0));
         m.metadata.uid = "u-1".into();
-        assert_ne!(by_name, client_token(&m, None));
+        assert_ne!(by_name, client_token(&m, 0));
+    }
+
+    #[test]
+    fn a_machines_token_series_is_deterministic_and_starts_with_the_token_berth_always_sent() {
+        let mut m = Machine::default();
+        m.metadata.uid = "6a0c5d4e-0b7e-4d7c-9a55-2f3c8c1e9b01".into();
+        // SHA-256 of "berth/alicloud/RunInstances/v1\nuid:<uid>": the token of every VM made so far.
+        let mut h = Sha256::new();
+        h.update(b"berth/alicloud/RunInstances/v1\nuid:6a0c5d4e-0b7e-4d7c-9a55-2f3c8c1e9b01");
+        assert_eq!(client_token(&m, 0), hex::encode(h.finalize()));
+        let series: Vec<String> = (0..50).map(|n| client_token(&m, n)).collect();
+        let distinct: BTreeSet<&String> = series.iter().collect();
+        assert_eq!(distinct.len(), 50);
+        assert!(series.iter().all(|t| t.len() == 64 && t.is_ascii()));
+        assert_eq!(series[7], client_token(&m, 7));
     }
 }

@@ -1,0 +1,82 @@
+//! The `ecs-emulator` binary with a state directory, as a compose stack runs it on a volume: killed
+//! without warning (SIGKILL, so nothing is flushed on the way out) and started again, it still has
+//! its instances.
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// A port nothing listens on (bound, read and released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over plain HTTP/1.1; the body, if the emulator answered.
+fn get(port: u16, path: &str) -> Option<String> {
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    head.starts_with("HTTP/1.1 200").then(|| body.to_owned())
+}
+
+/// The binary on `port`, its account in `dir` (given by the variable, as compose would), seeding
+/// `seed` instances into an empty account; returns once it answers.
+fn start(port: u16, dir: &std::path::Path, seed: usize) -> Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_ecs-emulator"))
+        .args(["--port", &port.to_string()])
+        .env("BERTH_ECS_EMULATOR_STATE_DIR", dir)
+        .env("BERTH_ECS_EMULATOR_SEED_INSTANCES", seed.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(port, "/healthz").is_none() {
+        assert!(Instant::now() < deadline, "the emulator never answered");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+fn instance_ids(port: u16) -> Vec<String> {
+    let body = get(port, "/_emulator/state").expect("the state answers");
+    let state: Value = serde_json::from_str(&body).unwrap();
+    state["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["InstanceId"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_killed_emulator_with_a_state_dir_comes_back_with_its_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut first = start(port, dir.path(), 3);
+    let seeded = instance_ids(port);
+    assert_eq!(seeded.len(), 3);
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    // Seeding again would have added three more: the account is not empty, so it does not.
+    let port = free_port();
+    let mut second = start(port, dir.path(), 3);
+    assert_eq!(instance_ids(port), seeded);
+    second.kill().unwrap();
+    second.wait().unwrap();
+}
