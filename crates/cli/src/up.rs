@@ -99,11 +99,11 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     })?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
     let tokens_file = crate::commands::token::tokens_file_in(&data_dir);
-    // The emulator's key is throwaway and local: fresh each start, printed in the banner.
-    let emulator_key = (
-        format!("LTAI{}", &random_token()[6..22]),
-        random_token()[6..38].to_string(),
-    );
+    // The emulator keeps its instances and its key in the data directory, so machines survive a
+    // restart as volumes do, and the key in a user's machine Secret keeps working.
+    let emulator_dir = data_dir.join("ecs-emulator");
+    let stored_key = ecs_emulator::stored_access_key(&emulator_dir)?;
+    let emulator_key = (stored_key.id.clone(), stored_key.secret.clone());
     let internal_token = random_token();
     let at = |port: u16| SocketAddr::new(args.bind, port).to_string();
     let url = |port: u16| {
@@ -138,18 +138,16 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
 
     let mut apps = Vec::new();
     // Instances move Pending → Starting → Running in a couple of seconds, as a person can follow.
-    let emulator = ecs_emulator::Emulator::new(ecs_emulator::Config {
-        access_keys: vec![ecs_emulator::AccessKey::new(
-            emulator_key.0.clone(),
-            emulator_key.1.clone(),
-        )],
+    let emulator = ecs_emulator::Emulator::open(ecs_emulator::Config {
+        access_keys: vec![stored_key],
+        state_dir: Some(emulator_dir),
         lifecycle: ecs_emulator::Lifecycle {
             pending_ms: 1000,
             starting_ms: 1000,
             stopping_ms: 1000,
         },
         ..ecs_emulator::Config::default()
-    });
+    })?;
     let emulator_listener = service_kit::server::bind(
         SocketAddr::new(args.bind, ports.ecs_emulator),
         "--port-base",
@@ -398,7 +396,10 @@ pub async fn run(args: UpArgs) -> ExitCode {
         "emulator access key secret: {}",
         built.emulator_key.1
     ));
-    say("  (throwaway local credentials for the emulator; put them in your machine Secret)");
+    say(format!(
+        "  (the emulator's local credentials, kept with its instances in {} across restarts; put them in your machine Secret)",
+        built.data_dir.join("ecs-emulator").display()
+    ));
     if let Some(token) = &new_admin_token {
         until_gateway_accepts(&gateway_url, token).await;
     }

@@ -141,6 +141,22 @@ impl ServiceClient {
         path_and_query: &str,
         body: Option<&B>,
     ) -> Result<reqwest::Response, ClientError> {
+        let response = self.call_any(method, path_and_query, body).await?;
+        if response.status().is_success() {
+            Ok(response)
+        } else {
+            Err(decode_error(response).await)
+        }
+    }
+
+    /// Sends a request and returns the answer whatever its status, for a caller that reads an error
+    /// answer's body itself; only a call that got no answer is an error.
+    pub async fn call_any<B: Serialize + ?Sized>(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        body: Option<&B>,
+    ) -> Result<reqwest::Response, ClientError> {
         let url = format!("{}{}", self.base, path_and_query);
         let idempotent = matches!(
             method,
@@ -153,8 +169,7 @@ impl ServiceClient {
                 request = request.json(body);
             }
             match request.send().await {
-                Ok(response) if response.status().is_success() => return Ok(response),
-                Ok(response) => return Err(decode_error(response).await),
+                Ok(response) => return Ok(response),
                 // Only a refused connection is safe to retry: the request never reached the service.
                 Err(e) if e.is_connect() && idempotent && attempt < self.attempts => {
                     tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
@@ -193,7 +208,7 @@ impl ServiceClient {
 }
 
 /// Decodes a non-2xx answer: problem+json when the service sent it, the HTTP status otherwise.
-async fn decode_error(response: reqwest::Response) -> ClientError {
+pub(crate) async fn decode_error(response: reqwest::Response) -> ClientError {
     let http_status = response.status().as_u16();
     let header = |name: &str| {
         response

@@ -70,6 +70,47 @@ impl Client {
         self.post("/v1/machines:status", req).await
     }
 
+    /// GetMachineStatus, with an Uninitialized (17) answer read as a status too: its body carries the
+    /// VM's providerID, node name, addresses and conditions, as MCM reads them before it calls
+    /// InitializeMachine. The flag says whether the VM is initialised.
+    pub async fn status_even_uninitialized(
+        &self,
+        req: &MachineRequest,
+    ) -> Result<(GetMachineStatusResponse, bool), ClientError> {
+        let response = self
+            .inner
+            .call_any(Method::POST, "/v1/machines:status", Some(req))
+            .await?;
+        if response.status().is_success() {
+            let status = response
+                .json()
+                .await
+                .map_err(|e| ClientError::transport(&e, self.inner.base_url()))?;
+            return Ok((status, true));
+        }
+        if response.status() != reqwest::StatusCode::CONFLICT {
+            return Err(crate::decode_error(response).await);
+        }
+        // A 409 is read twice (as a problem and as a status), so its bytes are kept.
+        let headers = response.headers().clone();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| ClientError::transport(&e, self.inner.base_url()))?;
+        let problem_code = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("code").and_then(serde_json::Value::as_u64));
+        if problem_code == Some(domain::Code::Uninitialized as u64)
+            && let Ok(status) = serde_json::from_slice::<GetMachineStatusResponse>(&bytes)
+        {
+            return Ok((status, false));
+        }
+        let mut rebuilt = http::Response::new(bytes);
+        *rebuilt.status_mut() = http::StatusCode::CONFLICT;
+        *rebuilt.headers_mut() = headers;
+        Err(crate::decode_error(reqwest::Response::from(rebuilt)).await)
+    }
+
     /// ListMachines: provider id → machine name for every VM of the class.
     pub async fn list(
         &self,

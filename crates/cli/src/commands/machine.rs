@@ -199,9 +199,9 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &MachineCommand) -> Result
             )
             .await?;
             let status = until(&format!("machine {name} to run"), wait.timeout, || async {
-                match machines.status(&body).await {
-                    Ok(s) if running(&s) => Ok(Step::Done(s)),
-                    Ok(s) => Ok(Step::Pending {
+                match machines.status_even_uninitialized(&body).await {
+                    Ok((s, true)) if running(&s) => Ok(Step::Done(s)),
+                    Ok((s, _)) => Ok(Step::Pending {
                         state: conditions(&s),
                         after: POLL,
                     }),
@@ -239,7 +239,11 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &MachineCommand) -> Result
             ];
             Printable::new(&r, vec!["PROVIDER-ID", "NODE", "ADDRESSES"], vec![row])
         }
-        MachineCommand::Status(_) => status_printable(&machines.status(&body).await?),
+        // A VM that is not initialised yet (Uninitialized, 17) is a state to show, not an error: its
+        // conditions say where it is (`Initialized=False`, the cloud's own status).
+        MachineCommand::Status(_) => {
+            status_printable(&machines.status_even_uninitialized(&body).await?.0)
+        }
         MachineCommand::Delete { wait, .. } => {
             let r = if wait.wait {
                 until(

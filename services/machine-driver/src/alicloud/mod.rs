@@ -856,7 +856,7 @@ impl Provider for Alicloud {
             }
             if !busy.is_empty() {
                 return Err(Status::unavailable(format!(
-                    "ECS instance not in running/stopped state: {}; deletion is retried once it settles",
+                    "ECS instance not in running/stopped state: {}; call delete again once it settles (Retry-After says when; `berth machine delete --wait` does so)",
                     busy.join(", ")
                 )));
             }
