@@ -161,6 +161,9 @@ pub async fn build(
         }
         None => tracing::info!("Alicloud provider calls the regional ECS endpoints"),
     }
+    if let Err(why) = &config.docker.default_host {
+        tracing::warn!("{why}; Docker machines need an allowed dockerHost in their secret");
+    }
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
     Ok(Application::new(router(&config, providers), listener))
 }

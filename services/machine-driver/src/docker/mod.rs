@@ -77,6 +77,9 @@ const POLL_MAX: Duration = Duration::from_millis(500);
 const WATCH_LIMIT: Duration = Duration::from_secs(3600);
 /// The largest state file read back from a container.
 const MAX_READ: usize = 64 * 1024;
+/// The user data's mode: owner-only, since it usually holds a bootstrap token; executable whatever
+/// the class says now, so a class that moves to `bootstrap: exec` later can still run it.
+const USER_DATA_MODE: u32 = 0o700;
 /// How long a create that found its machine's name taken waits for the container holding it to
 /// show.
 const NAME_SETTLE: Duration = Duration::from_secs(3);
@@ -443,34 +446,39 @@ fn text(bytes: &[u8]) -> String {
 
 /// How far the container's bootstrap got, from its state files and the Engine's exec record. A
 /// result the Engine knows but nobody recorded yet is recorded now.
-async fn bootstrap_state(engine: &Engine, id: &str) -> Result<BootstrapState, Status> {
-    if let Some(exit) = read_file(engine, id, BOOTSTRAP_EXIT_PATH)
-        .await
-        .map_err(|e| e.to_status())?
-    {
-        return Ok(match text(&exit).parse::<i64>() {
-            Ok(0) => BootstrapState::Completed,
-            Ok(code) => BootstrapState::Failed(code),
-            Err(_) => BootstrapState::Lost(String::new()),
-        });
+///
+/// The exit file is only ever written after the exec file, so either may be read first: `settled`
+/// reads the exit file first (one read for a machine long bootstrapped, as status calls mostly
+/// see), otherwise the exec file (one read for a bootstrap not started yet).
+async fn bootstrap_state(
+    engine: &Engine,
+    id: &str,
+    settled: bool,
+) -> Result<BootstrapState, Status> {
+    let read = |path: &'static str| async move {
+        read_file(engine, id, path).await.map_err(|e| e.to_status())
+    };
+    let finished = |exit: Vec<u8>| match text(&exit).parse::<i64>() {
+        Ok(0) => BootstrapState::Completed,
+        Ok(code) => BootstrapState::Failed(code),
+        Err(_) => BootstrapState::Lost(String::new()),
+    };
+    if settled && let Some(exit) = read(BOOTSTRAP_EXIT_PATH).await? {
+        return Ok(finished(exit));
     }
-    let Some(exec) = read_file(engine, id, BOOTSTRAP_EXEC_PATH)
-        .await
-        .map_err(|e| e.to_status())?
-    else {
+    let Some(exec) = read(BOOTSTRAP_EXEC_PATH).await? else {
         return Ok(BootstrapState::Pending);
     };
+    if !settled && let Some(exit) = read(BOOTSTRAP_EXIT_PATH).await? {
+        return Ok(finished(exit));
+    }
     let exec_id = text(&exec);
     match engine.inspect_exec(&exec_id).await {
         Ok(x) if x.running == Some(true) => Ok(BootstrapState::Running(exec_id)),
         Ok(x) => match x.exit_code {
             Some(code) => {
                 record_exit(engine, id, code).await?;
-                Ok(if code == 0 {
-                    BootstrapState::Completed
-                } else {
-                    BootstrapState::Failed(code)
-                })
+                Ok(finished(code.to_string().into_bytes()))
             }
             None => Ok(BootstrapState::Unstarted(exec_id)),
         },
@@ -861,9 +869,7 @@ impl Docker {
                 .to_status());
             }
         }
-        // Owner-only: it usually holds a bootstrap token. Executable whatever the class says now,
-        // so a class that moves to `bootstrap: exec` later can still run it.
-        write_file(&t.engine, &c.id, USER_DATA_PATH, 0o700, data).await
+        write_file(&t.engine, &c.id, USER_DATA_PATH, USER_DATA_MODE, data).await
     }
 
     /// Starts the container unless it runs.
@@ -958,7 +964,7 @@ impl Docker {
     /// container before the exec starts, so no later call starts a second one.
     async fn run_bootstrap(&self, t: &Target, c: &Container) -> Result<BootstrapState, Status> {
         let _serialised = self.bootstrap_lock(t, &c.id).await;
-        let exec_id = match bootstrap_state(&t.engine, &c.id).await? {
+        let exec_id = match bootstrap_state(&t.engine, &c.id, false).await? {
             BootstrapState::Pending => {
                 let exec = t
                     .engine
@@ -1023,7 +1029,7 @@ impl Docker {
             Err(e) => {
                 // The Engine records an exit code when it cannot even start the program (a missing
                 // interpreter, say): that is a failed bootstrap, not an Engine failure.
-                let after = bootstrap_state(&t.engine, &c.id).await?;
+                let after = bootstrap_state(&t.engine, &c.id, false).await?;
                 if matches!(after, BootstrapState::Failed(_) | BootstrapState::Completed) {
                     return Ok(after);
                 }
@@ -1139,7 +1145,11 @@ impl Provider for Docker {
             }
             // Written before the container first starts, so its own init finds it at boot.
             if let Some(data) = &user_data {
-                self.ensure_user_data(&t, &c, data).await?;
+                if created {
+                    write_file(&t.engine, &c.id, USER_DATA_PATH, USER_DATA_MODE, data).await?;
+                } else {
+                    self.ensure_user_data(&t, &c, data).await?;
+                }
             }
             self.ensure_running(&t, &c).await?;
             let bootstrap = match plan.bootstrap {
@@ -1208,7 +1218,7 @@ impl Provider for Docker {
             {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(POLL_MAX);
-                state = bootstrap_state(&t.engine, &c.id).await?;
+                state = bootstrap_state(&t.engine, &c.id, false).await?;
             }
             if !state.is_done() {
                 return Err(Status::new(Code::Uninitialized, state.reason(&name)));
@@ -1313,7 +1323,7 @@ impl Provider for Docker {
                 .ok_or_else(|| Self::missing(&name))?;
             let state = match bootstrap {
                 Bootstrap::None => BootstrapState::NotRequested,
-                Bootstrap::Exec => bootstrap_state(&t.engine, &c.id).await?,
+                Bootstrap::Exec => bootstrap_state(&t.engine, &c.id, true).await?,
             };
             if !state.is_done() {
                 return Err(Status::new(Code::Uninitialized, state.reason(&name)));

@@ -9,8 +9,8 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use domain::Status;
 use domain::orchestrator::{DEFAULT_DOCKER_HOST, normalize_base_path, validate_docker_host};
+use domain::{Code, Status};
 use service_kit::Env;
 use service_kit::config::ConfigError;
 
@@ -35,8 +35,10 @@ pub const DOCKER_HUB: &str = "docker.io";
 /// The Docker provider's operator settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
-    /// The Engine used when a class's secret names none (`DOCKER_HOST`, else the local socket).
-    pub default_host: String,
+    /// The Engine used when a class's secret names none (`DOCKER_HOST`, else the local socket), or
+    /// why `DOCKER_HOST` cannot be used. That is not fatal: the variable is usually set for the
+    /// Docker CLI (an `ssh://` Engine, say), and the driver's other providers must still start.
+    pub default_host: Result<String, String>,
     /// Engine addresses a secret may name besides [`Settings::default_host`].
     pub allowed_hosts: BTreeSet<String>,
     /// Host directories mounts may come from, normalised (`/a/b`, no trailing slash).
@@ -50,7 +52,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            default_host: DEFAULT_DOCKER_HOST.to_owned(),
+            default_host: Ok(DEFAULT_DOCKER_HOST.to_owned()),
             allowed_hosts: BTreeSet::from([DEFAULT_DOCKER_HOST.to_owned()]),
             mount_roots: Vec::new(),
             allow_privileged: false,
@@ -111,8 +113,11 @@ impl Settings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let mut s = Settings::default();
         if let Some(host) = env.get(ENV_DOCKER_HOST) {
-            s.default_host = validate_docker_host(ENV_DOCKER_HOST, host)
-                .map_err(|e| config_error(env, ENV_DOCKER_HOST, e.message))?;
+            s.default_host = validate_docker_host(ENV_DOCKER_HOST, host).map_err(|_| {
+                format!(
+                    "{ENV_DOCKER_HOST} is not an Engine address the machine driver can use (unix:///path or tcp://host:port)"
+                )
+            });
         }
         if let Some(hosts) = entries(env, ENV_HOSTS) {
             s.allowed_hosts = hosts
@@ -171,7 +176,12 @@ impl Settings {
     pub fn engine_for(&self, named: Option<&str>) -> Result<String, Status> {
         const FIELD: &str = "secret.data[dockerHost]";
         let Some(text) = named.filter(|t| !t.is_empty()) else {
-            return Ok(self.default_host.clone());
+            return self.default_host.clone().map_err(|why| {
+                Status::new(
+                    Code::FailedPrecondition,
+                    format!("{why}; the operator must fix it, or the class's secret name an allowed Engine in {FIELD}"),
+                )
+            });
         };
         let host = validate_docker_host(FIELD, text).map_err(|_| {
             Status::invalid(
@@ -179,7 +189,7 @@ impl Settings {
                 "must be unix:///absolute/socket/path or tcp://host:port",
             )
         })?;
-        if host == self.default_host || self.allowed_hosts.contains(&host) {
+        if self.default_host.as_ref() == Ok(&host) || self.allowed_hosts.contains(&host) {
             Ok(host)
         } else {
             Err(Status::invalid(
@@ -281,7 +291,7 @@ mod tests {
             .with(ENV_ALLOW_PRIVILEGED, "TRUE")
             .with(ENV_REGISTRIES, "ghcr.io,localhost:5000");
         let s = Settings::from_env(&env).unwrap();
-        assert_eq!(s.default_host, "tcp://engine:2375");
+        assert_eq!(s.default_host.as_deref(), Ok("tcp://engine:2375"));
         assert_eq!(s.engine_for(None).unwrap(), "tcp://engine:2375");
         assert_eq!(s.engine_for(Some("tcp://b:2376")).unwrap(), "tcp://b:2376");
         assert!(s.engine_for(Some(DEFAULT_DOCKER_HOST)).is_err());
@@ -290,7 +300,6 @@ mod tests {
         assert!(s.may_pull_from("localhost:5000"));
         assert!(!s.may_pull_from("docker.io"));
         for (var, value) in [
-            (ENV_DOCKER_HOST, "ssh://me@engine"),
             (ENV_HOSTS, "tcp://ok:1,nope"),
             (ENV_MOUNT_PATHS, "relative/dir"),
             (ENV_MOUNT_PATHS, "/"),
@@ -300,6 +309,25 @@ mod tests {
             let e = Settings::from_env(&Env::default().with(var, value)).unwrap_err();
             assert_eq!(e.var, var, "{value}");
         }
+    }
+
+    #[test]
+    fn an_unusable_docker_host_fails_docker_calls_not_the_start() {
+        let env = Env::default().with(ENV_DOCKER_HOST, "ssh://me@build-box");
+        let s = Settings::from_env(&env).unwrap();
+        let e = s.engine_for(None).unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition);
+        assert!(
+            e.message
+                .starts_with("DOCKER_HOST is not an Engine address"),
+            "{e}"
+        );
+        assert!(!e.message.contains("build-box"), "{e}");
+        // An Engine the secret names (and the operator allows) still works.
+        assert_eq!(
+            s.engine_for(Some(DEFAULT_DOCKER_HOST)).unwrap(),
+            DEFAULT_DOCKER_HOST
+        );
     }
 
     #[test]
