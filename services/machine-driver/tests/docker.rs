@@ -275,6 +275,29 @@ async fn a_machine_is_created_adopted_bootstrapped_once_listed_and_deleted() {
     assert_eq!(config.hostname.as_deref(), Some(name.as_str()));
     assert_eq!(config.image.as_deref(), Some(app.image.as_str()));
 
+    // A container that stopped is still the machine's, not Ready; CreateMachine starts it again.
+    app.engine
+        .stop_container(
+            &name,
+            None::<bollard::query_parameters::StopContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let stopped = app.machines.status(&req).await.unwrap();
+    let ready = condition(&stopped.conditions, "Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "NotReady")
+    );
+    assert!(ready.message.contains("exited"), "{ready:?}");
+    app.machines.create(&req).await.unwrap();
+    let restarted = app.machines.status(&req).await.unwrap();
+    assert_eq!(condition(&restarted.conditions, "Ready").status, "True");
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+
     // Found by providerID too.
     let mut by_id = req.clone();
     by_id.machine.spec.provider_id = made.provider_id.clone();

@@ -652,7 +652,7 @@ impl Docker {
             .collect();
         match ids.as_slice() {
             [] => Ok(None),
-            [id] => self.by_name_or_id(t, id).await,
+            [id] => self.by_id(t, id).await,
             many => Err(Status::new(
                 Code::OutOfRange,
                 format!(
@@ -663,7 +663,8 @@ impl Docker {
         }
     }
 
-    async fn by_name_or_id(&self, t: &Target, id: &str) -> Result<Option<Container>, Status> {
+    /// The container with this id, if it (still) exists.
+    async fn by_id(&self, t: &Target, id: &str) -> Result<Option<Container>, Status> {
         match t.engine.inspect_container(id, None).await {
             Ok(c) => Ok(Some(Container::from_inspect(c))),
             Err(BollardError::DockerResponseServerError {
@@ -729,7 +730,7 @@ impl Docker {
                 .map_err(|e| EngineError::new(format!("creating container {name}"), e));
             let e = match made {
                 Ok(made) => {
-                    return match self.by_name_or_id(t, &made.id).await? {
+                    return match self.by_id(t, &made.id).await? {
                         Some(c) => Ok((c, true)),
                         None => Err(Status::unavailable(format!(
                             "container {name} was removed right after it was created; retry"
@@ -885,7 +886,7 @@ impl Docker {
             return Err(e.to_status());
         }
         // Either the container went away meanwhile, or it exists and something it needs does not.
-        match self.by_name_or_id(t, &c.id).await? {
+        match self.by_id(t, &c.id).await? {
             Some(_) => Err(Status::new(
                 Code::FailedPrecondition,
                 format!(
@@ -1156,7 +1157,7 @@ impl Provider for Docker {
                 Bootstrap::None => BootstrapState::NotRequested,
                 Bootstrap::Exec => self.run_bootstrap(&t, &c).await?,
             };
-            let c = self.by_name_or_id(&t, &c.id).await?.ok_or_else(|| {
+            let c = self.by_id(&t, &c.id).await?.ok_or_else(|| {
                 Status::unavailable(format!("container {name} was removed meanwhile; retry"))
             })?;
             let state = match &bootstrap {
