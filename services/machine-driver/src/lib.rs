@@ -2,13 +2,15 @@
 //!
 //! The driver is stateless, as MCM's is: every call carries the machine, its class and the secret,
 //! and the service keeps nothing between calls. A plugin ([`provider::Provider`]) does the cloud
-//! work; today there is [`alicloud::Alicloud`] (Alibaba Cloud ECS, or the ECS emulator when
-//! `BERTH_ALICLOUD_ENDPOINT` points at one), and a `Docker` plugin slots in beside it.
+//! work: [`alicloud::Alicloud`] (Alibaba Cloud ECS, or the ECS emulator when
+//! `BERTH_ALICLOUD_ENDPOINT` points at one) and [`docker::Docker`] (a machine is a container on a
+//! Docker Engine).
 //!
 //! # Layout
 //! - [`Config`]: settings from `BERTH_*` variables.
 //! - [`provider`]: the [`provider::Provider`] trait and the [`provider::Providers`] registry.
 //! - [`alicloud`]: the `Alicloud` plugin and its provider spec.
+//! - [`docker`]: the `Docker` plugin, its provider spec and its operator settings.
 //! - [`api`]: the HTTP handlers and their OpenAPI descriptions.
 //! - [`router`]: the HTTP API, a pure function of its state so tests can drive it with `oneshot`.
 //! - [`build`]: binds the listener and assembles the [`Application`] that `main` (or `berth up`) runs.
@@ -23,6 +25,7 @@ use service_kit::{Env, HttpConfig, ServiceApp};
 
 pub mod alicloud;
 pub mod api;
+pub mod docker;
 pub mod provider;
 
 use provider::Providers;
@@ -69,6 +72,8 @@ pub struct Config {
     pub csi_drivers: Vec<String>,
     /// The regions the Alicloud provider may use (`BERTH_ALICLOUD_REGIONS`); empty = the default.
     pub regions: Vec<::alicloud::Region>,
+    /// What the Docker provider may use (`DOCKER_HOST`, `BERTH_DOCKER_*`).
+    pub docker: docker::settings::Settings,
 }
 
 impl Config {
@@ -111,6 +116,7 @@ impl Config {
             ecs,
             csi_drivers,
             regions,
+            docker: docker::settings::Settings::from_env(env)?,
         })
     }
 
@@ -126,10 +132,15 @@ impl Config {
 /// The provider plugins the configuration asks for.
 pub fn providers(config: &Config) -> Result<Providers, ::alicloud::Error> {
     let ecs = ::alicloud::Ecs::new(config.ecs.clone())?;
-    Ok(Providers::new().with(Arc::new(
-        alicloud::Alicloud::new(ecs, &config.csi_drivers, config.operation_timeout())
-            .with_allowed_regions(config.regions.iter().cloned()),
-    )))
+    Ok(Providers::new()
+        .with(Arc::new(
+            alicloud::Alicloud::new(ecs, &config.csi_drivers, config.operation_timeout())
+                .with_allowed_regions(config.regions.iter().cloned()),
+        ))
+        .with(Arc::new(docker::Docker::new(
+            config.docker.clone(),
+            config.operation_timeout(),
+        ))))
 }
 
 /// The service's router over these providers.
@@ -149,6 +160,9 @@ pub async fn build(
             tracing::info!(endpoint = %endpoint, "Alicloud provider calls ECS at BERTH_ALICLOUD_ENDPOINT")
         }
         None => tracing::info!("Alicloud provider calls the regional ECS endpoints"),
+    }
+    if let Err(why) = &config.docker.default_host {
+        tracing::warn!("{why}; Docker machines need an allowed dockerHost in their secret");
     }
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
     Ok(Application::new(router(&config, providers), listener))

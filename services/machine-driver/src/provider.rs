@@ -3,7 +3,7 @@
 //!
 //! A provider is MCM's `driver.Driver` in async Rust: the same six methods over the same request and
 //! response types (`domain::machine`), failing with a [`Status`] whose code MCM understands. The
-//! registry is built once at start; adding a provider (`Docker`, later) is one more
+//! registry is built once at start; each provider (`Alicloud`, `Docker`) is one
 //! [`Providers::with`] call in `lib.rs`, nothing else changes.
 
 use std::collections::BTreeMap;
@@ -34,7 +34,7 @@ pub const INITIALIZED_CONDITION: &str = "Initialized";
 /// - answer MCM's codes: NotFound (5) for a missing VM on status, OK for a missing VM on delete, ...
 #[async_trait]
 pub trait Provider: Send + Sync + 'static {
-    /// The name `MachineClass.provider` selects this plugin by (`Alicloud`).
+    /// The name `MachineClass.provider` selects this plugin by (`Alicloud`, `Docker`).
     fn name(&self) -> &'static str;
 
     /// One sentence for `GET /v1/providers`.

@@ -317,9 +317,10 @@ async fn standard_routes_answer() {
 async fn providers_are_listed() {
     let app = spawn_app().await;
     let list = app.machines.providers().await.unwrap();
-    assert_eq!(list.providers.len(), 1);
-    assert_eq!(list.providers[0].name, "Alicloud");
+    let names: Vec<&str> = list.providers.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["Alicloud", "Docker"]);
     assert!(list.providers[0].description.contains("ECS"));
+    assert!(list.providers[1].description.contains("container"));
     // Driver calls are measured by method, provider and machine code.
     app.machines.volume_ids(&[]).await.unwrap();
     app.status(&req("m-metrics")).await.unwrap_err();
@@ -347,7 +348,7 @@ async fn wrong_provider_is_invalid_argument_naming_the_providers() {
     assert_code(&e, Code::InvalidArgument, 400);
     assert_eq!(
         e.status.message,
-        "machineClass.provider: requested for Provider 'AWS', we only support 'Alicloud'"
+        "machineClass.provider: requested for Provider 'AWS', we only support 'Alicloud', 'Docker'"
     );
     for path in [
         "/v1/machines:create",
@@ -360,7 +361,7 @@ async fn wrong_provider_is_invalid_argument_naming_the_providers() {
         assert_eq!(body["code"], 3);
         assert_eq!(
             body["machineCodesError"],
-            "machine codes error: code = [InvalidArgument] message = [machineClass.provider: requested for Provider 'AWS', we only support 'Alicloud']"
+            "machine codes error: code = [InvalidArgument] message = [machineClass.provider: requested for Provider 'AWS', we only support 'Alicloud', 'Docker']"
         );
     }
     let mut l = list_req();

@@ -1,0 +1,1502 @@
+//! The `Docker` provider: a machine is a container, as in Cluster API's Docker provider (CAPD) and
+//! Gardener's local provider, so machine lifecycles can be exercised without a cloud.
+//!
+//! - The container is named after the machine (also its host name, which becomes the node name) and
+//!   labelled with the class's cluster and role and the machine's name and UID (`berth.io/*`).
+//!   CreateMachine adopts the container carrying the machine's UID; a create that loses the race for
+//!   the name finds the winner's container with the same labels and adopts it too, so however many
+//!   identical calls race, one container is made. A name held by another machine is AlreadyExists.
+//! - The secret's `userData` is written into the container at `/var/lib/berth/user-data` before it
+//!   starts, through the Engine's archive API (no shell needed in the image). With `bootstrap: exec`
+//!   it is then executed once with `docker exec`: the exec's id is written next to it before the exec
+//!   starts (`bootstrap.exec`), and its exit code once it has finished (`bootstrap.exit`), so no
+//!   later call runs it again and every call can tell where it got to. GetMachineStatus answers
+//!   Uninitialized (17) until it has completed; InitializeMachine runs one that is still pending and
+//!   waits for it.
+//! - Every lookup is scoped to the class's cluster label; a providerID names its container
+//!   directly (`docker:///<name>`).
+//! - The Engine is the one the secret's `dockerHost` names, if the operator allows it
+//!   ([`settings::Settings`]), else `DOCKER_HOST`, else the local socket. An Engine that does not answer
+//!   is Unavailable; its other refusals keep their meaning (a missing image is FailedPrecondition
+//!   naming it; nothing is pulled unless the class says `pull: IfNotPresent`).
+//!
+//! Bootstraps of one container are serialised within a driver process; two driver replicas sharing
+//! an Engine could still both start a pending bootstrap of the same container in the same instant
+//! (as two CAPD controllers could), which is why the driver runs as one replica.
+//!
+//! # Layout
+//! - [`settings`]: what the operator allows (Engines, host directories, registries, privileges).
+//! - [`spec`]: the provider spec, its validation, and the names of labels, files and provider ids.
+//! - [`archive`]: the one-file tar archives the Engine's archive API speaks.
+//! - this file: [`Docker`], the [`Provider`] implementation.
+
+pub mod archive;
+pub mod settings;
+pub mod spec;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::Docker as Engine;
+use bollard::errors::Error as BollardError;
+use bollard::exec::{CreateExecOptions, StartExecOptions};
+use bollard::models::ContainerInspectResponse;
+use bollard::query_parameters::{
+    ContainerArchiveInfoOptions, CreateContainerOptions, CreateImageOptions,
+    DownloadFromContainerOptions, ListContainersOptions, RemoveContainerOptions,
+    StopContainerOptions, UploadToContainerOptions,
+};
+use domain::machine::{
+    Condition, CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
+    GetVolumeIdsRequest, GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest,
+    ListMachinesResponse, MachineClass, MachineRequest, NodeAddress, Secret,
+};
+use domain::{Code, Status};
+use futures::StreamExt as _;
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+use tracing::Instrument as _;
+
+use crate::provider::Provider;
+use settings::Settings;
+use spec::{
+    BOOTSTRAP_EXEC_PATH, BOOTSTRAP_EXIT_PATH, Bootstrap, ImageRef, LABEL_CLUSTER, LABEL_MACHINE,
+    LABEL_ROLE, LABEL_UID, Plan, ProviderSpec, Pull, SPEC, Scope, USER_DATA_PATH,
+};
+
+/// The provider's name (`MachineClass.provider`).
+pub const NAME: &str = "Docker";
+
+/// How long InitializeMachine leaves itself, after waiting for a bootstrap, to answer.
+const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+/// The longest pause between two looks at a running bootstrap.
+const POLL_MAX: Duration = Duration::from_millis(500);
+/// How long the driver keeps following a bootstrap it started, to record its exit code.
+const WATCH_LIMIT: Duration = Duration::from_secs(3600);
+/// The largest state file read back from a container.
+const MAX_READ: usize = 64 * 1024;
+/// The user data's mode: owner-only, since it usually holds a bootstrap token; executable whatever
+/// the class says now, so a class that moves to `bootstrap: exec` later can still run it.
+const USER_DATA_MODE: u32 = 0o700;
+/// How long a create that found its machine's name taken waits for the container holding it to
+/// show.
+const NAME_SETTLE: Duration = Duration::from_secs(3);
+
+/// What went wrong talking to an Engine. Callers turn it into a [`Status`] ([`EngineError::to_status`])
+/// unless they give the answer a meaning of their own (a 409 on create is a race to adopt, say).
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// No answer: the Engine is down, unreachable or too slow.
+    #[error("the Docker Engine does not answer ({doing})")]
+    Unreachable {
+        /// What the driver was doing.
+        doing: String,
+        /// The client's error.
+        #[source]
+        source: BollardError,
+    },
+    /// The Engine answered with an error.
+    #[error("the Docker Engine answered HTTP {status} to {doing}: {message}")]
+    Answered {
+        /// What the driver was doing.
+        doing: String,
+        /// The HTTP status (500 for an error reported mid-stream).
+        status: u16,
+        /// The Engine's message.
+        message: String,
+    },
+    /// The Engine answered something the client could not read.
+    #[error("the Docker Engine's answer to {doing} could not be read")]
+    Unreadable {
+        /// What the driver was doing.
+        doing: String,
+        /// The client's error.
+        #[source]
+        source: BollardError,
+    },
+}
+
+impl EngineError {
+    /// Classifies a client error.
+    pub fn new(doing: impl Into<String>, e: BollardError) -> Self {
+        let doing = doing.into();
+        match e {
+            BollardError::DockerResponseServerError {
+                status_code,
+                message,
+            } => EngineError::Answered {
+                doing,
+                status: status_code,
+                message,
+            },
+            BollardError::DockerStreamError { error } => EngineError::Answered {
+                doing,
+                status: 500,
+                message: error,
+            },
+            e @ (BollardError::JsonDataError { .. }
+            | BollardError::JsonSerdeError { .. }
+            | BollardError::APIVersionParseError {}) => {
+                EngineError::Unreadable { doing, source: e }
+            }
+            source => EngineError::Unreachable { doing, source },
+        }
+    }
+
+    /// The Engine's HTTP status, when it answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            EngineError::Answered { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            EngineError::Answered { message, .. } => message,
+            _ => "",
+        }
+    }
+
+    /// What the caller sees. A client-side refusal (4xx) keeps the Engine's words; anything that may
+    /// carry the Engine's internals (its address, its paths) stays in the driver's log, since a 5xx
+    /// never names an internal host or path.
+    pub fn to_status(&self) -> Status {
+        match self {
+            EngineError::Unreachable { doing, .. } => {
+                tracing::warn!(error = %self, cause = %error_chain(self), "Docker Engine unreachable");
+                Status::unavailable(format!(
+                    "the Docker Engine does not answer ({doing}); retry"
+                ))
+            }
+            EngineError::Unreadable { doing, .. } => {
+                tracing::warn!(error = %self, cause = %error_chain(self), "Docker Engine answer unreadable");
+                Status::internal(format!(
+                    "the Docker Engine's answer to {doing} could not be read"
+                ))
+            }
+            EngineError::Answered {
+                doing,
+                status,
+                message,
+            } => match status {
+                400 => Status::new(
+                    Code::InvalidArgument,
+                    format!("{SPEC}: the Docker Engine refused {doing}: {message}"),
+                ),
+                404 => Status::not_found(format!("{doing}: {message}")),
+                409 => Status::unavailable(format!(
+                    "the Docker Engine is busy with the container ({doing}): {message}; retry"
+                )),
+                _ => {
+                    tracing::warn!(error = %self, "Docker Engine failed");
+                    Status::internal(format!(
+                        "the Docker Engine failed {doing} (HTTP {status}); the machine driver's log has its message"
+                    ))
+                }
+            },
+        }
+    }
+}
+
+/// An error with its causes, for logs.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// How far a container's bootstrap got.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BootstrapState {
+    /// The class asks for none.
+    NotRequested,
+    /// Not run yet.
+    Pending,
+    /// An exec was made for it but never started (a driver stopped between the two steps).
+    Unstarted(String),
+    /// Running as this exec.
+    Running(String),
+    /// Finished with exit code 0.
+    Completed,
+    /// Finished with this exit code.
+    Failed(i64),
+    /// Started as this exec, whose result the Engine no longer knows and nobody recorded.
+    Lost(String),
+}
+
+impl BootstrapState {
+    /// Why a machine in this state is not initialised (for Uninitialized answers).
+    fn reason(&self, name: &str) -> String {
+        match self {
+            BootstrapState::NotRequested | BootstrapState::Completed => {
+                format!("the bootstrap of machine {name:?} has completed")
+            }
+            BootstrapState::Pending | BootstrapState::Unstarted(_) => format!(
+                "the bootstrap of machine {name:?} has not run yet; InitializeMachine runs it"
+            ),
+            BootstrapState::Running(exec) => format!(
+                "the bootstrap of machine {name:?} is running (exec {})",
+                short(exec)
+            ),
+            BootstrapState::Failed(code) => format!(
+                "the bootstrap of machine {name:?} failed with exit code {code}; it runs only once: delete the machine to try again"
+            ),
+            BootstrapState::Lost(exec) => format!(
+                "the bootstrap of machine {name:?} (exec {}) ended without a recorded exit code; it runs only once: delete the machine to try again",
+                short(exec)
+            ),
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        matches!(
+            self,
+            BootstrapState::NotRequested | BootstrapState::Completed
+        )
+    }
+}
+
+/// The first 12 characters of a Docker id, as the CLI shows them.
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
+}
+
+/// The Docker provider plugin.
+pub struct Docker {
+    settings: Settings,
+    operation_timeout: Duration,
+    /// One connected client per Engine address, made on first use.
+    engines: Mutex<HashMap<String, Arc<OnceCell<Engine>>>>,
+    /// One lock per container whose bootstrap is being looked after.
+    bootstrap_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl std::fmt::Debug for Docker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Docker")
+            .field("settings", &self.settings)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request's Engine and scope.
+struct Target {
+    engine: Engine,
+    /// The Engine's address: for lock keys only, never logged (it may come from a secret).
+    host: String,
+    scope: Scope,
+}
+
+/// A container as the driver reads it.
+#[derive(Debug, Clone)]
+struct Container {
+    id: String,
+    name: String,
+    labels: HashMap<String, String>,
+    running: bool,
+    state: String,
+    exit_code: Option<i64>,
+    hostname: String,
+    addresses: Vec<NodeAddress>,
+}
+
+impl Container {
+    fn from_inspect(c: ContainerInspectResponse) -> Self {
+        let name = c
+            .name
+            .as_deref()
+            .unwrap_or_default()
+            .trim_start_matches('/')
+            .to_owned();
+        let config = c.config.unwrap_or_default();
+        let state = c.state.unwrap_or_default();
+        let hostname = config
+            .hostname
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| name.clone());
+        let mut networks: Vec<_> = c
+            .network_settings
+            .and_then(|n| n.networks)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        networks.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut addresses: Vec<NodeAddress> = networks
+            .into_iter()
+            .flat_map(|(_, n)| [n.ip_address, n.global_ipv6_address])
+            .flatten()
+            .filter(|a| !a.is_empty())
+            .map(|address| NodeAddress {
+                kind: "InternalIP".into(),
+                address,
+            })
+            .collect();
+        addresses.dedup();
+        addresses.push(NodeAddress {
+            kind: "Hostname".into(),
+            address: hostname.clone(),
+        });
+        Container {
+            id: c.id.unwrap_or_default(),
+            name,
+            labels: config.labels.unwrap_or_default(),
+            running: state.running.unwrap_or(false),
+            state: state
+                .status
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "unknown".into()),
+            exit_code: state.exit_code,
+            hostname,
+            addresses,
+        }
+    }
+
+    fn provider_id(&self) -> String {
+        spec::provider_id(&self.name)
+    }
+
+    /// Who the container was made for, in words.
+    fn owner(&self) -> String {
+        match (self.labels.get(LABEL_UID), self.labels.get(LABEL_CLUSTER)) {
+            (Some(uid), Some(cluster)) if uid.is_empty() => {
+                format!("a machine without a UID in cluster {cluster:?}")
+            }
+            (Some(uid), Some(cluster)) => format!("machine UID {uid:?} in cluster {cluster:?}"),
+            _ => "a container Berth did not make".to_owned(),
+        }
+    }
+}
+
+/// Reads one file out of a container; `None` when it does not exist.
+async fn read_file(engine: &Engine, id: &str, path: &str) -> Result<Option<Vec<u8>>, EngineError> {
+    let doing = || format!("reading {path} in container {}", short(id));
+    let mut stream = engine.download_from_container(
+        id,
+        Some(DownloadFromContainerOptions {
+            path: path.to_owned(),
+        }),
+    );
+    let mut tar = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        match chunk {
+            Ok(bytes) => tar.extend_from_slice(&bytes),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(None),
+            Err(e) => return Err(EngineError::new(doing(), e)),
+        }
+        if tar.len() > MAX_READ + 4096 {
+            break;
+        }
+    }
+    Ok(archive::first_file(&tar))
+}
+
+/// Writes one file into a container (root-owned, with `mode`), making its directories.
+async fn write_file(
+    engine: &Engine,
+    id: &str,
+    path: &str,
+    mode: u32,
+    contents: &[u8],
+) -> Result<(), Status> {
+    let tar = archive::single_file(path, mode, contents)
+        .map_err(|e| Status::internal(format!("writing {path}: {e}")))?;
+    engine
+        .upload_to_container(
+            id,
+            Some(UploadToContainerOptions {
+                path: "/".to_owned(),
+                ..UploadToContainerOptions::default()
+            }),
+            bollard::body_full(tar.into()),
+        )
+        .await
+        .map_err(|e| {
+            EngineError::new(format!("writing {path} in container {}", short(id)), e).to_status()
+        })
+}
+
+/// Records a finished bootstrap's exit code in the container, so its result outlives the Engine's
+/// memory of the exec.
+async fn record_exit(engine: &Engine, id: &str, code: i64) -> Result<(), Status> {
+    write_file(
+        engine,
+        id,
+        BOOTSTRAP_EXIT_PATH,
+        0o600,
+        code.to_string().as_bytes(),
+    )
+    .await
+}
+
+/// The state files' text, trimmed.
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).trim().to_owned()
+}
+
+/// How far the container's bootstrap got, from its state files and the Engine's exec record. A
+/// result the Engine knows but nobody recorded yet is recorded now.
+///
+/// The exit file is only ever written after the exec file, so either may be read first: `settled`
+/// reads the exit file first (one read for a machine long bootstrapped, as status calls mostly
+/// see), otherwise the exec file (one read for a bootstrap not started yet).
+async fn bootstrap_state(
+    engine: &Engine,
+    id: &str,
+    settled: bool,
+) -> Result<BootstrapState, Status> {
+    let read = |path: &'static str| async move {
+        read_file(engine, id, path).await.map_err(|e| e.to_status())
+    };
+    let finished = |exit: Vec<u8>| match text(&exit).parse::<i64>() {
+        Ok(0) => BootstrapState::Completed,
+        Ok(code) => BootstrapState::Failed(code),
+        Err(_) => BootstrapState::Lost(String::new()),
+    };
+    if settled && let Some(exit) = read(BOOTSTRAP_EXIT_PATH).await? {
+        return Ok(finished(exit));
+    }
+    let Some(exec) = read(BOOTSTRAP_EXEC_PATH).await? else {
+        return Ok(BootstrapState::Pending);
+    };
+    if !settled && let Some(exit) = read(BOOTSTRAP_EXIT_PATH).await? {
+        return Ok(finished(exit));
+    }
+    let exec_id = text(&exec);
+    match engine.inspect_exec(&exec_id).await {
+        Ok(x) if x.running == Some(true) => Ok(BootstrapState::Running(exec_id)),
+        Ok(x) => match x.exit_code {
+            Some(code) => {
+                record_exit(engine, id, code).await?;
+                Ok(finished(code.to_string().into_bytes()))
+            }
+            None => Ok(BootstrapState::Unstarted(exec_id)),
+        },
+        Err(BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(BootstrapState::Lost(exec_id)),
+        Err(e) => Err(EngineError::new("inspecting the bootstrap's exec", e).to_status()),
+    }
+}
+
+/// Follows a bootstrap this driver started until it ends, and records its exit code, so the result
+/// is kept even if nobody asks before the Engine forgets the exec.
+fn watch(engine: Engine, id: String, exec_id: String) {
+    tokio::spawn(
+        async move {
+            let give_up = Instant::now() + WATCH_LIMIT;
+            let mut pause = Duration::from_millis(50);
+            while Instant::now() < give_up {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(5));
+                match engine.inspect_exec(&exec_id).await {
+                    Ok(x) if x.running == Some(true) => {}
+                    Ok(x) => {
+                        if let Some(code) = x.exit_code {
+                            tracing::info!(exit_code = code, "bootstrap finished");
+                            if let Err(e) = record_exit(&engine, &id, code).await {
+                                tracing::debug!(error = %e, "bootstrap result not recorded; the next status call records it");
+                            }
+                        }
+                        return;
+                    }
+                    // The container is gone, or the Engine is away: a later call settles it.
+                    Err(_) => return,
+                }
+            }
+        }
+        .instrument(tracing::debug_span!("docker.bootstrap_watch")),
+    );
+}
+
+impl Docker {
+    /// A provider with these operator settings; `operation_timeout` bounds each driver call.
+    pub fn new(settings: Settings, operation_timeout: Duration) -> Self {
+        Docker {
+            settings,
+            operation_timeout,
+            engines: Mutex::default(),
+            bootstrap_locks: Mutex::default(),
+        }
+    }
+
+    /// The client of the Engine at `host`, connected (and the API version agreed) on first use.
+    async fn engine(&self, host: &str) -> Result<Engine, Status> {
+        let cell = self
+            .engines
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(host.to_owned())
+            .or_default()
+            .clone();
+        let timeout = self.operation_timeout.as_secs().max(1);
+        cell.get_or_try_init(|| async {
+            let engine = if host.starts_with("unix://") {
+                Engine::connect_with_unix(host, timeout, bollard::API_DEFAULT_VERSION)
+            } else {
+                Engine::connect_with_http(host, timeout, bollard::API_DEFAULT_VERSION)
+            }
+            .map_err(|e| EngineError::new("connecting", e).to_status())?;
+            engine
+                .negotiate_version()
+                .await
+                .map_err(|e| EngineError::new("agreeing on the API version", e).to_status())
+        })
+        .await
+        .cloned()
+    }
+
+    /// The request's Engine and the class's scope. `secret` may name the Engine.
+    async fn target(
+        &self,
+        class: &MachineClass,
+        secret: &Secret,
+    ) -> Result<(Target, ProviderSpec), Status> {
+        let spec = ProviderSpec::decode(&class.provider_spec)?;
+        let scope = spec.scope()?;
+        let host = self.engine_address(secret)?;
+        let engine = self.engine(&host).await?;
+        Ok((
+            Target {
+                engine,
+                host,
+                scope,
+            },
+            spec,
+        ))
+    }
+
+    fn engine_address(&self, secret: &Secret) -> Result<String, Status> {
+        let named = secret.get_str(spec::SECRET_DOCKER_HOST)?;
+        self.settings.engine_for(named.as_deref())
+    }
+
+    /// Runs one driver call within the operation timeout.
+    async fn bounded<T>(
+        &self,
+        what: String,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<T, Status> {
+        tokio::time::timeout(self.operation_timeout, call)
+            .await
+            .unwrap_or_else(|_| {
+                Err(Status::new(
+                    Code::DeadlineExceeded,
+                    format!(
+                        "{what} did not finish within {:?}; retry",
+                        self.operation_timeout
+                    ),
+                ))
+            })
+    }
+
+    /// The container named `name`, if it exists (exactly that name: the Engine would also take an
+    /// id prefix).
+    async fn by_name(&self, t: &Target, name: &str) -> Result<Option<Container>, Status> {
+        match t.engine.inspect_container(name, None).await {
+            Ok(c) => {
+                let c = Container::from_inspect(c);
+                Ok((c.name == name).then_some(c))
+            }
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => Err(EngineError::new(format!("inspecting container {name}"), e).to_status()),
+        }
+    }
+
+    /// The container of the cluster made for machine `name` with UID `uid`.
+    async fn by_owner(
+        &self,
+        t: &Target,
+        name: &str,
+        uid: &str,
+    ) -> Result<Option<Container>, Status> {
+        let mut labels = vec![
+            format!("{LABEL_CLUSTER}={}", t.scope.cluster),
+            format!("{LABEL_MACHINE}={name}"),
+        ];
+        if !uid.is_empty() {
+            labels.push(format!("{LABEL_UID}={uid}"));
+        }
+        let listed = t
+            .engine
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([("label".to_owned(), labels)])),
+                ..ListContainersOptions::default()
+            }))
+            .await
+            .map_err(|e| {
+                EngineError::new(format!("listing the containers of machine {name}"), e).to_status()
+            })?;
+        let ids: Vec<String> = listed
+            .into_iter()
+            .filter(|c| {
+                c.labels
+                    .as_ref()
+                    .and_then(|l| l.get(LABEL_UID))
+                    .is_some_and(|u| u == uid)
+            })
+            .filter_map(|c| c.id)
+            .collect();
+        match ids.as_slice() {
+            [] => Ok(None),
+            [id] => self.by_id(t, id).await,
+            many => Err(Status::new(
+                Code::OutOfRange,
+                format!(
+                    "multiple containers back machine {name:?}: [{}]",
+                    many.iter().map(|i| short(i)).collect::<Vec<_>>().join(" ")
+                ),
+            )),
+        }
+    }
+
+    /// The container with this id, if it (still) exists.
+    async fn by_id(&self, t: &Target, id: &str) -> Result<Option<Container>, Status> {
+        match t.engine.inspect_container(id, None).await {
+            Ok(c) => Ok(Some(Container::from_inspect(c))),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(None),
+            Err(e) => {
+                Err(EngineError::new(format!("inspecting container {}", short(id)), e).to_status())
+            }
+        }
+    }
+
+    /// The container backing the machine: the one `spec.providerID` names (within the cluster), else,
+    /// when `by_owner_too`, the one made for the machine's name and UID.
+    async fn find(
+        &self,
+        t: &Target,
+        req: &MachineRequest,
+        name: &str,
+        uid: &str,
+        by_owner_too: bool,
+    ) -> Result<Option<Container>, Status> {
+        let provider_id = req.machine.spec.provider_id.as_str();
+        if !provider_id.is_empty() {
+            let named = spec::decode_provider_id(provider_id)?;
+            let found = self
+                .by_name(t, named)
+                .await?
+                .filter(|c| t.scope.holds(&c.labels));
+            if found.is_some() || !by_owner_too {
+                return Ok(found);
+            }
+        }
+        self.by_owner(t, name, uid).await
+    }
+
+    /// Makes the machine's container, or adopts the one made for it already (found by its UID, or
+    /// holding its name with its labels after a create race). Pulls a missing image only when the
+    /// class allows it.
+    async fn create_or_adopt(
+        &self,
+        t: &Target,
+        plan: &Plan,
+        name: &str,
+        uid: &str,
+    ) -> Result<(Container, bool), Status> {
+        if let Some(c) = self.by_owner(t, name, uid).await? {
+            return Ok((c, false));
+        }
+        self.check_network(t, plan).await?;
+        let body = plan.container(name, uid);
+        let mut pulled = false;
+        loop {
+            let made = t
+                .engine
+                .create_container(
+                    Some(CreateContainerOptions {
+                        name: Some(name.to_owned()),
+                        ..CreateContainerOptions::default()
+                    }),
+                    body.clone(),
+                )
+                .await
+                .map_err(|e| EngineError::new(format!("creating container {name}"), e));
+            let e = match made {
+                Ok(made) => {
+                    return match self.by_id(t, &made.id).await? {
+                        Some(c) => Ok((c, true)),
+                        None => Err(Status::unavailable(format!(
+                            "container {name} was removed right after it was created; retry"
+                        ))),
+                    };
+                }
+                Err(e) => e,
+            };
+            match e.status() {
+                // The name is taken: by a create of this machine that won the race (adopt it), or by
+                // another machine (one name is one machine).
+                Some(409) => {
+                    return match self.holder_of(t, name).await? {
+                        Some(c)
+                            if t.scope.holds(&c.labels)
+                                && c.labels.get(LABEL_MACHINE).map(String::as_str)
+                                    == Some(name)
+                                && c.labels.get(LABEL_UID).map(String::as_str) == Some(uid) =>
+                        {
+                            Ok((c, false))
+                        }
+                        Some(c) => Err(Status::new(
+                            Code::AlreadyExists,
+                            format!(
+                                "container {name} already exists on the Docker Engine for {}; one name is one machine",
+                                c.owner()
+                            ),
+                        )),
+                        None => Err(Status::unavailable(format!(
+                            "the name of container {name} is held but no container shows it (being removed?); retry"
+                        ))),
+                    };
+                }
+                Some(404) if !pulled => {
+                    if self.image_exists(t, &plan.image).await? {
+                        // Not the image: the Engine misses something else the spec names (a network).
+                        return Err(Status::new(
+                            Code::FailedPrecondition,
+                            format!(
+                                "{SPEC}: the Docker Engine cannot create container {name}: {}",
+                                e.message()
+                            ),
+                        ));
+                    }
+                    if plan.pull == Pull::Never {
+                        return Err(Status::new(
+                            Code::FailedPrecondition,
+                            format!(
+                                "{SPEC}.image: image {:?} is not on the Docker Engine; load it there, or set {SPEC}.pull: IfNotPresent to pull it",
+                                plan.image.reference
+                            ),
+                        ));
+                    }
+                    self.pull(t, &plan.image).await?;
+                    pulled = true;
+                }
+                Some(404) => {
+                    return Err(Status::new(
+                        Code::FailedPrecondition,
+                        format!(
+                            "{SPEC}: the Docker Engine cannot create container {name} after pulling {:?}: {}",
+                            plan.image.reference,
+                            e.message()
+                        ),
+                    ));
+                }
+                _ => return Err(e.to_status()),
+            }
+        }
+    }
+
+    async fn image_exists(&self, t: &Target, image: &ImageRef) -> Result<bool, Status> {
+        match t.engine.inspect_image(&image.reference).await {
+            Ok(_) => Ok(true),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Ok(false),
+            Err(e) => Err(
+                EngineError::new(format!("inspecting image {:?}", image.reference), e).to_status(),
+            ),
+        }
+    }
+
+    /// Pulls `image` (its `latest` tag when it names neither tag nor digest: a bare name would pull
+    /// every tag).
+    async fn pull(&self, t: &Target, image: &ImageRef) -> Result<(), Status> {
+        let reference = image.pullable();
+        tracing::info!(image = %reference, "pulling a missing image (pull: IfNotPresent)");
+        let mut progress = t.engine.create_image(
+            Some(CreateImageOptions {
+                from_image: Some(reference.clone()),
+                ..CreateImageOptions::default()
+            }),
+            None,
+            None,
+        );
+        while let Some(step) = progress.next().await {
+            if let Err(e) = step {
+                let e = EngineError::new(format!("pulling image {reference:?}"), e);
+                return Err(match e {
+                    EngineError::Answered { message, .. } => Status::new(
+                        Code::FailedPrecondition,
+                        format!(
+                            "{SPEC}.image: image {:?} is not on the Docker Engine and pulling it failed: {message}",
+                            image.reference
+                        ),
+                    ),
+                    other => other.to_status(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the user data into the container unless it is there already: MCM substitutes a fresh
+    /// bootstrap token on every CreateMachine, but the machine keeps the one it booted with.
+    async fn ensure_user_data(&self, t: &Target, c: &Container, data: &[u8]) -> Result<(), Status> {
+        match t
+            .engine
+            .get_container_archive_info(
+                &c.id,
+                Some(ContainerArchiveInfoOptions {
+                    path: USER_DATA_PATH.to_owned(),
+                }),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => {}
+            Err(e) => {
+                return Err(EngineError::new(
+                    format!("looking for the user data in container {}", c.name),
+                    e,
+                )
+                .to_status());
+            }
+        }
+        write_file(&t.engine, &c.id, USER_DATA_PATH, USER_DATA_MODE, data).await
+    }
+
+    /// Starts the container unless it runs.
+    async fn ensure_running(&self, t: &Target, c: &Container) -> Result<(), Status> {
+        if c.running {
+            return Ok(());
+        }
+        let Err(e) = t.engine.start_container(&c.id, None).await else {
+            return Ok(());
+        };
+        let e = EngineError::new(format!("starting container {}", c.name), e);
+        if e.status() != Some(404) {
+            return Err(e.to_status());
+        }
+        // Either the container went away meanwhile, or it exists and something it needs does not.
+        match self.by_id(t, &c.id).await? {
+            Some(_) => Err(Status::new(
+                Code::FailedPrecondition,
+                format!(
+                    "{SPEC}: the Docker Engine cannot start container {}: {}",
+                    c.name,
+                    e.message()
+                ),
+            )),
+            None => Err(Status::unavailable(format!(
+                "container {} was removed while it was being started; retry",
+                c.name
+            ))),
+        }
+    }
+
+    /// The container holding `name` after a create was refused because the name is taken. The
+    /// Engine reserves a name a moment before the container that takes it can be inspected, so a
+    /// create that lost the race looks again briefly before concluding nothing holds it.
+    async fn holder_of(&self, t: &Target, name: &str) -> Result<Option<Container>, Status> {
+        let give_up = Instant::now() + NAME_SETTLE;
+        let mut pause = Duration::from_millis(10);
+        loop {
+            if let Some(c) = self.by_name(t, name).await? {
+                return Ok(Some(c));
+            }
+            if Instant::now() + pause > give_up {
+                return Ok(None);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(200));
+        }
+    }
+
+    /// FailedPrecondition when the spec names a network the Engine does not have (checked before
+    /// the container is made, so a refused create leaves nothing behind).
+    async fn check_network(&self, t: &Target, plan: &Plan) -> Result<(), Status> {
+        let Some(network) = &plan.network else {
+            return Ok(());
+        };
+        match t.engine.inspect_network(network, None).await {
+            Ok(_) => Ok(()),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => Err(Status::new(
+                Code::FailedPrecondition,
+                format!("{SPEC}.network: the Docker Engine has no network {network:?}"),
+            )),
+            Err(e) => {
+                Err(EngineError::new(format!("inspecting network {network:?}"), e).to_status())
+            }
+        }
+    }
+
+    /// The lock that serialises the bootstrap of one container within this process.
+    async fn bootstrap_lock(&self, t: &Target, id: &str) -> tokio::sync::OwnedMutexGuard<()> {
+        let key = format!("{}#{id}", t.host);
+        let lock = {
+            let mut locks = self
+                .bootstrap_locks
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            locks.retain(|_, l| l.strong_count() > 0);
+            match locks.get(&key).and_then(Weak::upgrade) {
+                Some(l) => l,
+                None => {
+                    let l = Arc::new(tokio::sync::Mutex::new(()));
+                    locks.insert(key, Arc::downgrade(&l));
+                    l
+                }
+            }
+        };
+        lock.lock_owned().await
+    }
+
+    /// Starts the bootstrap unless it has run (or is running): the exec's id is recorded in the
+    /// container before the exec starts, so no later call starts a second one.
+    async fn run_bootstrap(&self, t: &Target, c: &Container) -> Result<BootstrapState, Status> {
+        let _serialised = self.bootstrap_lock(t, &c.id).await;
+        let exec_id = match bootstrap_state(&t.engine, &c.id, false).await? {
+            BootstrapState::Pending => {
+                let exec = t
+                    .engine
+                    .create_exec(
+                        &c.id,
+                        CreateExecOptions {
+                            cmd: Some(vec![USER_DATA_PATH.to_owned()]),
+                            user: Some("0".to_owned()),
+                            working_dir: Some("/".to_owned()),
+                            attach_stdout: Some(false),
+                            attach_stderr: Some(false),
+                            ..CreateExecOptions::default()
+                        },
+                    )
+                    .await
+                    .map_err(|e| {
+                        let e = EngineError::new(
+                            format!("preparing the bootstrap of container {}", c.name),
+                            e,
+                        );
+                        match e.status() {
+                            Some(409) => Status::new(
+                                Code::Uninitialized,
+                                format!(
+                                    "container {} is not running, so its bootstrap cannot run: {}",
+                                    c.name,
+                                    e.message()
+                                ),
+                            ),
+                            _ => e.to_status(),
+                        }
+                    })?;
+                write_file(
+                    &t.engine,
+                    &c.id,
+                    BOOTSTRAP_EXEC_PATH,
+                    0o600,
+                    exec.id.as_bytes(),
+                )
+                .await?;
+                exec.id
+            }
+            BootstrapState::Unstarted(exec_id) => exec_id,
+            settled => return Ok(settled),
+        };
+        let started = t
+            .engine
+            .start_exec(
+                &exec_id,
+                Some(StartExecOptions {
+                    detach: true,
+                    ..StartExecOptions::default()
+                }),
+            )
+            .await;
+        match started {
+            Ok(_) => {}
+            // Started by someone else meanwhile: just as good.
+            Err(BollardError::DockerResponseServerError {
+                status_code: 409, ..
+            }) => {}
+            Err(e) => {
+                // The Engine records an exit code when it cannot even start the program (a missing
+                // interpreter, say): that is a failed bootstrap, not an Engine failure.
+                let after = bootstrap_state(&t.engine, &c.id, false).await?;
+                if matches!(after, BootstrapState::Failed(_) | BootstrapState::Completed) {
+                    return Ok(after);
+                }
+                return Err(EngineError::new(
+                    format!("starting the bootstrap of container {}", c.name),
+                    e,
+                )
+                .to_status());
+            }
+        }
+        tracing::info!(container = %c.name, exec = %short(&exec_id), "bootstrap started");
+        watch(t.engine.clone(), c.id.clone(), exec_id.clone());
+        Ok(BootstrapState::Running(exec_id))
+    }
+
+    /// The conditions of a container whose bootstrap is `bootstrap`, after CAPD's.
+    fn conditions(c: &Container, bootstrap: &BootstrapState) -> Vec<Condition> {
+        let condition = |kind: &str, ok: bool, reason: &str, message: String| Condition {
+            kind: kind.to_owned(),
+            status: if ok { "True" } else { "False" }.to_owned(),
+            reason: reason.to_owned(),
+            message,
+            last_transition_time: None,
+        };
+        let (boot_reason, boot_message) = match bootstrap {
+            BootstrapState::NotRequested => (
+                "NotRequested",
+                "the class asks for no bootstrap (bootstrap: none)".to_owned(),
+            ),
+            BootstrapState::Completed => (
+                "Completed",
+                "the user data ran once and exited 0".to_owned(),
+            ),
+            other => ("NotCompleted", other.reason(&c.name)),
+        };
+        let ready_message = if c.running {
+            "the container is running".to_owned()
+        } else {
+            match c.exit_code {
+                Some(code) => format!("the container is {} (exit code {code})", c.state),
+                None => format!("the container is {}", c.state),
+            }
+        };
+        let ready = c.running && bootstrap.is_done();
+        vec![
+            condition(
+                "ContainerProvisioned",
+                true,
+                "Provisioned",
+                format!("container {} ({})", c.name, short(&c.id)),
+            ),
+            condition(
+                "BootstrapCompleted",
+                bootstrap.is_done(),
+                boot_reason,
+                boot_message,
+            ),
+            condition(
+                "Ready",
+                ready,
+                if ready { "Ready" } else { "NotReady" },
+                ready_message,
+            ),
+        ]
+    }
+
+    fn missing(name: &str) -> Status {
+        Status::not_found(format!("no Docker container backs machine {name:?}"))
+    }
+}
+
+impl ImageRef {
+    /// The reference to pull: with `:latest` when it names neither a tag nor a digest.
+    fn pullable(&self) -> String {
+        let last = self.reference.rsplit('/').next().unwrap_or_default();
+        if self.reference.contains('@') || last.contains(':') {
+            self.reference.clone()
+        } else {
+            format!("{}:latest", self.reference)
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for Docker {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> String {
+        "Docker Engine: each machine is a container (after Cluster API's Docker provider)".into()
+    }
+
+    async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
+        let name = spec::machine_name(&req.machine)?;
+        let uid = spec::machine_uid(&req.machine)?;
+        let span = tracing::info_span!("docker.create_machine", machine = %name);
+        let call = async {
+            let spec = ProviderSpec::decode(&req.machine_class.provider_spec)?;
+            let host = self.engine_address(&req.secret)?;
+            let plan = spec.plan(&self.settings, host.starts_with("unix://"))?;
+            let user_data = spec::user_data(&req.secret, plan.bootstrap)?;
+            let t = Target {
+                engine: self.engine(&host).await?,
+                host,
+                scope: plan.scope.clone(),
+            };
+            let (c, created) = self.create_or_adopt(&t, &plan, &name, &uid).await?;
+            if created {
+                tracing::info!(container = %short(&c.id), "container created");
+            } else {
+                tracing::info!(container = %short(&c.id), "existing container adopted");
+            }
+            // Written before the container first starts, so its own init finds it at boot.
+            if let Some(data) = &user_data {
+                if created {
+                    write_file(&t.engine, &c.id, USER_DATA_PATH, USER_DATA_MODE, data).await?;
+                } else {
+                    self.ensure_user_data(&t, &c, data).await?;
+                }
+            }
+            self.ensure_running(&t, &c).await?;
+            let bootstrap = match plan.bootstrap {
+                Bootstrap::None => BootstrapState::NotRequested,
+                Bootstrap::Exec => self.run_bootstrap(&t, &c).await?,
+            };
+            let c = self.by_id(&t, &c.id).await?.ok_or_else(|| {
+                Status::unavailable(format!("container {name} was removed meanwhile; retry"))
+            })?;
+            let state = match &bootstrap {
+                BootstrapState::NotRequested => "no bootstrap".to_owned(),
+                other if other.is_done() => "bootstrap completed".to_owned(),
+                other => other.reason(&name),
+            };
+            Ok(CreateMachineResponse {
+                provider_id: c.provider_id(),
+                node_name: c.hostname.clone(),
+                last_known_state: format!(
+                    "container {} ({}) {} and {}; {state}",
+                    c.name,
+                    short(&c.id),
+                    if created { "created" } else { "adopted" },
+                    c.state
+                ),
+                addresses: c.addresses,
+            })
+        };
+        self.bounded(format!("CreateMachine for machine {name:?}"), call)
+            .instrument(span)
+            .await
+    }
+
+    async fn initialize_machine(
+        &self,
+        req: &MachineRequest,
+    ) -> Result<InitializeMachineResponse, Status> {
+        let name = spec::machine_name(&req.machine)?;
+        let uid = spec::machine_uid(&req.machine)?;
+        let deadline = Instant::now() + self.operation_timeout;
+        let span = tracing::info_span!("docker.initialize_machine", machine = %name);
+        let call = async {
+            let (t, spec) = self.target(&req.machine_class, &req.secret).await?;
+            let bootstrap = spec.bootstrap()?;
+            let user_data = spec::user_data(&req.secret, bootstrap)?;
+            let c = self
+                .find(&t, req, &name, &uid, true)
+                .await?
+                .ok_or_else(|| Self::missing(&name))?;
+            let answer = |c: &Container| InitializeMachineResponse {
+                provider_id: c.provider_id(),
+                node_name: c.hostname.clone(),
+                addresses: c.addresses.clone(),
+            };
+            if bootstrap == Bootstrap::None {
+                return Ok(answer(&c));
+            }
+            if let Some(data) = &user_data {
+                self.ensure_user_data(&t, &c, data).await?;
+            }
+            self.ensure_running(&t, &c).await?;
+            let mut state = self.run_bootstrap(&t, &c).await?;
+            // Wait for it while there is time to answer; MCM asks again soon otherwise.
+            let mut pause = Duration::from_millis(20);
+            while matches!(state, BootstrapState::Running(_))
+                && Instant::now() + pause + ANSWER_MARGIN < deadline
+            {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(POLL_MAX);
+                state = bootstrap_state(&t.engine, &c.id, false).await?;
+            }
+            if !state.is_done() {
+                return Err(Status::new(Code::Uninitialized, state.reason(&name)));
+            }
+            tracing::info!("bootstrap completed");
+            Ok(answer(&c))
+        };
+        self.bounded(format!("InitializeMachine for machine {name:?}"), call)
+            .instrument(span)
+            .await
+    }
+
+    async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status> {
+        let name = spec::machine_name(&req.machine)?;
+        let uid = spec::machine_uid(&req.machine)?;
+        let span = tracing::info_span!("docker.delete_machine", machine = %name);
+        let call = async {
+            let (t, spec) = self.target(&req.machine_class, &req.secret).await?;
+            let grace = spec.stop_grace()?;
+            // With a providerID, only that container: the orphan collector sends a live machine's
+            // name with an orphan's id, and the live machine's container must survive.
+            let Some(c) = self.find(&t, req, &name, &uid, false).await? else {
+                return Ok(DeleteMachineResponse {
+                    last_known_state: format!(
+                        "no Docker container backs machine {name}; nothing to delete"
+                    ),
+                });
+            };
+            // Leave time to remove it after the grace period, within the call's own limit.
+            let budget = self.operation_timeout.as_secs().saturating_sub(2) / 2;
+            let grace = i64::from(grace).min(i64::try_from(budget).unwrap_or(i64::MAX));
+            match t
+                .engine
+                .stop_container(
+                    &c.id,
+                    Some(StopContainerOptions {
+                        t: i32::try_from(grace).ok(),
+                        ..StopContainerOptions::default()
+                    }),
+                )
+                .await
+            {
+                Ok(()) => {}
+                Err(BollardError::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => {}
+                Err(e) => {
+                    return Err(
+                        EngineError::new(format!("stopping container {}", c.name), e).to_status(),
+                    );
+                }
+            }
+            match t
+                .engine
+                .remove_container(
+                    &c.id,
+                    Some(RemoveContainerOptions {
+                        v: true,
+                        force: true,
+                        ..RemoveContainerOptions::default()
+                    }),
+                )
+                .await
+            {
+                Ok(()) => {}
+                Err(BollardError::DockerResponseServerError {
+                    status_code: 404, ..
+                }) => {}
+                Err(e) => {
+                    return Err(
+                        EngineError::new(format!("removing container {}", c.name), e).to_status(),
+                    );
+                }
+            }
+            tracing::info!(container = %short(&c.id), "container removed");
+            Ok(DeleteMachineResponse {
+                last_known_state: format!(
+                    "container {} ({}) stopped (grace period {grace}s) and removed with its anonymous volumes",
+                    c.name,
+                    short(&c.id)
+                ),
+            })
+        };
+        self.bounded(format!("DeleteMachine for machine {name:?}"), call)
+            .instrument(span)
+            .await
+    }
+
+    async fn get_machine_status(
+        &self,
+        req: &MachineRequest,
+    ) -> Result<GetMachineStatusResponse, Status> {
+        let name = spec::machine_name(&req.machine)?;
+        let uid = spec::machine_uid(&req.machine)?;
+        let span = tracing::debug_span!("docker.get_machine_status", machine = %name);
+        let call = async {
+            let (t, spec) = self.target(&req.machine_class, &req.secret).await?;
+            let bootstrap = spec.bootstrap()?;
+            let c = self
+                .find(&t, req, &name, &uid, true)
+                .await?
+                .ok_or_else(|| Self::missing(&name))?;
+            let state = match bootstrap {
+                Bootstrap::None => BootstrapState::NotRequested,
+                Bootstrap::Exec => bootstrap_state(&t.engine, &c.id, true).await?,
+            };
+            if !state.is_done() {
+                return Err(Status::new(Code::Uninitialized, state.reason(&name)));
+            }
+            Ok(GetMachineStatusResponse {
+                provider_id: c.provider_id(),
+                node_name: c.hostname.clone(),
+                conditions: Self::conditions(&c, &state),
+                addresses: c.addresses,
+            })
+        };
+        self.bounded(format!("GetMachineStatus for machine {name:?}"), call)
+            .instrument(span)
+            .await
+    }
+
+    async fn list_machines(
+        &self,
+        req: &ListMachinesRequest,
+    ) -> Result<ListMachinesResponse, Status> {
+        let span =
+            tracing::debug_span!("docker.list_machines", class = %req.machine_class.metadata.name);
+        let call = async {
+            let (t, _) = self.target(&req.machine_class, &req.secret).await?;
+            let listed = t
+                .engine
+                .list_containers(Some(ListContainersOptions {
+                    all: true,
+                    filters: Some(HashMap::from([(
+                        "label".to_owned(),
+                        vec![
+                            format!("{LABEL_CLUSTER}={}", t.scope.cluster),
+                            format!("{LABEL_ROLE}={}", t.scope.role),
+                        ],
+                    )])),
+                    ..ListContainersOptions::default()
+                }))
+                .await
+                .map_err(|e| EngineError::new("listing the class's containers", e).to_status())?;
+            let machine_list = listed
+                .into_iter()
+                .filter_map(|c| {
+                    let name = c.names?.first()?.trim_start_matches('/').to_owned();
+                    let machine = c.labels?.get(LABEL_MACHINE)?.clone();
+                    Some((spec::provider_id(&name), machine))
+                })
+                .collect();
+            Ok(ListMachinesResponse { machine_list })
+        };
+        self.bounded("ListMachines".to_owned(), call)
+            .instrument(span)
+            .await
+    }
+
+    async fn get_volume_ids(
+        &self,
+        req: &GetVolumeIdsRequest,
+    ) -> Result<GetVolumeIdsResponse, Status> {
+        let volume_ids = req
+            .pv_specs
+            .iter()
+            .filter_map(|pv| pv.csi.as_ref())
+            .filter(|csi| {
+                csi.driver == spec::VOLUME_CSI_DRIVER && spec::is_volume_name(&csi.volume_handle)
+            })
+            .map(|csi| csi.volume_handle.clone())
+            .collect();
+        Ok(GetVolumeIdsResponse { volume_ids })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use domain::machine::{CsiVolumeSource, PersistentVolumeSpec};
+
+    #[test]
+    fn engine_errors_keep_client_refusals_and_hide_engine_internals() {
+        let answered = |status: u16, message: &str| {
+            EngineError::new(
+                "creating container m-1",
+                BollardError::DockerResponseServerError {
+                    status_code: status,
+                    message: message.into(),
+                },
+            )
+            .to_status()
+        };
+        let s = answered(400, "invalid mount config");
+        assert_eq!(s.code, Code::InvalidArgument);
+        assert!(s.message.contains("invalid mount config"));
+        assert_eq!(answered(404, "no such container").code, Code::NotFound);
+        assert_eq!(answered(409, "removal in progress").code, Code::Unavailable);
+        let s = answered(
+            500,
+            "error at /var/lib/docker/overlay2/abc: unix:///run/x.sock",
+        );
+        assert_eq!(s.code, Code::Internal);
+        assert!(!s.message.contains("/var/lib/docker"), "{}", s.message);
+        let s = EngineError::new(
+            "connecting",
+            BollardError::IOError {
+                err: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "/secret/path/docker.sock missing",
+                ),
+            },
+        )
+        .to_status();
+        assert_eq!(s.code, Code::Unavailable);
+        assert!(!s.message.contains("/secret/path"), "{}", s.message);
+        assert!(s.message.contains("does not answer"));
+    }
+
+    #[test]
+    fn bootstrap_states_explain_themselves() {
+        assert!(BootstrapState::Completed.is_done());
+        assert!(BootstrapState::NotRequested.is_done());
+        for s in [
+            BootstrapState::Pending,
+            BootstrapState::Unstarted("e".into()),
+            BootstrapState::Running("0123456789abcdef".into()),
+            BootstrapState::Failed(3),
+            BootstrapState::Lost("e".into()),
+        ] {
+            assert!(!s.is_done());
+            assert!(s.reason("m-1").contains("\"m-1\""), "{s:?}");
+        }
+        assert!(
+            BootstrapState::Failed(3)
+                .reason("m")
+                .contains("exit code 3")
+        );
+        assert!(
+            BootstrapState::Running("0123456789abcdef".into())
+                .reason("m")
+                .contains("exec 0123456789ab)")
+        );
+    }
+
+    #[test]
+    fn pulls_name_a_tag() {
+        let image = |r: &str| spec::parse_image(r).unwrap().pullable();
+        assert_eq!(image("alpine"), "alpine:latest");
+        assert_eq!(image("localhost:5000/a/b"), "localhost:5000/a/b:latest");
+        assert_eq!(image("localhost:5000/a/b:v1"), "localhost:5000/a/b:v1");
+        assert_eq!(
+            image("a@sha256:0123456789abcdef0123456789abcdef"),
+            "a@sha256:0123456789abcdef0123456789abcdef"
+        );
+    }
+
+    #[tokio::test]
+    async fn volume_ids_are_docker_volume_names_of_the_berth_csi_driver() {
+        let d = Docker::new(Settings::default(), Duration::from_secs(5));
+        let csi = |driver: &str, handle: &str| PersistentVolumeSpec {
+            csi: Some(CsiVolumeSource {
+                driver: driver.into(),
+                volume_handle: handle.into(),
+                ..CsiVolumeSource::default()
+            }),
+            ..PersistentVolumeSpec::default()
+        };
+        let req = GetVolumeIdsRequest {
+            pv_specs: vec![
+                csi(spec::VOLUME_CSI_DRIVER, "berth-default-data-1a2b3c4d"),
+                csi("diskplugin.csi.alibabacloud.com", "d-1"),
+                csi(spec::VOLUME_CSI_DRIVER, "../etc"),
+                PersistentVolumeSpec::default(),
+            ],
+        };
+        let ids = d.get_volume_ids(&req).await.unwrap().volume_ids;
+        assert_eq!(ids, ["berth-default-data-1a2b3c4d"]);
+    }
+}

@@ -1,0 +1,385 @@
+//! What the operator allows the Docker provider: which Engines, host directories, registries and
+//! privileges a machine class may ask for.
+//!
+//! A machine class is written by callers, so everything in it that reaches outside the container (an
+//! Engine address, a host directory, a registry to pull from, privileged mode) is checked against
+//! these settings. The defaults allow only what is safe on a shared host: the local Engine, no host
+//! directories, pulls from Docker Hub only when a class asks for them, no privileged containers.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use domain::orchestrator::{DEFAULT_DOCKER_HOST, normalize_base_path, validate_docker_host};
+use domain::{Code, Status};
+use service_kit::Env;
+use service_kit::config::ConfigError;
+
+/// `DOCKER_HOST`: the Engine machines go to when a class's secret names none (default: the local
+/// socket), as the Docker CLI reads it.
+pub const ENV_DOCKER_HOST: &str = "DOCKER_HOST";
+/// `BERTH_DOCKER_HOSTS`: comma-separated Engine addresses a secret's `dockerHost` may name, besides
+/// the default Engine. Unset: the local socket only.
+pub const ENV_HOSTS: &str = "BERTH_DOCKER_HOSTS";
+/// `BERTH_DOCKER_MOUNT_PATHS`: comma-separated absolute host directories whose contents `mounts` may
+/// bind into machines. Unset: none.
+pub const ENV_MOUNT_PATHS: &str = "BERTH_DOCKER_MOUNT_PATHS";
+/// `BERTH_DOCKER_ALLOW_PRIVILEGED`: whether a class may ask for `privileged: true` (default false).
+pub const ENV_ALLOW_PRIVILEGED: &str = "BERTH_DOCKER_ALLOW_PRIVILEGED";
+/// `BERTH_DOCKER_REGISTRIES`: comma-separated registries (`host[:port]`) `pull: IfNotPresent` may
+/// pull from. Unset: `docker.io`.
+pub const ENV_REGISTRIES: &str = "BERTH_DOCKER_REGISTRIES";
+
+/// The registry of an image reference without one.
+pub const DOCKER_HUB: &str = "docker.io";
+
+/// The Docker provider's operator settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The Engine used when a class's secret names none (`DOCKER_HOST`, else the local socket), or
+    /// why `DOCKER_HOST` cannot be used. That is not fatal: the variable is usually set for the
+    /// Docker CLI (an `ssh://` Engine, say), and the driver's other providers must still start.
+    pub default_host: Result<String, String>,
+    /// Engine addresses a secret may name besides [`Settings::default_host`].
+    pub allowed_hosts: BTreeSet<String>,
+    /// Host directories mounts may come from, normalised (`/a/b`, no trailing slash).
+    pub mount_roots: Vec<String>,
+    /// Whether privileged containers are allowed.
+    pub allow_privileged: bool,
+    /// Registries a pull may use.
+    pub pull_registries: BTreeSet<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            default_host: Ok(DEFAULT_DOCKER_HOST.to_owned()),
+            allowed_hosts: BTreeSet::from([DEFAULT_DOCKER_HOST.to_owned()]),
+            mount_roots: Vec::new(),
+            allow_privileged: false,
+            pull_registries: BTreeSet::from([DOCKER_HUB.to_owned()]),
+        }
+    }
+}
+
+/// The comma-separated entries of a variable, trimmed, empty ones dropped.
+fn entries<'e>(env: &'e Env, var: &str) -> Option<Vec<&'e str>> {
+    env.get(var).map(|v| {
+        v.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect()
+    })
+}
+
+fn config_error(env: &Env, var: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError {
+        var: var.to_owned(),
+        value: env.get(var).unwrap_or_default().to_owned(),
+        problem: problem.into(),
+    }
+}
+
+/// A registry host as an allow-list holds it: lower case, Docker Hub's aliases folded into
+/// [`DOCKER_HUB`].
+pub fn canonical_registry(host: &str) -> String {
+    let host = host.to_ascii_lowercase();
+    match host.as_str() {
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
+            DOCKER_HUB.to_owned()
+        }
+        _ => host,
+    }
+}
+
+/// Whether `text` is a registry host: `name[:port]`, the name made of letters, digits, `.` and `-`.
+pub fn is_registry_host(text: &str) -> bool {
+    let (host, port) = match text.rsplit_once(':') {
+        Some((h, p)) => (h, Some(p)),
+        None => (text, None),
+    };
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|part| {
+            !part.is_empty()
+                && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        })
+        && port.is_none_or(|p| p.parse::<u16>().is_ok_and(|p| p > 0))
+}
+
+impl Settings {
+    /// Reads the settings from `DOCKER_HOST` and the `BERTH_DOCKER_*` variables.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let mut s = Settings::default();
+        if let Some(host) = env.get(ENV_DOCKER_HOST) {
+            s.default_host = validate_docker_host(ENV_DOCKER_HOST, host).map_err(|_| {
+                format!(
+                    "{ENV_DOCKER_HOST} is not an Engine address the machine driver can use (unix:///path or tcp://host:port)"
+                )
+            });
+        }
+        if let Some(hosts) = entries(env, ENV_HOSTS) {
+            s.allowed_hosts = hosts
+                .into_iter()
+                .map(|h| {
+                    validate_docker_host(ENV_HOSTS, h).map_err(|e| {
+                        config_error(env, ENV_HOSTS, format!("an entry {}", e.message))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(roots) = entries(env, ENV_MOUNT_PATHS) {
+            s.mount_roots = roots
+                .into_iter()
+                .map(|r| {
+                    normalize_base_path(ENV_MOUNT_PATHS, r).map_err(|e| {
+                        config_error(env, ENV_MOUNT_PATHS, format!("an entry {}", e.message))
+                    })
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        if let Some(v) = env.get(ENV_ALLOW_PRIVILEGED) {
+            s.allow_privileged = match v.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" => false,
+                _ => {
+                    return Err(config_error(
+                        env,
+                        ENV_ALLOW_PRIVILEGED,
+                        "must be true or false",
+                    ));
+                }
+            };
+        }
+        if let Some(registries) = entries(env, ENV_REGISTRIES) {
+            s.pull_registries = registries
+                .into_iter()
+                .map(|r| {
+                    if is_registry_host(r) {
+                        Ok(canonical_registry(r))
+                    } else {
+                        Err(config_error(
+                            env,
+                            ENV_REGISTRIES,
+                            "an entry is not a registry host (name or name:port)",
+                        ))
+                    }
+                })
+                .collect::<Result<_, _>>()?;
+        }
+        Ok(s)
+    }
+
+    /// The Engine a request goes to: `secret.data[dockerHost]` when set, else the default. A named
+    /// Engine must be well-formed and allowed; the value is never echoed (it comes from a secret).
+    pub fn engine_for(&self, named: Option<&str>) -> Result<String, Status> {
+        const FIELD: &str = "secret.data[dockerHost]";
+        let Some(text) = named.filter(|t| !t.is_empty()) else {
+            return self.default_host.clone().map_err(|why| {
+                Status::new(
+                    Code::FailedPrecondition,
+                    format!("{why}; the operator must fix it, or the class's secret name an allowed Engine in {FIELD}"),
+                )
+            });
+        };
+        let host = validate_docker_host(FIELD, text).map_err(|_| {
+            Status::invalid(
+                FIELD,
+                "must be unix:///absolute/socket/path or tcp://host:port",
+            )
+        })?;
+        if self.default_host.as_ref() == Ok(&host) || self.allowed_hosts.contains(&host) {
+            Ok(host)
+        } else {
+            Err(Status::invalid(
+                FIELD,
+                format!(
+                    "names a Docker Engine this driver may not use; the operator allows Engine addresses with {ENV_HOSTS}"
+                ),
+            ))
+        }
+    }
+
+    /// Checks a mount's host path: normalised, inside one of the allowed roots, and, where the path
+    /// can be seen from here (`resolve_locally`, for an Engine on this host), still inside one once
+    /// symbolic links are followed, so a link planted under an allowed root cannot reach out of it.
+    /// `Err` is the rule that failed, for the caller to prefix with the field.
+    pub fn admit_host_path(&self, text: &str, resolve_locally: bool) -> Result<String, String> {
+        let path = normalize_base_path("hostPath", text).map_err(|e| {
+            e.message
+                .strip_prefix("hostPath: ")
+                .unwrap_or(&e.message)
+                .to_owned()
+        })?;
+        if self.mount_roots.is_empty() {
+            return Err(format!(
+                "no host directory may be mounted: the operator allows them with {ENV_MOUNT_PATHS}"
+            ));
+        }
+        let inside = |p: &str, roots: &[String]| roots.iter().any(|r| is_within(p, r));
+        if !inside(&path, &self.mount_roots) {
+            return Err(format!(
+                "{path:?} is outside the host directories {ENV_MOUNT_PATHS} allows"
+            ));
+        }
+        if resolve_locally && let Ok(real) = std::fs::canonicalize(Path::new(&path)) {
+            let roots: Vec<String> = self
+                .mount_roots
+                .iter()
+                .map(|r| {
+                    std::fs::canonicalize(r)
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_else(|_| r.clone())
+                })
+                .collect();
+            if !inside(&real.display().to_string(), &roots) {
+                return Err(format!(
+                    "{path:?} leads (through a symbolic link) outside the host directories {ENV_MOUNT_PATHS} allows"
+                ));
+            }
+        }
+        Ok(path)
+    }
+
+    /// Whether a pull may use `registry`.
+    pub fn may_pull_from(&self, registry: &str) -> bool {
+        self.pull_registries.contains(&canonical_registry(registry))
+    }
+}
+
+/// Whether normalised path `p` is `root` or below it (whole components only: `/srv/a` is not inside
+/// `/srv/ab`).
+pub fn is_within(p: &str, root: &str) -> bool {
+    p == root
+        || p.strip_prefix(root)
+            .is_some_and(|rest| rest.starts_with('/') || root == "/")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_allow_the_local_engine_and_nothing_else() {
+        let s = Settings::from_env(&Env::default()).unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!(s.engine_for(None).unwrap(), DEFAULT_DOCKER_HOST);
+        assert_eq!(
+            s.engine_for(Some("unix:///var/run/./docker.sock")).unwrap(),
+            DEFAULT_DOCKER_HOST
+        );
+        let e = s.engine_for(Some("tcp://10.1.2.3:2375")).unwrap_err();
+        assert_eq!(
+            e.message,
+            "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_HOSTS"
+        );
+        let e = s.engine_for(Some("http://10.1.2.3:2375/x")).unwrap_err();
+        assert!(!e.message.contains("10.1.2.3"), "{e}");
+        assert!(s.admit_host_path("/srv", false).is_err());
+        assert!(!s.allow_privileged);
+        assert!(s.may_pull_from("index.docker.io"));
+        assert!(!s.may_pull_from("ghcr.io"));
+    }
+
+    #[test]
+    fn variables_set_the_allow_lists() {
+        let env = Env::default()
+            .with(ENV_DOCKER_HOST, "tcp://engine:2375")
+            .with(ENV_HOSTS, " unix:///run/docker.sock, tcp://b:2376 ,")
+            .with(ENV_MOUNT_PATHS, "/srv/berth/, /data")
+            .with(ENV_ALLOW_PRIVILEGED, "TRUE")
+            .with(ENV_REGISTRIES, "ghcr.io,localhost:5000");
+        let s = Settings::from_env(&env).unwrap();
+        assert_eq!(s.default_host.as_deref(), Ok("tcp://engine:2375"));
+        assert_eq!(s.engine_for(None).unwrap(), "tcp://engine:2375");
+        assert_eq!(s.engine_for(Some("tcp://b:2376")).unwrap(), "tcp://b:2376");
+        assert!(s.engine_for(Some(DEFAULT_DOCKER_HOST)).is_err());
+        assert_eq!(s.mount_roots, ["/srv/berth", "/data"]);
+        assert!(s.allow_privileged);
+        assert!(s.may_pull_from("localhost:5000"));
+        assert!(!s.may_pull_from("docker.io"));
+        for (var, value) in [
+            (ENV_HOSTS, "tcp://ok:1,nope"),
+            (ENV_MOUNT_PATHS, "relative/dir"),
+            (ENV_MOUNT_PATHS, "/"),
+            (ENV_ALLOW_PRIVILEGED, "maybe"),
+            (ENV_REGISTRIES, "bad/registry"),
+        ] {
+            let e = Settings::from_env(&Env::default().with(var, value)).unwrap_err();
+            assert_eq!(e.var, var, "{value}");
+        }
+    }
+
+    #[test]
+    fn an_unusable_docker_host_fails_docker_calls_not_the_start() {
+        let env = Env::default().with(ENV_DOCKER_HOST, "ssh://me@build-box");
+        let s = Settings::from_env(&env).unwrap();
+        let e = s.engine_for(None).unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition);
+        assert!(
+            e.message
+                .starts_with("DOCKER_HOST is not an Engine address"),
+            "{e}"
+        );
+        assert!(!e.message.contains("build-box"), "{e}");
+        // An Engine the secret names (and the operator allows) still works.
+        assert_eq!(
+            s.engine_for(Some(DEFAULT_DOCKER_HOST)).unwrap(),
+            DEFAULT_DOCKER_HOST
+        );
+    }
+
+    #[test]
+    fn host_paths_stay_inside_the_allowed_roots() {
+        let dir = std::env::temp_dir().join(format!("berth-mounts-{}", std::process::id()));
+        let root = dir.join("allowed");
+        std::fs::create_dir_all(root.join("data")).unwrap();
+        let link = root.join("escape");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink("/etc", &link).unwrap();
+        let s = Settings {
+            mount_roots: vec![root.display().to_string()],
+            ..Settings::default()
+        };
+        let r = root.display().to_string();
+        assert_eq!(
+            s.admit_host_path(&format!("{r}/./data/"), true).unwrap(),
+            format!("{r}/data")
+        );
+        assert_eq!(s.admit_host_path(&r, true).unwrap(), r);
+        let e = s
+            .admit_host_path(&format!("{r}/../secret"), true)
+            .unwrap_err();
+        assert!(e.contains(".."), "{e}");
+        let e = s.admit_host_path("/etc", true).unwrap_err();
+        assert!(
+            e.contains("outside the host directories BERTH_DOCKER_MOUNT_PATHS allows"),
+            "{e}"
+        );
+        assert!(s.admit_host_path(&format!("{r}-sibling"), true).is_err());
+        let e = s.admit_host_path(&format!("{r}/escape"), true).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        // Without a local view of the Engine's host, the lexical rule is all there is.
+        assert!(s.admit_host_path(&format!("{r}/escape"), false).is_ok());
+        assert!(s.admit_host_path("relative", false).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn registry_hosts_have_a_grammar() {
+        for ok in [
+            "docker.io",
+            "localhost:5000",
+            "r-1.example.com",
+            "10.0.0.1:443",
+        ] {
+            assert!(is_registry_host(ok), "{ok}");
+        }
+        for bad in ["", "a/b", "-x.io", "x.io:0", "x.io:port", "a..b", "a b"] {
+            assert!(!is_registry_host(bad), "{bad}");
+        }
+        assert!(is_within("/a/b", "/a"));
+        assert!(!is_within("/ab", "/a"));
+    }
+}

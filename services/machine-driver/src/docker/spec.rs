@@ -1,0 +1,1064 @@
+//! The Docker provider spec (`MachineClass.providerSpec` with `provider: Docker`), its validation,
+//! and the names the driver gives containers, labels and files.
+//!
+//! Unlike the Alicloud spec (MCM's Go type, whose decoder ignores unknown fields), this spec is
+//! Berth's own, so an unknown field is refused: a misspelt `privilegd: true` or `mount:` must not
+//! silently create a different machine than the one asked for.
+
+use std::collections::{BTreeMap, HashMap};
+
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountType, RestartPolicy, RestartPolicyNameEnum,
+};
+use domain::machine::{Machine, Secret};
+use domain::orchestrator::normalize_base_path;
+use domain::{Code, Quantity, Status, names};
+use serde::Deserialize;
+
+use super::settings::{
+    DOCKER_HUB, ENV_ALLOW_PRIVILEGED, ENV_REGISTRIES, Settings, is_registry_host,
+};
+
+/// Where the spec sits in a request body; every field error starts with it.
+pub const SPEC: &str = "machineClass.providerSpec";
+
+/// Tag keys starting with this name the cluster (`kubernetes.io/cluster/<cluster>`).
+pub const CLUSTER_TAG: &str = "kubernetes.io/cluster/";
+/// Tag keys starting with this name the role (`kubernetes.io/role/<role>`).
+pub const ROLE_TAG: &str = "kubernetes.io/role/";
+
+/// Container label: the cluster of the class (from its `kubernetes.io/cluster/...` tag).
+pub const LABEL_CLUSTER: &str = "berth.io/cluster";
+/// Container label: the role of the class (from its `kubernetes.io/role/...` tag).
+pub const LABEL_ROLE: &str = "berth.io/role";
+/// Container label: the machine's name.
+pub const LABEL_MACHINE: &str = "berth.io/machine";
+/// Container label: the machine's UID (empty for a machine without one); CreateMachine adopts the
+/// container carrying it instead of making a second.
+pub const LABEL_UID: &str = "berth.io/machine-uid";
+/// Label keys under this prefix are the driver's; a class may not set them.
+pub const RESERVED_LABEL_PREFIX: &str = "berth.io/";
+
+/// A container's provider id is this followed by the container's name.
+pub const PROVIDER_ID_PREFIX: &str = "docker:///";
+/// The CSI driver name whose `volumeHandle` GetVolumeIDs reports as a Docker volume name.
+pub const VOLUME_CSI_DRIVER: &str = "docker.berth.io";
+
+/// The secret key holding the Engine address (optional).
+pub const SECRET_DOCKER_HOST: &str = "dockerHost";
+/// The secret key holding the user data.
+pub const SECRET_USER_DATA: &str = "userData";
+
+/// The directory in the container where the driver keeps the user data and the bootstrap's state.
+pub const STATE_DIR: &str = "/var/lib/berth";
+/// Where the user data is written in the container.
+pub const USER_DATA_PATH: &str = "/var/lib/berth/user-data";
+/// Written (with the exec id) before the bootstrap starts: a second run is never made.
+pub const BOOTSTRAP_EXEC_PATH: &str = "/var/lib/berth/bootstrap.exec";
+/// Written (with the exit code) once the bootstrap has finished.
+pub const BOOTSTRAP_EXIT_PATH: &str = "/var/lib/berth/bootstrap.exit";
+
+/// The longest machine name: a container's host name is at most 63 characters.
+const MAX_MACHINE_NAME: usize = 63;
+/// The longest machine UID accepted (Kubernetes UIDs have 36 characters).
+const MAX_UID_LEN: usize = 128;
+/// The largest user data accepted.
+pub const MAX_USER_DATA: usize = 1024 * 1024;
+/// The Engine refuses containers with less memory than this.
+const MIN_MEMORY: u64 = 6 * 1024 * 1024;
+/// The longest grace period a deletion gives a container to stop.
+const MAX_STOP_GRACE: u32 = 300;
+/// The grace period when the spec gives none (Docker's own default).
+pub const DEFAULT_STOP_GRACE: u32 = 10;
+
+/// One of `mounts`: a host directory bound into the container.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct MountSpec {
+    /// `hostPath`: must be inside a directory `BERTH_DOCKER_MOUNT_PATHS` allows.
+    pub host_path: String,
+    /// `containerPath`: where it appears in the container.
+    pub container_path: String,
+    /// `readOnly`.
+    pub read_only: bool,
+}
+
+/// The Docker provider spec.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct ProviderSpec {
+    /// `apiVersion` (informational).
+    pub api_version: String,
+    /// `kind` (informational).
+    pub kind: String,
+    /// `image`: the image reference (required).
+    pub image: String,
+    /// `pull`: `Never` (the default: a missing image is an error) or `IfNotPresent`.
+    pub pull: String,
+    /// `command`: replaces the image's entrypoint.
+    pub command: Vec<String>,
+    /// `args`: replaces the image's command.
+    pub args: Vec<String>,
+    /// `env`: environment variables.
+    pub env: BTreeMap<String, String>,
+    /// `labels`: extra container labels.
+    pub labels: BTreeMap<String, String>,
+    /// `network`: the Docker network to attach to (default: the Engine's default bridge).
+    pub network: String,
+    /// `cpus`: CPU limit, in CPUs (`1.5`).
+    pub cpus: Option<f64>,
+    /// `memory`: memory limit, a quantity (`512Mi`).
+    pub memory: Option<String>,
+    /// `privileged` (default false; needs `BERTH_DOCKER_ALLOW_PRIVILEGED`).
+    pub privileged: bool,
+    /// `mounts`: host directories to bind.
+    pub mounts: Vec<MountSpec>,
+    /// `tags`: must hold a `kubernetes.io/cluster/<cluster>` and a `kubernetes.io/role/<role>` key.
+    pub tags: BTreeMap<String, String>,
+    /// `bootstrap`: `none` (default) or `exec` (run the user data once with `docker exec`).
+    pub bootstrap: String,
+    /// `stopGracePeriodSeconds`: how long DeleteMachine lets the container stop before killing it.
+    pub stop_grace_period_seconds: Option<u32>,
+}
+
+/// Whether and how the user data is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bootstrap {
+    /// The user data is written, and the image does what it likes with it.
+    None,
+    /// The user data is executed once, as root, with `docker exec`.
+    Exec,
+}
+
+/// Whether a missing image may be pulled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pull {
+    /// Never: a missing image is FailedPrecondition.
+    Never,
+    /// Pull when the Engine does not have it.
+    IfNotPresent,
+}
+
+/// The cluster and role a class's machines belong to; every lookup is limited to them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// From the `kubernetes.io/cluster/<cluster>` tag.
+    pub cluster: String,
+    /// From the `kubernetes.io/role/<role>` tag.
+    pub role: String,
+}
+
+/// A checked image reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageRef {
+    /// As written.
+    pub reference: String,
+    /// The registry it comes from (`docker.io` when it names none).
+    pub registry: String,
+}
+
+/// Everything CreateMachine needs, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The image.
+    pub image: ImageRef,
+    /// Whether to pull it when missing.
+    pub pull: Pull,
+    /// Entrypoint override.
+    pub command: Vec<String>,
+    /// Command override.
+    pub args: Vec<String>,
+    /// `NAME=value` pairs.
+    pub env: Vec<String>,
+    /// The class's own labels.
+    pub labels: BTreeMap<String, String>,
+    /// The network, if any.
+    pub network: Option<String>,
+    /// CPU limit in billionths of a CPU.
+    pub nano_cpus: Option<i64>,
+    /// Memory limit in bytes.
+    pub memory: Option<i64>,
+    /// Privileged mode.
+    pub privileged: bool,
+    /// Bind mounts (host path checked).
+    pub mounts: Vec<MountSpec>,
+    /// The cluster and role.
+    pub scope: Scope,
+    /// The bootstrap mode.
+    pub bootstrap: Bootstrap,
+    /// Stop grace period, seconds.
+    pub stop_grace: u32,
+}
+
+/// Collects rule violations so one answer names every bad field.
+#[derive(Default)]
+struct Violations(Vec<String>);
+
+impl Violations {
+    fn add(&mut self, field: &str, rule: impl std::fmt::Display) {
+        self.0.push(format!("{SPEC}.{field}: {rule}"));
+    }
+
+    fn into_result(self) -> Result<(), Status> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Status::new(Code::InvalidArgument, self.0.join("; ")))
+        }
+    }
+}
+
+/// A serde message without the value it quotes: `invalid type: string "x", expected u32` becomes
+/// `expected u32, got a string`. Field names (unknown or missing ones) are kept: they are not values.
+fn without_value(message: &str) -> String {
+    if message.starts_with("unknown field") || message.starts_with("missing field") {
+        return message.to_owned();
+    }
+    let expected = message
+        .split_once(", expected ")
+        .map(|(_, e)| e)
+        .unwrap_or("another value");
+    if let Some(rest) = message.strip_prefix("invalid type: ") {
+        let got = rest.split([',', '`', '"']).next().unwrap_or("value").trim();
+        return format!("expected {expected}, got {got}");
+    }
+    format!("invalid value, expected {expected}")
+}
+
+/// Whether `s` has a control character (NUL, newline, ...), which no Engine field here may hold.
+fn has_control(s: &str) -> bool {
+    s.chars().any(char::is_control)
+}
+
+/// Parses and checks an image reference: `[registry/]path[:tag][@digest]`, as the Engine reads it.
+pub fn parse_image(text: &str) -> Result<ImageRef, String> {
+    const RULE: &str = "must be an image reference: [registry/]name[:tag][@sha256:digest], the name in lower-case letters, digits, '.', '_', '-' and '/'";
+    if text.is_empty() {
+        return Err("is required".to_owned());
+    }
+    if text.len() > 512 || has_control(text) {
+        return Err(RULE.to_owned());
+    }
+    let (rest, digest) = match text.split_once('@') {
+        Some((r, d)) => (r, Some(d)),
+        None => (text, None),
+    };
+    if let Some(d) = digest {
+        let ok = d.split_once(':').is_some_and(|(algo, hex)| {
+            !algo.is_empty()
+                && algo
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                && hex.len() >= 32
+                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+        });
+        if !ok {
+            return Err(RULE.to_owned());
+        }
+    }
+    let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
+    let (path, tag) = match rest[last_slash..].rfind(':') {
+        Some(i) => (&rest[..last_slash + i], Some(&rest[last_slash + i + 1..])),
+        None => (rest, None),
+    };
+    if let Some(tag) = tag {
+        let ok = !tag.is_empty()
+            && tag.len() <= 128
+            && tag
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            && !tag.starts_with(['.', '-']);
+        if !ok {
+            return Err(RULE.to_owned());
+        }
+    }
+    let mut parts: Vec<&str> = path.split('/').collect();
+    let registry = if parts.len() > 1 && (parts[0].contains(['.', ':']) || parts[0] == "localhost")
+    {
+        let host = parts.remove(0);
+        if !is_registry_host(host) {
+            return Err(RULE.to_owned());
+        }
+        host.to_ascii_lowercase()
+    } else {
+        DOCKER_HUB.to_owned()
+    };
+    let component_ok = |c: &str| {
+        !c.is_empty()
+            && c.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+            })
+            && c.as_bytes()[0].is_ascii_alphanumeric()
+            && c.as_bytes()[c.len() - 1].is_ascii_alphanumeric()
+    };
+    if !parts.iter().all(|c| component_ok(c)) {
+        return Err(RULE.to_owned());
+    }
+    Ok(ImageRef {
+        reference: text.to_owned(),
+        registry,
+    })
+}
+
+/// Whether `name` is a Docker network name (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, at most 128 characters).
+fn is_network_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+/// Whether `name` is an environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Whether `name` is a Docker volume name.
+pub fn is_volume_name(name: &str) -> bool {
+    name.len() >= 2
+        && name.len() <= 255
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+impl ProviderSpec {
+    /// Decodes the raw spec; a field of the wrong type is an InvalidArgument naming it and what was
+    /// expected, never the value.
+    pub fn decode(raw: &serde_json::Value) -> Result<Self, Status> {
+        if !raw.is_object() {
+            return Err(Status::invalid(
+                SPEC,
+                "must be a JSON object with the Docker provider spec (image, tags, ...)",
+            ));
+        }
+        serde_path_to_error::deserialize(raw).map_err(|e| {
+            let path = e.path().to_string();
+            let field = if path == "." {
+                SPEC.to_owned()
+            } else {
+                format!("{SPEC}.{path}")
+            };
+            Status::invalid(&field, without_value(&e.into_inner().to_string()))
+        })
+    }
+
+    /// The cluster and role from the tags: what every method needs to scope its lookups.
+    pub fn scope(&self) -> Result<Scope, Status> {
+        let mut v = Violations::default();
+        let scope = self.check_scope(&mut v);
+        v.into_result()?;
+        Ok(scope.expect("a scope when there is no violation"))
+    }
+
+    fn check_scope(&self, v: &mut Violations) -> Option<Scope> {
+        let one = |prefix: &str, v: &mut Violations| -> Option<String> {
+            let found: Vec<&str> = self
+                .tags
+                .keys()
+                .filter_map(|k| k.strip_prefix(prefix))
+                .collect();
+            match found.as_slice() {
+                [one] if !one.is_empty() && one.len() <= 253 && !has_control(one) => {
+                    Some((*one).to_owned())
+                }
+                [] | [_] => {
+                    v.add(
+                        "tags",
+                        format!("must hold one key {prefix}<name>: it scopes which containers the class may see and touch"),
+                    );
+                    None
+                }
+                _ => {
+                    v.add("tags", format!("must hold exactly one key {prefix}<name>"));
+                    None
+                }
+            }
+        };
+        let cluster = one(CLUSTER_TAG, v);
+        let role = one(ROLE_TAG, v);
+        Some(Scope {
+            cluster: cluster?,
+            role: role?,
+        })
+    }
+
+    /// The bootstrap mode.
+    pub fn bootstrap(&self) -> Result<Bootstrap, Status> {
+        match self.bootstrap.as_str() {
+            "" | "none" => Ok(Bootstrap::None),
+            "exec" => Ok(Bootstrap::Exec),
+            _ => Err(Status::invalid(
+                &format!("{SPEC}.bootstrap"),
+                "must be none or exec",
+            )),
+        }
+    }
+
+    /// The grace period a deletion gives the container.
+    pub fn stop_grace(&self) -> Result<u32, Status> {
+        match self.stop_grace_period_seconds {
+            None => Ok(DEFAULT_STOP_GRACE),
+            Some(s) if s <= MAX_STOP_GRACE => Ok(s),
+            Some(_) => Err(Status::invalid(
+                &format!("{SPEC}.stopGracePeriodSeconds"),
+                format!("must be at most {MAX_STOP_GRACE}"),
+            )),
+        }
+    }
+
+    /// Every rule, for CreateMachine. `resolve_locally`: the Engine runs on this host, so mount
+    /// paths can also be checked with their symbolic links followed.
+    pub fn plan(&self, settings: &Settings, resolve_locally: bool) -> Result<Plan, Status> {
+        let mut v = Violations::default();
+        let scope = self.check_scope(&mut v);
+        let image = match parse_image(&self.image) {
+            Ok(i) => Some(i),
+            Err(rule) => {
+                v.add("image", rule);
+                None
+            }
+        };
+        let pull = match self.pull.as_str() {
+            "" | "Never" => Pull::Never,
+            "IfNotPresent" => Pull::IfNotPresent,
+            _ => {
+                v.add("pull", "must be Never or IfNotPresent");
+                Pull::Never
+            }
+        };
+        if let (Pull::IfNotPresent, Some(image)) = (pull, &image)
+            && !settings.may_pull_from(&image.registry)
+        {
+            v.add(
+                "pull",
+                format!(
+                    "IfNotPresent would pull from registry {:?}, which the operator does not allow ({ENV_REGISTRIES})",
+                    image.registry
+                ),
+            );
+        }
+        for (field, list) in [("command", &self.command), ("args", &self.args)] {
+            if list.len() > 256 {
+                v.add(field, "must have at most 256 entries");
+            }
+            for (i, s) in list.iter().enumerate() {
+                if s.len() > 4096 || s.contains('\0') {
+                    v.add(
+                        &format!("{field}[{i}]"),
+                        "must be at most 4096 bytes without NUL",
+                    );
+                }
+            }
+        }
+        if self.command.first().is_some_and(String::is_empty) {
+            v.add("command[0]", "must not be empty");
+        }
+        if self.env.len() > 256 {
+            v.add("env", "must have at most 256 entries");
+        }
+        for (name, value) in &self.env {
+            if !is_env_name(name) {
+                v.add(
+                    "env",
+                    format!("{name:?} is not a variable name: letters, digits and '_', not starting with a digit"),
+                );
+            }
+            if value.len() > 32 * 1024 || value.contains('\0') {
+                v.add(
+                    &format!("env[{name}]"),
+                    "must be at most 32 KiB without NUL",
+                );
+            }
+        }
+        if self.labels.len() > 64 {
+            v.add("labels", "must have at most 64 entries");
+        }
+        for (key, value) in &self.labels {
+            if let Err(e) = names::validate_label_key("labels key", key) {
+                v.add("labels", e.message.trim_start_matches("labels key: "));
+            } else if key.starts_with(RESERVED_LABEL_PREFIX) {
+                v.add(
+                    &format!("labels[{key}]"),
+                    format!("keys under {RESERVED_LABEL_PREFIX} are the driver's own"),
+                );
+            }
+            if value.len() > 1024 || has_control(value) {
+                v.add(
+                    &format!("labels[{key}]"),
+                    "must be at most 1024 characters without control characters",
+                );
+            }
+        }
+        let network = match self.network.as_str() {
+            "" => None,
+            "host" => {
+                v.add(
+                    "network",
+                    "host would share the Engine host's network namespace; name a Docker network",
+                );
+                None
+            }
+            n if is_network_name(n) => Some(n.to_owned()),
+            _ => {
+                v.add(
+                    "network",
+                    "must be a Docker network name: letters, digits, '_', '.' and '-'",
+                );
+                None
+            }
+        };
+        let nano_cpus = match self.cpus {
+            None => None,
+            Some(c) if c.is_finite() && (0.01..=1024.0).contains(&c) => {
+                Some((c * 1e9).round() as i64)
+            }
+            Some(_) => {
+                v.add("cpus", "must be between 0.01 and 1024");
+                None
+            }
+        };
+        let memory = match &self.memory {
+            None => None,
+            Some(text) => match Quantity::parse_field(&format!("{SPEC}.memory"), text) {
+                Ok(q) if q.bytes() >= MIN_MEMORY && i64::try_from(q.bytes()).is_ok() => {
+                    i64::try_from(q.bytes()).ok()
+                }
+                Ok(_) => {
+                    v.add("memory", "must be at least 6Mi (the Engine's minimum)");
+                    None
+                }
+                Err(e) => {
+                    v.0.push(e.message);
+                    None
+                }
+            },
+        };
+        if self.privileged && !settings.allow_privileged {
+            v.add(
+                "privileged",
+                format!(
+                    "privileged containers are not allowed by the operator ({ENV_ALLOW_PRIVILEGED})"
+                ),
+            );
+        }
+        if self.mounts.len() > 32 {
+            v.add("mounts", "must have at most 32 entries");
+        }
+        let mut mounts = Vec::new();
+        let mut targets = std::collections::BTreeSet::new();
+        for (i, m) in self.mounts.iter().enumerate() {
+            let host = match settings.admit_host_path(&m.host_path, resolve_locally) {
+                Ok(p) => Some(p),
+                Err(rule) => {
+                    v.add(&format!("mounts[{i}].hostPath"), rule);
+                    None
+                }
+            };
+            let field = format!("mounts[{i}].containerPath");
+            let target = match normalize_base_path(&field, &m.container_path) {
+                Ok(p) if p == STATE_DIR || p.starts_with(&format!("{STATE_DIR}/")) => {
+                    v.add(
+                        &field,
+                        format!("must not cover {STATE_DIR}, where the driver keeps the user data"),
+                    );
+                    None
+                }
+                Ok(p) if !targets.insert(p.clone()) => {
+                    v.add(&field, format!("{p:?} is mounted twice"));
+                    None
+                }
+                Ok(p) => Some(p),
+                Err(e) => {
+                    v.0.push(format!("{SPEC}.{}", e.message));
+                    None
+                }
+            };
+            if let (Some(host_path), Some(container_path)) = (host, target) {
+                mounts.push(MountSpec {
+                    host_path,
+                    container_path,
+                    read_only: m.read_only,
+                });
+            }
+        }
+        let bootstrap = self.bootstrap().map_err(|e| v.0.push(e.message)).ok();
+        let stop_grace = self.stop_grace().map_err(|e| v.0.push(e.message)).ok();
+        v.into_result()?;
+        Ok(Plan {
+            image: image.expect("checked"),
+            pull,
+            command: self.command.clone(),
+            args: self.args.clone(),
+            env: self.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            labels: self.labels.clone(),
+            network,
+            nano_cpus,
+            memory,
+            privileged: self.privileged,
+            mounts,
+            scope: scope.expect("checked"),
+            bootstrap: bootstrap.expect("checked"),
+            stop_grace: stop_grace.expect("checked"),
+        })
+    }
+}
+
+impl Scope {
+    /// The labels every container of this scope carries, for `machine` (name and UID).
+    pub fn labels(&self, machine: &str, uid: &str) -> HashMap<String, String> {
+        HashMap::from([
+            (LABEL_CLUSTER.to_owned(), self.cluster.clone()),
+            (LABEL_ROLE.to_owned(), self.role.clone()),
+            (LABEL_MACHINE.to_owned(), machine.to_owned()),
+            (LABEL_UID.to_owned(), uid.to_owned()),
+        ])
+    }
+
+    /// Whether a container's labels put it in this scope's cluster.
+    pub fn holds(&self, labels: &HashMap<String, String>) -> bool {
+        labels.get(LABEL_CLUSTER) == Some(&self.cluster)
+    }
+}
+
+impl Plan {
+    /// The Engine's create request for machine `name` (UID `uid`).
+    pub fn container(&self, name: &str, uid: &str) -> ContainerCreateBody {
+        let mut labels: HashMap<String, String> = self
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.extend(self.scope.labels(name, uid));
+        let some = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+        ContainerCreateBody {
+            hostname: Some(name.to_owned()),
+            image: Some(self.image.reference.clone()),
+            entrypoint: some(&self.command),
+            cmd: some(&self.args),
+            env: some(&self.env),
+            labels: Some(labels),
+            stop_timeout: Some(i64::from(self.stop_grace)),
+            host_config: Some(HostConfig {
+                nano_cpus: self.nano_cpus,
+                memory: self.memory,
+                privileged: Some(self.privileged),
+                network_mode: self.network.clone(),
+                mounts: (!self.mounts.is_empty()).then(|| {
+                    self.mounts
+                        .iter()
+                        .map(|m| Mount {
+                            typ: Some(MountType::BIND),
+                            source: Some(m.host_path.clone()),
+                            target: Some(m.container_path.clone()),
+                            read_only: Some(m.read_only),
+                            ..Mount::default()
+                        })
+                        .collect()
+                }),
+                // A machine comes back after the Engine restarts, as a VM after its host reboots,
+                // but stays down once DeleteMachine has stopped it.
+                restart_policy: Some(RestartPolicy {
+                    name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
+                    maximum_retry_count: None,
+                }),
+                ..HostConfig::default()
+            }),
+            ..ContainerCreateBody::default()
+        }
+    }
+}
+
+/// The machine's name, which is also its container's name and host name: a DNS-1123 subdomain of 2
+/// to 63 characters.
+pub fn machine_name(machine: &Machine) -> Result<String, Status> {
+    let name = machine.metadata.name.as_str();
+    let field = "machine.metadata.name";
+    names::validate_dns1123_subdomain(field, name, MAX_MACHINE_NAME)?;
+    if name.len() < 2 {
+        return Err(Status::invalid(
+            field,
+            "must be at least 2 characters (a Docker container name)",
+        ));
+    }
+    Ok(name.to_owned())
+}
+
+/// The machine's UID (possibly empty): at most 128 ASCII letters, digits, `-`, `_` and `.`.
+pub fn machine_uid(machine: &Machine) -> Result<String, Status> {
+    let uid = machine.metadata.uid.as_str();
+    let ok = uid.len() <= MAX_UID_LEN
+        && uid
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !ok {
+        return Err(Status::invalid(
+            "machine.metadata.uid",
+            format!(
+                "must be at most {MAX_UID_LEN} ASCII letters, digits, '-', '_' or '.' (a Kubernetes UID)"
+            ),
+        ));
+    }
+    Ok(uid.to_owned())
+}
+
+/// The provider id of the container named `name`.
+pub fn provider_id(name: &str) -> String {
+    format!("{PROVIDER_ID_PREFIX}{name}")
+}
+
+/// The container name a provider id names.
+pub fn decode_provider_id(provider_id: &str) -> Result<&str, Status> {
+    const FIELD: &str = "machine.spec.providerID";
+    provider_id
+        .strip_prefix(PROVIDER_ID_PREFIX)
+        .filter(|name| names::validate_dns1123_subdomain(FIELD, name, MAX_MACHINE_NAME).is_ok())
+        .ok_or_else(|| {
+            Status::invalid(
+                FIELD,
+                format!("is not of the form {PROVIDER_ID_PREFIX}<container name>"),
+            )
+        })
+}
+
+/// The user data to write into the container. With `bootstrap: exec` it is required and must be a
+/// program the kernel can run: a script starting with `#!` (the container may have no shell to
+/// interpret anything else).
+pub fn user_data(secret: &Secret, bootstrap: Bootstrap) -> Result<Option<Vec<u8>>, Status> {
+    const FIELD: &str = "secret.data[userData]";
+    let data = secret.get(SECRET_USER_DATA)?.filter(|d| !d.is_empty());
+    match (&data, bootstrap) {
+        (Some(d), _) if d.len() > MAX_USER_DATA => Err(Status::invalid(
+            FIELD,
+            format!("is {} bytes; at most {MAX_USER_DATA}", d.len()),
+        )),
+        (None, Bootstrap::Exec) => Err(Status::invalid(
+            FIELD,
+            format!("is required when {SPEC}.bootstrap is exec"),
+        )),
+        (Some(d), Bootstrap::Exec) if !d.starts_with(b"#!") => Err(Status::invalid(
+            FIELD,
+            format!(
+                "must start with #! (an interpreter line) when {SPEC}.bootstrap is exec: it is executed as a program"
+            ),
+        )),
+        _ => Ok(data),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(extra: serde_json::Value) -> serde_json::Value {
+        let mut base = json!({
+            "image": "berth/machine:1",
+            "tags": {"kubernetes.io/cluster/demo": "1", "kubernetes.io/role/worker": "1"}
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        base
+    }
+
+    fn plan(extra: serde_json::Value) -> Result<Plan, Status> {
+        ProviderSpec::decode(&spec(extra))?.plan(&Settings::default(), false)
+    }
+
+    fn refused(extra: serde_json::Value) -> String {
+        plan(extra).unwrap_err().message
+    }
+
+    #[test]
+    fn a_minimal_spec_plans_a_plain_container() {
+        let p = plan(json!({})).unwrap();
+        assert_eq!(p.image.reference, "berth/machine:1");
+        assert_eq!(p.image.registry, "docker.io");
+        assert_eq!(p.pull, Pull::Never);
+        assert_eq!(p.bootstrap, Bootstrap::None);
+        assert_eq!(p.stop_grace, DEFAULT_STOP_GRACE);
+        assert_eq!(
+            p.scope,
+            Scope {
+                cluster: "demo".into(),
+                role: "worker".into()
+            }
+        );
+        let body = p.container("m-1", "u-1");
+        let labels = body.labels.unwrap();
+        assert_eq!(labels[LABEL_CLUSTER], "demo");
+        assert_eq!(labels[LABEL_ROLE], "worker");
+        assert_eq!(labels[LABEL_MACHINE], "m-1");
+        assert_eq!(labels[LABEL_UID], "u-1");
+        assert_eq!(body.hostname.as_deref(), Some("m-1"));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.privileged, Some(false));
+        assert!(host.mounts.is_none());
+        assert!(body.entrypoint.is_none() && body.cmd.is_none());
+    }
+
+    #[test]
+    fn every_field_reaches_the_container() {
+        let dir = std::env::temp_dir();
+        let root = dir.display().to_string();
+        let settings = Settings {
+            mount_roots: vec![root.clone()],
+            allow_privileged: true,
+            ..Settings::default()
+        };
+        let p = ProviderSpec::decode(&spec(json!({
+            "command": ["/sbin/init"], "args": ["--log", "x"],
+            "env": {"A_B": "1"}, "labels": {"team": "infra"}, "network": "kind",
+            "cpus": 1.5, "memory": "512Mi", "privileged": true,
+            "mounts": [{"hostPath": format!("{root}/x"), "containerPath": "/data/", "readOnly": true}],
+            "bootstrap": "exec", "stopGracePeriodSeconds": 2, "pull": "IfNotPresent"
+        })))
+        .unwrap()
+        .plan(&settings, false)
+        .unwrap();
+        let body = p.container("m-1", "");
+        assert_eq!(body.entrypoint.unwrap(), ["/sbin/init"]);
+        assert_eq!(body.cmd.unwrap(), ["--log", "x"]);
+        assert_eq!(body.env.unwrap(), ["A_B=1"]);
+        assert_eq!(body.labels.unwrap()["team"], "infra");
+        assert_eq!(body.stop_timeout, Some(2));
+        let host = body.host_config.unwrap();
+        assert_eq!(host.nano_cpus, Some(1_500_000_000));
+        assert_eq!(host.memory, Some(512 << 20));
+        assert_eq!(host.privileged, Some(true));
+        assert_eq!(host.network_mode.as_deref(), Some("kind"));
+        let m = &host.mounts.unwrap()[0];
+        assert_eq!(m.source.as_deref(), Some(format!("{root}/x").as_str()));
+        assert_eq!(m.target.as_deref(), Some("/data"));
+        assert_eq!(m.read_only, Some(true));
+        assert_eq!(p.bootstrap, Bootstrap::Exec);
+        assert_eq!(p.pull, Pull::IfNotPresent);
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let cases = [
+            (
+                json!({"image": ""}),
+                "machineClass.providerSpec.image: is required",
+            ),
+            (
+                json!({"image": "Upper/Case"}),
+                "machineClass.providerSpec.image: must be an image reference",
+            ),
+            (
+                json!({"image": "x:"}),
+                "machineClass.providerSpec.image: must be an image reference",
+            ),
+            (
+                json!({"pull": "Always"}),
+                "machineClass.providerSpec.pull: must be Never or IfNotPresent",
+            ),
+            (
+                json!({"image": "ghcr.io/a/b:1", "pull": "IfNotPresent"}),
+                "machineClass.providerSpec.pull: IfNotPresent would pull from registry \"ghcr.io\", which the operator does not allow (BERTH_DOCKER_REGISTRIES)",
+            ),
+            (
+                json!({"command": [""]}),
+                "machineClass.providerSpec.command[0]: must not be empty",
+            ),
+            (
+                json!({"args": ["a\u{0}b"]}),
+                "machineClass.providerSpec.args[0]: must be at most 4096 bytes without NUL",
+            ),
+            (
+                json!({"env": {"1X": "v"}}),
+                "machineClass.providerSpec.env: \"1X\" is not a variable name",
+            ),
+            (
+                json!({"labels": {"berth.io/machine": "x"}}),
+                "machineClass.providerSpec.labels[berth.io/machine]: keys under berth.io/ are the driver's own",
+            ),
+            (
+                json!({"labels": {"a b": "x"}}),
+                "machineClass.providerSpec.labels: \"a b\" is not a valid label key",
+            ),
+            (
+                json!({"network": "host"}),
+                "machineClass.providerSpec.network: host would share",
+            ),
+            (
+                json!({"network": "container:x"}),
+                "machineClass.providerSpec.network: must be a Docker network name",
+            ),
+            (
+                json!({"cpus": 0}),
+                "machineClass.providerSpec.cpus: must be between 0.01 and 1024",
+            ),
+            (
+                json!({"memory": "1Ki"}),
+                "machineClass.providerSpec.memory: must be at least 6Mi",
+            ),
+            (
+                json!({"memory": "lots"}),
+                "machineClass.providerSpec.memory: \"lots\" is not a quantity",
+            ),
+            (
+                json!({"privileged": true}),
+                "machineClass.providerSpec.privileged: privileged containers are not allowed by the operator (BERTH_DOCKER_ALLOW_PRIVILEGED)",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/etc", "containerPath": "/etc"}]}),
+                "machineClass.providerSpec.mounts[0].hostPath: no host directory may be mounted: the operator allows them with BERTH_DOCKER_MOUNT_PATHS",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/lib/berth"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not cover /var/lib/berth",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "rel"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: \"rel\" must be an absolute path",
+            ),
+            (
+                json!({"bootstrap": "cloud-init"}),
+                "machineClass.providerSpec.bootstrap: must be none or exec",
+            ),
+            (
+                json!({"stopGracePeriodSeconds": 301}),
+                "machineClass.providerSpec.stopGracePeriodSeconds: must be at most 300",
+            ),
+            (
+                json!({"tags": {}}),
+                "machineClass.providerSpec.tags: must hold one key kubernetes.io/cluster/<name>",
+            ),
+            (
+                json!({"tags": {"kubernetes.io/cluster/a": "1", "kubernetes.io/cluster/b": "1", "kubernetes.io/role/r": "1"}}),
+                "machineClass.providerSpec.tags: must hold exactly one key kubernetes.io/cluster/<name>",
+            ),
+        ];
+        for (extra, want) in cases {
+            let got = refused(extra.clone());
+            assert!(got.contains(want), "{extra}: {got}");
+        }
+        // One answer names every bad field.
+        let got = refused(json!({"image": "", "cpus": 9999, "privileged": true}));
+        assert_eq!(
+            got.matches("machineClass.providerSpec.").count(),
+            3,
+            "{got}"
+        );
+    }
+
+    #[test]
+    fn decoding_errors_name_the_field_and_type_never_the_value() {
+        let e = ProviderSpec::decode(&spec(json!({"cpus": "hunter2-secretish"}))).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
+        assert_eq!(
+            e.message,
+            "machineClass.providerSpec.cpus: expected f64, got string"
+        );
+        let e = ProviderSpec::decode(&spec(json!({"stopGracePeriodSeconds": -5}))).unwrap_err();
+        assert!(!e.message.contains("-5"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("machineClass.providerSpec.stopGracePeriodSeconds: "),
+            "{}",
+            e.message
+        );
+        let e = ProviderSpec::decode(&spec(json!({"mounts": [{"hostPath": 7}]}))).unwrap_err();
+        assert_eq!(
+            e.message,
+            "machineClass.providerSpec.mounts[0].hostPath: expected a string, got integer"
+        );
+        let e = ProviderSpec::decode(&spec(json!({"privilegd": true}))).unwrap_err();
+        assert!(
+            e.message.contains("unknown field `privilegd`"),
+            "{}",
+            e.message
+        );
+        let e = ProviderSpec::decode(&json!("x")).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("machineClass.providerSpec: must be a JSON object")
+        );
+    }
+
+    #[test]
+    fn image_references_parse_like_the_engine_reads_them() {
+        for (text, registry) in [
+            ("alpine", "docker.io"),
+            ("alpine:3.20", "docker.io"),
+            (
+                "library/alpine@sha256:0123456789abcdef0123456789abcdef",
+                "docker.io",
+            ),
+            ("localhost:5000/berth/m:v1", "localhost:5000"),
+            ("ghcr.io/org/img", "ghcr.io"),
+            ("kindest/node:v1.31.0", "docker.io"),
+        ] {
+            assert_eq!(parse_image(text).unwrap().registry, registry, "{text}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "UPPER",
+            "a:",
+            "a@sha256:xyz",
+            "-a",
+            "a//b",
+            "a:b:c/d",
+        ] {
+            assert!(parse_image(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_uids_and_provider_ids() {
+        let mut m = Machine::default();
+        m.metadata.name = "worker-1.pool".into();
+        m.metadata.uid = "6a0c5d4e-0b7e".into();
+        assert_eq!(machine_name(&m).unwrap(), "worker-1.pool");
+        assert_eq!(machine_uid(&m).unwrap(), "6a0c5d4e-0b7e");
+        assert_eq!(provider_id("worker-1"), "docker:///worker-1");
+        assert_eq!(
+            decode_provider_id("docker:///worker-1").unwrap(),
+            "worker-1"
+        );
+        for bad in [
+            "docker://worker-1",
+            "docker:////worker-1",
+            "docker:///",
+            "docker:///a/b",
+            "w",
+        ] {
+            let e = decode_provider_id(bad).unwrap_err();
+            assert!(e.message.starts_with("machine.spec.providerID: "), "{bad}");
+        }
+        m.metadata.name = "x".repeat(64);
+        assert!(machine_name(&m).is_err());
+        m.metadata.name = "a".into();
+        assert!(machine_name(&m).is_err());
+        m.metadata.uid = "a/b".into();
+        assert!(machine_uid(&m).is_err());
+    }
+
+    #[test]
+    fn user_data_is_required_and_runnable_for_an_exec_bootstrap() {
+        let none = Secret::default();
+        assert_eq!(user_data(&none, Bootstrap::None).unwrap(), None);
+        let e = user_data(&none, Bootstrap::Exec).unwrap_err();
+        assert_eq!(
+            e.message,
+            "secret.data[userData]: is required when machineClass.providerSpec.bootstrap is exec"
+        );
+        let plain = Secret::from_string_data([("userData", "echo token-abc123")]);
+        assert!(user_data(&plain, Bootstrap::None).unwrap().is_some());
+        let e = user_data(&plain, Bootstrap::Exec).unwrap_err();
+        assert!(e.message.contains("must start with #!"));
+        assert!(!e.message.contains("token-abc123"));
+        let script = Secret::from_string_data([("userData", "#!/bin/sh\necho hi\n")]);
+        assert!(user_data(&script, Bootstrap::Exec).unwrap().is_some());
+    }
+}

@@ -1,0 +1,748 @@
+//! The `Docker` provider over real HTTP against the local Docker Engine: create, adopt, status,
+//! initialize, list and delete; a bootstrap that fails; a missing image; mounts, Engines and
+//! privileges outside what the operator allows; 20 machines created concurrently, each twice.
+//!
+//! The machine image is built by the tests from nothing a registry serves ([`support`]). Tests skip
+//! with a printed reason when no Engine answers, and fail instead when `BERTH_REQUIRE_DOCKER=1`.
+//! How long machines take to become Running is measured by `benches/docker.rs`, not here.
+//!
+//! Every container a test makes carries a label naming the test's run (the process id and the
+//! test), and a guard removes every container with that label when the test ends, failed or not.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use bollard::Docker as Engine;
+use bollard::query_parameters::DownloadFromContainerOptions;
+use client::machines::Client;
+use client::{ClientError, ClientOptions, ServiceClient};
+use domain::Code;
+use domain::machine::{
+    CreateMachineResponse, ListMachinesRequest, Machine, MachineClass, MachineRequest, Secret,
+};
+use futures::StreamExt as _;
+use machine_driver::docker::archive;
+use serde_json::{Value, json};
+use service_kit::Env;
+use service_kit::testing::{TestServer, eventually, spawn};
+use support::{RUN_LABEL, Sweep, local_engine, machine_image};
+
+/// How long a machine may take to become Running here.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The local Engine; skips (or, with BERTH_REQUIRE_DOCKER=1, fails) when none answers.
+async fn engine_or_skip(test: &str) -> Option<Engine> {
+    let engine = local_engine().await;
+    if engine.is_none() {
+        assert!(
+            std::env::var("BERTH_REQUIRE_DOCKER").as_deref() != Ok("1"),
+            "{test}: BERTH_REQUIRE_DOCKER=1 but no Docker Engine answers at unix:///var/run/docker.sock"
+        );
+        eprintln!("SKIPPED {test}: no Docker Engine answers at unix:///var/run/docker.sock");
+    }
+    engine
+}
+
+/// One test's driver, client, run id and sweep.
+struct App {
+    machines: Client,
+    run: String,
+    image: String,
+    engine: Engine,
+    _driver: TestServer,
+    _sweep: Sweep,
+}
+
+/// A run id for `test`: unique per process and test, usable in machine names and labels.
+fn run_id(test: &str) -> String {
+    format!("bt{}-{test}", std::process::id())
+}
+
+async fn driver(env: Env) -> (TestServer, Client) {
+    let config =
+        machine_driver::Config::from_env(&env.with("BERTH_LISTEN", "127.0.0.1:0")).unwrap();
+    let providers = machine_driver::providers(&config).unwrap();
+    let server = spawn(machine_driver::router(&config, providers)).await;
+    let client = Client::new(ServiceClient::new(
+        &server.url,
+        ClientOptions {
+            timeout: Duration::from_secs(60),
+            ..ClientOptions::default()
+        },
+    ));
+    (server, client)
+}
+
+/// The driver for test `test` (a short DNS-1123 word) with these extra variables, or `None` (skipped)
+/// without an Engine.
+async fn spawn_app(test: &str, vars: &[(&str, &str)]) -> Option<App> {
+    let engine = engine_or_skip(test).await?;
+    let run = run_id(test);
+    let sweep = Sweep(run.clone());
+    let image = machine_image().await;
+    let mut env = Env::default();
+    for (k, v) in vars {
+        env = env.with(k, *v);
+    }
+    let (server, machines) = driver(env).await;
+    Some(App {
+        machines,
+        run,
+        image,
+        engine,
+        _driver: server,
+        _sweep: sweep,
+    })
+}
+
+impl App {
+    /// A class of this run: the test image, cluster = the run id, role `worker`, plus `extra`.
+    fn class(&self, extra: Value) -> MachineClass {
+        let mut spec = json!({
+            "image": self.image,
+            "tags": {format!("kubernetes.io/cluster/{}", self.run): "1", "kubernetes.io/role/worker": "1"},
+            "labels": {RUN_LABEL: self.run},
+            "stopGracePeriodSeconds": 20,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        let mut class = MachineClass {
+            provider: "Docker".into(),
+            provider_spec: spec,
+            ..MachineClass::default()
+        };
+        class.metadata.name = format!("{}-class", self.run);
+        class
+    }
+
+    fn machine(&self, n: usize) -> Machine {
+        let mut m = Machine::default();
+        m.metadata.name = format!("{}-{n}", self.run);
+        m.metadata.namespace = "default".into();
+        m.metadata.uid = format!("uid-{}-{n}", self.run);
+        m
+    }
+
+    fn req(&self, n: usize, class: &MachineClass, user_data: Option<&str>) -> MachineRequest {
+        MachineRequest {
+            machine: self.machine(n),
+            machine_class: class.clone(),
+            secret: user_data
+                .map(|d| Secret::from_string_data([("userData", d)]))
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The run's containers.
+    async fn containers(&self) -> Vec<String> {
+        Sweep::containers(&self.engine, &self.run).await
+    }
+
+    /// A file in machine `n`'s container, as text.
+    async fn file(&self, n: usize, path: &str) -> Option<String> {
+        let mut stream = self.engine.download_from_container(
+            &self.machine(n).metadata.name,
+            Some(DownloadFromContainerOptions { path: path.into() }),
+        );
+        let mut tar = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            tar.extend_from_slice(&chunk.ok()?);
+        }
+        archive::first_file(&tar).map(|b| String::from_utf8(b).unwrap())
+    }
+
+    /// Polls status until OK.
+    async fn until_running(&self, req: &MachineRequest) {
+        eventually("machine Running", WAIT, || async {
+            self.machines.status(req).await.ok().map(|_| ())
+        })
+        .await
+    }
+}
+
+fn assert_code(e: &ClientError, code: Code, http: u16) {
+    assert_eq!(e.code(), code, "{e}");
+    assert_eq!(e.http_status, Some(http), "{e}");
+}
+
+fn condition<'a>(
+    conditions: &'a [domain::machine::Condition],
+    kind: &str,
+) -> &'a domain::machine::Condition {
+    conditions
+        .iter()
+        .find(|c| c.kind == kind)
+        .unwrap_or_else(|| panic!("no {kind} condition in {conditions:?}"))
+}
+
+const SHEBANG: &str = "#!/berth-machine bootstrap\n";
+
+#[tokio::test]
+async fn a_machine_is_created_adopted_bootstrapped_once_listed_and_deleted() {
+    let Some(app) = spawn_app("life", &[]).await else {
+        return;
+    };
+    let class = app.class(json!({"bootstrap": "exec"}));
+    let user_data = format!(
+        "{SHEBANG}# token: bootstrap-token-abc123\nappend /var/lib/berth/runs ran\nsleep 2000\n"
+    );
+    let req = app.req(0, &class, Some(&user_data));
+    let name = req.machine.metadata.name.clone();
+
+    let made: CreateMachineResponse = app.machines.create(&req).await.unwrap();
+    assert_eq!(made.provider_id, format!("docker:///{name}"));
+    assert_eq!(made.node_name, name);
+    assert!(
+        made.last_known_state.contains("created"),
+        "{}",
+        made.last_known_state
+    );
+    assert!(
+        made.addresses.iter().any(|a| a.kind == "InternalIP"),
+        "{:?}",
+        made.addresses
+    );
+    assert!(
+        made.addresses
+            .iter()
+            .any(|a| a.kind == "Hostname" && a.address == name)
+    );
+
+    // The bootstrap is still running: not initialised yet.
+    let e = app.machines.status(&req).await.unwrap_err();
+    assert_code(&e, Code::Uninitialized, 409);
+    assert!(e.status.message.contains("is running"), "{e}");
+
+    // Again: the same container is adopted, no second one is made, the bootstrap is not rerun.
+    let again = app.machines.create(&req).await.unwrap();
+    assert_eq!(again.provider_id, made.provider_id);
+    assert!(
+        again.last_known_state.contains("adopted"),
+        "{}",
+        again.last_known_state
+    );
+
+    // InitializeMachine waits for the running bootstrap.
+    let init = app.machines.initialize(&req).await.unwrap();
+    assert_eq!(init.provider_id, made.provider_id);
+    app.until_running(&req).await;
+
+    let status = app.machines.status(&req).await.unwrap();
+    assert_eq!(status.provider_id, made.provider_id);
+    assert_eq!(status.node_name, name);
+    for kind in ["ContainerProvisioned", "BootstrapCompleted", "Ready"] {
+        assert_eq!(condition(&status.conditions, kind).status, "True", "{kind}");
+    }
+    assert_eq!(
+        condition(&status.conditions, "BootstrapCompleted").reason,
+        "Completed"
+    );
+    app.machines.initialize(&req).await.unwrap();
+    app.machines.create(&req).await.unwrap();
+
+    // The user data was in place before the container's own init started, and ran exactly once.
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+    assert_eq!(
+        app.file(0, "/tmp/boot").await.as_deref(),
+        Some("user-data present\n")
+    );
+    assert_eq!(
+        app.file(0, "/var/lib/berth/user-data").await.as_deref(),
+        Some(user_data.as_str())
+    );
+    assert_eq!(
+        app.file(0, "/var/lib/berth/bootstrap.exit")
+            .await
+            .as_deref(),
+        Some("0")
+    );
+
+    // One container, labelled with the class's cluster and role and the machine's name and UID.
+    assert_eq!(app.containers().await.len(), 1);
+    let inspected = app.engine.inspect_container(&name, None).await.unwrap();
+    let config = inspected.config.unwrap();
+    let labels = config.labels.unwrap();
+    assert_eq!(labels["berth.io/cluster"], app.run);
+    assert_eq!(labels["berth.io/role"], "worker");
+    assert_eq!(labels["berth.io/machine"], name);
+    assert_eq!(labels["berth.io/machine-uid"], req.machine.metadata.uid);
+    assert_eq!(config.hostname.as_deref(), Some(name.as_str()));
+    assert_eq!(config.image.as_deref(), Some(app.image.as_str()));
+
+    // A container that stopped is still the machine's, not Ready; CreateMachine starts it again.
+    app.engine
+        .stop_container(
+            &name,
+            None::<bollard::query_parameters::StopContainerOptions>,
+        )
+        .await
+        .unwrap();
+    let stopped = app.machines.status(&req).await.unwrap();
+    let ready = condition(&stopped.conditions, "Ready");
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "NotReady")
+    );
+    assert!(ready.message.contains("exited"), "{ready:?}");
+    app.machines.create(&req).await.unwrap();
+    let restarted = app.machines.status(&req).await.unwrap();
+    assert_eq!(condition(&restarted.conditions, "Ready").status, "True");
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+
+    // Found by providerID too.
+    let mut by_id = req.clone();
+    by_id.machine.spec.provider_id = made.provider_id.clone();
+    app.machines.status(&by_id).await.unwrap();
+
+    // Listed under the class's cluster and role; another role sees nothing.
+    let list = app
+        .machines
+        .list(&ListMachinesRequest {
+            machine_class: class.clone(),
+            secret: Secret::default(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        list.machine_list,
+        BTreeMap::from([(made.provider_id.clone(), name.clone())])
+    );
+    let mut other_role = class.clone();
+    other_role.provider_spec["tags"] = json!({
+        format!("kubernetes.io/cluster/{}", app.run): "1", "kubernetes.io/role/control-plane": "1"
+    });
+    let none = app
+        .machines
+        .list(&ListMachinesRequest {
+            machine_class: other_role,
+            secret: Secret::default(),
+        })
+        .await
+        .unwrap();
+    assert!(none.machine_list.is_empty(), "{none:?}");
+
+    // Delete stops it within its grace period (the machine stops on SIGTERM) and removes it.
+    let deleting = Instant::now();
+    let gone = app.machines.delete(&req).await.unwrap();
+    assert!(
+        deleting.elapsed() < Duration::from_secs(15),
+        "a graceful stop took {:?}",
+        deleting.elapsed()
+    );
+    assert!(
+        gone.last_known_state.contains("removed"),
+        "{}",
+        gone.last_known_state
+    );
+    assert!(app.containers().await.is_empty());
+    let e = app.machines.status(&req).await.unwrap_err();
+    assert_code(&e, Code::NotFound, 404);
+    let again = app.machines.delete(&req).await.unwrap();
+    assert!(again.last_known_state.contains("nothing to delete"));
+    let list = app
+        .machines
+        .list(&ListMachinesRequest {
+            machine_class: class,
+            secret: Secret::default(),
+        })
+        .await
+        .unwrap();
+    assert!(list.machine_list.is_empty());
+}
+
+#[tokio::test]
+async fn a_failing_bootstrap_leaves_the_machine_uninitialized_and_is_not_rerun() {
+    let Some(app) = spawn_app("fail", &[]).await else {
+        return;
+    };
+    let class = app.class(json!({"bootstrap": "exec"}));
+    let failing = app.req(
+        0,
+        &class,
+        Some(&format!(
+            "{SHEBANG}append /var/lib/berth/runs ran\nexit 3\n"
+        )),
+    );
+    // The kernel cannot run this one at all: its interpreter does not exist.
+    let unrunnable = app.req(1, &class, Some("#!/no/such/interpreter\n"));
+    app.machines.create(&failing).await.unwrap();
+    app.machines.create(&unrunnable).await.unwrap();
+
+    let e = eventually("the failure is reported", WAIT, || async {
+        let e = app.machines.status(&failing).await.unwrap_err();
+        e.status.message.contains("failed").then_some(e)
+    })
+    .await;
+    assert_code(&e, Code::Uninitialized, 409);
+    assert!(e.status.message.contains("exit code 3"), "{e}");
+    let e = app.machines.initialize(&failing).await.unwrap_err();
+    assert_code(&e, Code::Uninitialized, 409);
+    assert!(e.status.message.contains("exit code 3"), "{e}");
+    app.machines.create(&failing).await.unwrap();
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+
+    let e = eventually("the unrunnable bootstrap is reported", WAIT, || async {
+        let e = app.machines.initialize(&unrunnable).await.unwrap_err();
+        e.status.message.contains("failed").then_some(e)
+    })
+    .await;
+    assert_code(&e, Code::Uninitialized, 409);
+    assert!(e.status.message.contains("failed with exit code"), "{e}");
+    assert!(!e.status.message.contains("exit code 0"), "{e}");
+
+    for r in [&failing, &unrunnable] {
+        app.machines.delete(r).await.unwrap();
+    }
+    assert!(app.containers().await.is_empty());
+}
+
+#[tokio::test]
+async fn initialize_runs_a_pending_bootstrap() {
+    let Some(app) = spawn_app("pend", &[]).await else {
+        return;
+    };
+    let plain = app.class(json!({}));
+    let exec = app.class(json!({"bootstrap": "exec"}));
+    let user_data = format!("{SHEBANG}append /var/lib/berth/runs ran\n");
+    // Made by a class without a bootstrap: the user data is written, not run.
+    app.machines
+        .create(&app.req(0, &plain, Some(&user_data)))
+        .await
+        .unwrap();
+    let status = app
+        .machines
+        .status(&app.req(0, &plain, Some(&user_data)))
+        .await
+        .unwrap();
+    assert_eq!(
+        condition(&status.conditions, "BootstrapCompleted").reason,
+        "NotRequested"
+    );
+    assert_eq!(app.file(0, "/var/lib/berth/runs").await, None);
+    // Seen through a class that wants one, the bootstrap is pending until InitializeMachine.
+    let req = app.req(0, &exec, Some(&user_data));
+    let e = app.machines.status(&req).await.unwrap_err();
+    assert_code(&e, Code::Uninitialized, 409);
+    assert!(e.status.message.contains("has not run yet"), "{e}");
+    app.machines.initialize(&req).await.unwrap();
+    app.machines.status(&req).await.unwrap();
+    app.machines.initialize(&req).await.unwrap();
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+    app.machines.delete(&req).await.unwrap();
+    assert!(app.containers().await.is_empty());
+}
+
+#[tokio::test]
+async fn a_missing_image_is_failed_precondition_and_nothing_is_pulled() {
+    let Some(app) = spawn_app("img", &[]).await else {
+        return;
+    };
+    let missing = format!("berth-test-missing-{}:none", std::process::id());
+    let e = app
+        .machines
+        .create(&app.req(0, &app.class(json!({"image": missing})), None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(e.status.message.contains(&missing), "{e}");
+    assert!(e.status.message.contains("pull: IfNotPresent"), "{e}");
+    assert!(app.engine.inspect_image(&missing).await.is_err());
+
+    // Pulling from a registry the operator does not allow is refused before the Engine is asked.
+    let e = app
+        .machines
+        .create(&app.req(
+            0,
+            &app.class(json!({"image": "localhost:1/berth/none:v1", "pull": "IfNotPresent"})),
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(
+        e.status.message.contains(
+            "machineClass.providerSpec.pull: IfNotPresent would pull from registry \"localhost:1\""
+        ),
+        "{e}"
+    );
+    assert!(e.status.message.contains("BERTH_DOCKER_REGISTRIES"), "{e}");
+
+    // A network the Engine does not have is a precondition too, naming it.
+    let network = format!("berth-test-nonet-{}", std::process::id());
+    let e = app
+        .machines
+        .create(&app.req(0, &app.class(json!({"network": network})), None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(e.status.message.contains(&network), "{e}");
+    assert!(app.containers().await.is_empty());
+
+    // An allowed registry that does not answer: the pull fails, naming the image.
+    let (_server, pulling) =
+        driver(Env::default().with("BERTH_DOCKER_REGISTRIES", "localhost:1")).await;
+    let e = pulling
+        .create(&app.req(
+            0,
+            &app.class(json!({"image": "localhost:1/berth/none:v1", "pull": "IfNotPresent"})),
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(
+        e.status.message.contains(
+            "\"localhost:1/berth/none:v1\" is not on the Docker Engine and pulling it failed"
+        ),
+        "{e}"
+    );
+    assert!(app.containers().await.is_empty());
+}
+
+#[tokio::test]
+async fn host_paths_and_privileges_outside_what_the_operator_allows_are_refused() {
+    let allowed = std::env::temp_dir().join(format!("berth-docker-mounts-{}", std::process::id()));
+    std::fs::create_dir_all(allowed.join("data")).unwrap();
+    let escape = allowed.join("escape");
+    let _ = std::fs::remove_file(&escape);
+    std::os::unix::fs::symlink("/etc", &escape).unwrap();
+    let root = allowed.display().to_string();
+    let Some(app) = spawn_app("mnt", &[("BERTH_DOCKER_MOUNT_PATHS", &root)]).await else {
+        return;
+    };
+    let mount = |host: &str| json!({"mounts": [{"hostPath": host, "containerPath": "/data", "readOnly": true}]});
+    for (host, rule) in [
+        (
+            "/etc".to_owned(),
+            "outside the host directories BERTH_DOCKER_MOUNT_PATHS allows",
+        ),
+        (format!("{root}/../.."), "must not contain '..' components"),
+        (format!("{root}/escape"), "through a symbolic link"),
+        (
+            format!("{root}-other"),
+            "outside the host directories BERTH_DOCKER_MOUNT_PATHS allows",
+        ),
+    ] {
+        let e = app
+            .machines
+            .create(&app.req(0, &app.class(mount(&host)), None))
+            .await
+            .unwrap_err();
+        assert_code(&e, Code::InvalidArgument, 400);
+        assert!(
+            e.status
+                .message
+                .starts_with("machineClass.providerSpec.mounts[0].hostPath: "),
+            "{e}"
+        );
+        assert!(e.status.message.contains(rule), "{host}: {e}");
+    }
+    let e = app
+        .machines
+        .create(&app.req(0, &app.class(json!({"privileged": true})), None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(
+        e.status.message.contains("BERTH_DOCKER_ALLOW_PRIVILEGED"),
+        "{e}"
+    );
+    assert!(app.containers().await.is_empty());
+
+    // Inside the allowed directory: bound, read-only.
+    let req = app.req(0, &app.class(mount(&format!("{root}/data"))), None);
+    app.machines.create(&req).await.unwrap();
+    let inspected = app
+        .engine
+        .inspect_container(&req.machine.metadata.name, None)
+        .await
+        .unwrap();
+    let mounts = inspected.mounts.unwrap();
+    assert_eq!(mounts.len(), 1, "{mounts:?}");
+    assert_eq!(
+        mounts[0].source.as_deref(),
+        Some(format!("{root}/data").as_str())
+    );
+    assert_eq!(mounts[0].destination.as_deref(), Some("/data"));
+    assert_eq!(mounts[0].rw, Some(false));
+    app.machines.delete(&req).await.unwrap();
+    assert!(app.containers().await.is_empty());
+    std::fs::remove_dir_all(&allowed).unwrap();
+}
+
+/// No Engine needed: the checks happen before any connection, and a dead Engine is Unavailable.
+#[tokio::test]
+async fn engine_addresses_are_checked_and_a_silent_engine_is_unavailable() {
+    let dead = format!(
+        "unix:///nonexistent-berth-{}/docker.sock",
+        std::process::id()
+    );
+    let (_server, machines) =
+        driver(Env::default().with("BERTH_DOCKER_HOSTS", dead.as_str())).await;
+    let providers = machines.providers().await.unwrap();
+    let names: Vec<&str> = providers
+        .providers
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(names, ["Alicloud", "Docker"]);
+
+    let mut class = MachineClass {
+        provider: "Docker".into(),
+        provider_spec: json!({
+            "image": "berth/none:v1",
+            "tags": {"kubernetes.io/cluster/c": "1", "kubernetes.io/role/r": "1"}
+        }),
+        ..MachineClass::default()
+    };
+    class.metadata.name = "c".into();
+    let mut machine = Machine::default();
+    machine.metadata.name = "m-dead".into();
+    let req = |host: &str| MachineRequest {
+        machine: machine.clone(),
+        machine_class: class.clone(),
+        secret: Secret::from_string_data([("dockerHost", host)]),
+    };
+    let e = machines
+        .create(&req("tcp://10.9.8.7:2375"))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert_eq!(
+        e.status.message,
+        "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_HOSTS"
+    );
+    let e = machines
+        .status(&req("ssh://root@10.9.8.7"))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(!e.status.message.contains("10.9.8.7"), "{e}");
+
+    for call in ["create", "status", "delete"] {
+        let r = req(&dead);
+        let e = match call {
+            "create" => machines.create(&r).await.unwrap_err(),
+            "status" => machines.status(&r).await.unwrap_err(),
+            _ => machines.delete(&r).await.unwrap_err(),
+        };
+        assert_code(&e, Code::Unavailable, 503);
+        assert!(e.status.message.contains("does not answer"), "{call}: {e}");
+        assert!(!e.status.message.contains("nonexistent"), "{call}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn twenty_machines_created_twice_concurrently_make_twenty_containers() {
+    let Some(app) = spawn_app("conc", &[]).await else {
+        return;
+    };
+    let class = app.class(json!({"bootstrap": "exec"}));
+    let user_data = format!("{SHEBANG}append /var/lib/berth/runs ran\n");
+    let reqs: Vec<MachineRequest> = (0..20)
+        .map(|n| app.req(n, &class, Some(&user_data)))
+        .collect();
+
+    let made = futures::future::join_all(
+        reqs.iter()
+            .chain(reqs.iter())
+            .map(|r| app.machines.create(r)),
+    )
+    .await;
+    let mut ids = BTreeMap::new();
+    for (r, m) in reqs.iter().chain(reqs.iter()).zip(made) {
+        let m = m.unwrap_or_else(|e| panic!("{}: {e}", r.machine.metadata.name));
+        let prev = ids.insert(r.machine.metadata.name.clone(), m.provider_id.clone());
+        assert!(prev.is_none_or(|p| p == m.provider_id));
+    }
+    assert_eq!(ids.len(), 20);
+    assert_eq!(app.containers().await.len(), 20);
+
+    futures::future::join_all(reqs.iter().map(|r| app.until_running(r))).await;
+    for n in 0..20 {
+        assert_eq!(
+            app.file(n, "/var/lib/berth/runs").await.as_deref(),
+            Some("ran\n"),
+            "machine {n}"
+        );
+    }
+    let list = app
+        .machines
+        .list(&ListMachinesRequest {
+            machine_class: class.clone(),
+            secret: Secret::default(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(list.machine_list.len(), 20);
+
+    let deleted = futures::future::join_all(
+        reqs.iter()
+            .chain(reqs.iter())
+            .map(|r| app.machines.delete(r)),
+    )
+    .await;
+    for d in deleted {
+        // Both deletes of a machine succeed: the second finds nothing left, or the Engine tells it
+        // removal is under way (retry); either way nothing remains.
+        if let Err(e) = d {
+            assert_code(&e, Code::Unavailable, 503);
+        }
+    }
+    eventually("every container removed", WAIT, || async {
+        app.containers().await.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// No Engine needed: the README's example class is one the driver accepts as it is.
+#[test]
+fn the_example_docker_machine_is_valid() {
+    use machine_driver::docker::settings::Settings;
+    use machine_driver::docker::spec::{Bootstrap, ProviderSpec, machine_name, user_data};
+    use serde::Deserialize as _;
+
+    let text = include_str!("../../../examples/docker-machine.yaml");
+    let mut kinds = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let doc = Value::deserialize(doc).unwrap();
+        let kind = doc["kind"].as_str().unwrap().to_owned();
+        match kind.as_str() {
+            "Machine" => {
+                let m: Machine = serde_json::from_value(doc).unwrap();
+                machine_name(&m).unwrap();
+            }
+            "MachineClass" => {
+                let c: MachineClass = serde_json::from_value(doc).unwrap();
+                assert_eq!(c.provider, "Docker");
+                let plan = ProviderSpec::decode(&c.provider_spec)
+                    .unwrap()
+                    .plan(&Settings::default(), false)
+                    .unwrap();
+                assert_eq!(plan.bootstrap, Bootstrap::Exec);
+            }
+            "Secret" => {
+                let s: Secret = serde_json::from_value(doc).unwrap();
+                assert!(user_data(&s, Bootstrap::Exec).unwrap().is_some());
+            }
+            other => panic!("unexpected kind {other}"),
+        }
+        kinds.push(kind);
+    }
+    assert_eq!(kinds, ["Machine", "MachineClass", "Secret"]);
+}
