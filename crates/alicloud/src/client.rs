@@ -34,6 +34,20 @@ pub const METRIC_REQUESTS: &str = "berth_ecs_requests_total";
 /// Counter of retries, by `action` and `reason`.
 pub const METRIC_RETRIES: &str = "berth_ecs_retries_total";
 
+/// Gives the ECS client's metrics their `# HELP` lines, in whatever recorder is installed.
+pub fn describe_metrics() {
+    metrics::describe_histogram!(
+        METRIC_DURATION,
+        metrics::Unit::Seconds,
+        "Time one HTTP attempt to ECS took, by action."
+    );
+    metrics::describe_counter!(
+        METRIC_REQUESTS,
+        "HTTP attempts to ECS by action and result (ok, or the ECS error code or failure kind)."
+    );
+    metrics::describe_counter!(METRIC_RETRIES, "Retried ECS calls by action and reason.");
+}
+
 /// The shared part: one pooled HTTP client, the configuration and the rate limiters.
 ///
 /// Build one per process and make an [`EcsClient`] per (region, credentials) with [`Ecs::client`];

@@ -52,7 +52,7 @@ pub mod params;
 pub mod ratelimit;
 pub mod sign;
 
-pub use client::{API_VERSION, Ecs, EcsClient, deadline_in};
+pub use client::{API_VERSION, Ecs, EcsClient, deadline_in, describe_metrics};
 pub use config::{ConfigError, EcsConfig, RetryPolicy, SignatureVersion};
 pub use credentials::{Credentials, Secret};
 pub use endpoint::{Region, RegionError};

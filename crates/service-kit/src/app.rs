@@ -21,6 +21,7 @@ pub struct ServiceApp {
     readiness: Readiness,
     http: HttpConfig,
     openapi_route: Option<MethodRouter>,
+    metric_prefixes: &'static [&'static str],
 }
 
 impl ServiceApp {
@@ -32,6 +33,7 @@ impl ServiceApp {
             readiness: Readiness::default(),
             http: HttpConfig::default(),
             openapi_route: None,
+            metric_prefixes: &[],
         }
     }
 
@@ -51,6 +53,13 @@ impl ServiceApp {
     /// (the gateway serves the merged document of its upstreams).
     pub fn openapi_route(mut self, route: MethodRouter) -> Self {
         self.openapi_route = Some(route);
+        self
+    }
+
+    /// Names the metrics (by prefix, such as `berth_gateway_`) its `/metrics` page serves besides its
+    /// own HTTP series.
+    pub fn metric_prefixes(mut self, prefixes: &'static [&'static str]) -> Self {
+        self.metric_prefixes = prefixes;
         self
     }
 
@@ -79,6 +88,7 @@ impl ServiceApp {
         let declared = std::sync::Arc::new(crate::query::DeclaredQuery::from_openapi(&doc));
         let doc = std::sync::Arc::new(Self::openapi(self.name, doc));
         let readiness = self.readiness;
+        let (name, metric_prefixes) = (self.name, self.metric_prefixes);
         let router = api
             .route(
                 "/healthz",
@@ -91,7 +101,10 @@ impl ServiceApp {
                     async move { ready(readiness).await }
                 }),
             )
-            .route("/metrics", get(metrics_text))
+            .route(
+                "/metrics",
+                get(move || async move { metrics_text(name, metric_prefixes) }),
+            )
             .route(
                 "/openapi.json",
                 self.openapi_route
@@ -119,11 +132,11 @@ async fn ready(readiness: Readiness) -> Response {
     }
 }
 
-async fn metrics_text() -> Response {
+fn metrics_text(service: &'static str, prefixes: &'static [&'static str]) -> Response {
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        crate::metrics::render(),
+        crate::metrics::render_for(service, prefixes),
     )
         .into_response()
 }

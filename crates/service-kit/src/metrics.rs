@@ -66,11 +66,55 @@ pub fn handle() -> &'static PrometheusHandle {
 
 /// Renders every metric in the Prometheus text format.
 pub fn render() -> String {
-    let mut out = handle().render();
+    render_page(None)
+}
+
+/// The page of one service: its own series of the families labelled by `service` (the HTTP
+/// metrics), and the metrics whose names start with one of `prefixes` (those the service declares
+/// as its own, such as `berth_gateway_`). When `berth up` runs every service in one process, each
+/// port serves its own service's page, not the whole process's.
+pub fn render_for(service: &str, prefixes: &[&str]) -> String {
+    render_page(Some((service, prefixes)))
+}
+
+fn render_page(only: Option<(&str, &[&str])>) -> String {
+    let recorded = handle().render();
+    let mut out = match only {
+        None => recorded,
+        Some((_, prefixes)) => keep_metrics(&recorded, |name| {
+            prefixes.iter().any(|prefix| name.starts_with(prefix))
+        }),
+    };
     let mut families = FAMILIES.lock().expect("families lock").clone();
     families.sort_by_key(|family| family.name());
     for family in families {
-        family.render(&mut out);
+        match only {
+            None => family.render(&mut out, None),
+            Some((service, prefixes)) => {
+                if family.has_label("service") {
+                    family.render(&mut out, Some(("service", service)));
+                } else if prefixes.iter().any(|p| family.name().starts_with(p)) {
+                    family.render(&mut out, None);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The lines of a Prometheus text page that belong to metrics whose name `keep` accepts (a
+/// histogram's `_bucket`, `_sum` and `_count` lines go with it).
+fn keep_metrics(page: &str, keep: impl Fn(&str) -> bool) -> String {
+    let mut out = String::with_capacity(page.len());
+    for line in page.lines() {
+        let name = match line.strip_prefix("# ") {
+            Some(comment) => comment.split_whitespace().nth(1).unwrap_or(""),
+            None => line.split(['{', ' ']).next().unwrap_or(""),
+        };
+        if !name.is_empty() && keep(name) {
+            out.push_str(line);
+            out.push('\n');
+        }
     }
     out
 }
@@ -241,7 +285,9 @@ impl Series for DurationHistogram {
 /// A family renders itself into the page.
 trait Rendered: Send + Sync {
     fn name(&self) -> &'static str;
-    fn render(&self, out: &mut String);
+    fn has_label(&self, label: &str) -> bool;
+    /// Renders its series, or with `only = (label, value)` those whose label has that value.
+    fn render(&self, out: &mut String, only: Option<(&str, &str)>);
 }
 
 static FAMILIES: Mutex<Vec<&'static dyn Rendered>> = Mutex::new(Vec::new());
@@ -334,12 +380,22 @@ impl<S: Series> Rendered for Family<S> {
         self.count_as.map_or(self.name, |(name, _)| name)
     }
 
-    fn render(&self, out: &mut String) {
+    fn has_label(&self, label: &str) -> bool {
+        self.label_names.contains(&label)
+    }
+
+    fn render(&self, out: &mut String, only: Option<(&str, &str)>) {
+        let position =
+            only.and_then(|(label, _)| self.label_names.iter().position(|n| *n == label));
         let mut series: Vec<(String, Arc<S>)> = self
             .series
             .lock()
             .expect("family lock")
             .iter()
+            .filter(|(values, _)| match (position, only) {
+                (Some(at), Some((_, wanted))) => values[at] == wanted,
+                _ => true,
+            })
             .map(|(values, s)| (self.labels(values), s.clone()))
             .collect();
         series.sort_by(|a, b| a.0.cmp(&b.0));

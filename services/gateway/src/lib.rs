@@ -219,6 +219,7 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
         openapi: OpenApiCache::new(http.clone(), sources.clone()),
     });
     let mut app = ServiceApp::new(NAME, docs::routes())
+        .metric_prefixes(&["berth_gateway_"])
         .http_config(config.http.clone())
         .openapi_route(get({
             let gateway = gateway.clone();

@@ -52,6 +52,19 @@ pub const METRIC_DURATION: &str = "berth_driver_request_duration_seconds";
 /// success), so failures are counted by kind (MCM's `requests_total` / `failed_total`).
 pub const METRIC_REQUESTS: &str = "berth_driver_requests_total";
 
+/// Gives the driver's metrics their `# HELP` lines.
+pub(crate) fn describe_metrics() {
+    metrics::describe_histogram!(
+        METRIC_DURATION,
+        metrics::Unit::Seconds,
+        "Time a driver call took, by method and provider."
+    );
+    metrics::describe_counter!(
+        METRIC_REQUESTS,
+        "Driver calls by method, provider and outcome (the machine code's name, OK on success)."
+    );
+}
+
 /// Runs one driver call and records its duration and outcome.
 async fn observed<T>(
     method: &'static str,

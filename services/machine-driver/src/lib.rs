@@ -145,9 +145,15 @@ pub fn providers(config: &Config) -> Result<Providers, ::alicloud::Error> {
 
 /// The service's router over these providers.
 pub fn router(config: &Config, providers: Providers) -> axum::Router {
-    ServiceApp::new(NAME, api::routes(api::AppState { providers }))
+    let router = ServiceApp::new(NAME, api::routes(api::AppState { providers }))
+        // Its own calls, and the ECS calls its Alicloud provider makes.
+        .metric_prefixes(&["berth_driver_", "berth_ecs_"])
         .http_config(config.http.clone())
-        .into_router()
+        .into_router();
+    // After the router: making it installs the recorder, which keeps the descriptions.
+    api::describe_metrics();
+    ::alicloud::describe_metrics();
+    router
 }
 
 /// Binds the listener and builds the application.

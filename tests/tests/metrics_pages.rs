@@ -1,0 +1,77 @@
+//! Under one process (as `berth up` runs them), each service's `/metrics` serves its own series, and
+//! every metric on a page has its `# HELP` line.
+
+use berth_tests::{Stack, token_for};
+use gateway::routes::Scope;
+
+/// The metric names a page describes with `# HELP`.
+fn described(page: &str) -> Vec<&str> {
+    page.lines()
+        .filter_map(|l| l.strip_prefix("# HELP "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect()
+}
+
+/// The metric name of each sample line, with a histogram's suffixes taken off.
+fn sampled(page: &str) -> Vec<&str> {
+    page.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l.split(['{', ' ']).next().unwrap())
+        .map(|n| {
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|s| n.strip_suffix(s))
+                .unwrap_or(n)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn each_service_serves_its_own_series_each_with_help() {
+    let stack = Stack::spawn(&[]).await;
+    // Traffic for every service: through the gateway to the registry and storage-ops, and to the
+    // driver.
+    for path in ["/v1/kinds", "/v1/volumes", "/v1/providers"] {
+        let token = match path {
+            "/v1/kinds" => token_for(Scope::OrchestratorsRead),
+            "/v1/volumes" => token_for(Scope::VolumesRead),
+            _ => token_for(Scope::MachinesRead),
+        };
+        let answer = stack.call("GET", path, Some(token)).send().await.unwrap();
+        assert_eq!(answer.status(), 200, "{path}");
+    }
+    let pages = [
+        ("gateway", &stack.gateway),
+        ("orchestrator-registry", &stack.registry),
+        ("storage-ops", &stack.storage_ops),
+        ("machine-driver", &stack.machine_driver),
+    ];
+    for (service, url) in pages {
+        let page = reqwest::get(format!("{url}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        for value in page.split("service=\"").skip(1) {
+            let value = &value[..value.find('"').unwrap()];
+            assert_eq!(value, service, "{service}'s page holds another's series");
+        }
+        assert!(
+            page.contains(&format!("service=\"{service}\"")),
+            "{service}'s page holds its own HTTP series: {page}"
+        );
+        assert_eq!(
+            page.contains("berth_gateway_"),
+            service == "gateway",
+            "{service}: the gateway's upstream metrics are on its page only"
+        );
+        let help = described(&page);
+        for name in sampled(&page) {
+            assert!(
+                help.iter().any(|h| *h == name),
+                "{service}: {name} has no # HELP line"
+            );
+        }
+    }
+}
