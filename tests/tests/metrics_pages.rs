@@ -68,10 +68,7 @@ async fn each_service_serves_its_own_series_each_with_help() {
         );
         let help = described(&page);
         for name in sampled(&page) {
-            assert!(
-                help.contains(&name),
-                "{service}: {name} has no # HELP line"
-            );
+            assert!(help.contains(&name), "{service}: {name} has no # HELP line");
         }
     }
 }

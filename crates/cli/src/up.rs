@@ -370,6 +370,9 @@ pub async fn run(args: UpArgs) -> ExitCode {
         say(format!("  {name:<22} http://{addr}"));
     }
     say(format!("gateway url: {gateway_url}"));
+    say(format!(
+        "api docs: {gateway_url}/docs (every operation, to browse and try with a token)"
+    ));
     match &new_admin_token {
         Some(token) => {
             say(format!("admin token: {token}"));

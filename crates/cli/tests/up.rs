@@ -48,6 +48,15 @@ async fn up_starts_every_service_quickly_and_stops_cleanly_on_ctrl_c() {
         stack.banner
     );
     assert!(stack.banner.iter().any(|l| l.contains("SIMULATED")));
+    // The banner links the browsable API page.
+    let docs = stack
+        .banner
+        .iter()
+        .find_map(|l| l.strip_prefix("api docs: "))
+        .and_then(|l| l.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no /docs link: {:#?}", stack.banner))
+        .to_string();
+    assert!(docs.ends_with("/docs"), "{docs}");
     // The token works the moment the banner ends.
     let out = stack.berth(&["orchestrator", "list"]);
     assert!(out.status.success(), "{}", stderr(&out));

@@ -54,7 +54,7 @@ pub enum ReclaimPolicy {
     Retain,
 }
 
-/// The parameters Berth itself interprets; others pass through to the backend untouched.
+/// The parameters Berth interprets, and the only ones a volume may carry.
 pub mod params {
     /// `Delete` (default) or `Retain`.
     pub const RECLAIM_POLICY: &str = "reclaimPolicy";
@@ -123,13 +123,19 @@ impl VolumeProvisionerProfile {
         let labels = self.labels.clone().unwrap_or_default();
         validate_labels("labels", &labels)?;
         let parameters = self.parameters.clone().unwrap_or_default();
-        for key in parameters.keys() {
-            if key.is_empty() || key.len() > 253 {
-                return Err(Status::invalid(
-                    "parameters",
-                    "keys must be 1 to 253 characters",
-                ));
-            }
+        // Only the parameters some backend reads: one that nothing reads would be kept and shown
+        // as if it had an effect.
+        if let Some(unknown) = parameters
+            .keys()
+            .find(|k| ![params::RECLAIM_POLICY, params::FORMAT].contains(&k.as_str()))
+        {
+            let shown: String = unknown.chars().take(64).collect();
+            return Err(Status::invalid(
+                "parameters",
+                format!(
+                    "{shown:?} is not a parameter; the parameters are format and reclaimPolicy"
+                ),
+            ));
         }
         if let Some(p) = parameters.get(params::RECLAIM_POLICY)
             && p != "Delete"
@@ -470,6 +476,22 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&VolumeList::default()).unwrap(),
             r#"{"items":[]}"#
+        );
+    }
+
+    #[test]
+    fn a_parameter_no_backend_reads_is_refused() {
+        let profile = VolumeProvisionerProfile {
+            name: "v".into(),
+            capacity: "1Mi".into(),
+            parameters: Some([("device".to_string(), "/etc".to_string())].into()),
+            ..Default::default()
+        };
+        let e = profile.validate().unwrap_err();
+        assert!(
+            e.message.contains("\"device\" is not a parameter"),
+            "{}",
+            e.message
         );
     }
 }

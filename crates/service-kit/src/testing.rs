@@ -182,3 +182,33 @@ pub fn check_service_binary(binary: &str, name: &str) {
         "{out:?}"
     );
 }
+
+/// A log writer for tests: every line a subscriber writes to it is kept, to be searched.
+#[derive(Clone, Default)]
+pub struct LogCapture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// What was written so far.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.0.lock().expect("capture lock").clone()
+    }
+}
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("capture lock").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
+    type Writer = LogCapture;
+
+    fn make_writer(&'a self) -> LogCapture {
+        self.clone()
+    }
+}

@@ -1,38 +1,15 @@
 //! A request's log lines carry its trace id and span id, so a line in the log leads to its trace.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use axum::routing::get;
 use opentelemetry::trace::TracerProvider as _;
+use service_kit::testing::LogCapture;
 use service_kit::{HttpConfig, ServiceApp};
-use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use utoipa_axum::router::OpenApiRouter;
 
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
-
 #[tokio::test]
 async fn every_log_line_of_a_request_names_its_trace_and_span() {
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let provider =
         service_kit::telemetry::tracer_provider("test", &service_kit::Env::default()).unwrap();
     let subscriber = tracing_subscriber::registry()
@@ -70,7 +47,7 @@ async fn every_log_line_of_a_request_names_its_trace_and_span() {
         .await
         .unwrap();
     assert_eq!(answer.status(), 200);
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let text = String::from_utf8(capture.bytes()).unwrap();
     let lines: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("inside the handler") || l.contains("answered"))

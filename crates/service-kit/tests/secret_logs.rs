@@ -1,36 +1,13 @@
 //! Secrets never reach a log line, even at TRACE: the values are logged through every path a careless
 //! caller might use (`?`, `%`, inside a struct, in an error) and the captured output is searched.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
-
 use domain::Secret;
 use service_kit::SecretString;
-use tracing_subscriber::fmt::MakeWriter;
-
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Capture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> MakeWriter<'a> for Capture {
-    type Writer = Capture;
-    fn make_writer(&'a self) -> Capture {
-        self.clone()
-    }
-}
+use service_kit::testing::LogCapture;
 
 #[test]
 fn secret_values_never_appear_in_trace_logs() {
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_writer(capture.clone())
@@ -49,7 +26,7 @@ fn secret_values_never_appear_in_trace_logs() {
         let err = secret.get("token").map(|_| ());
         tracing::trace!(?err, "lookup result");
     });
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let text = String::from_utf8(capture.bytes()).unwrap();
     assert!(
         text.contains("alicloudAccessKeySecret"),
         "the key names are logged: {text}"
@@ -69,7 +46,7 @@ async fn a_refused_body_does_not_log_the_secret_it_held() {
     use axum::routing::post;
     use service_kit::extract::Json;
 
-    let capture = Capture::default();
+    let capture = LogCapture::default();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::DEBUG)
         .with_writer(capture.clone())
@@ -98,7 +75,7 @@ async fn a_refused_body_does_not_log_the_secret_it_held() {
     let answer = response.text().await.unwrap();
     assert!(!answer.contains("S3CR3T-VALUE"), "answered: {answer}");
     server.shutdown().await;
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let text = String::from_utf8(capture.bytes()).unwrap();
     assert!(
         text.contains("secret.data"),
         "the refusal is logged: {text}"

@@ -43,11 +43,16 @@ impl Gateway {
         peer: IpAddr,
         memory: &mut Option<Remembered>,
     ) -> Result<(), ApiError> {
-        let presented = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_token);
+        let mut credentials = request.headers().get_all(header::AUTHORIZATION).iter();
+        let first = credentials.next();
+        // Two credentials: which one a component reads first is a guess the gateway does not make.
+        if credentials.next().is_some() {
+            return Err(ApiError::from_code(
+                Code::InvalidArgument,
+                "authorization: give one Authorization header, not several",
+            ));
+        }
+        let presented = first.and_then(|v| v.to_str().ok()).and_then(bearer_token);
         let admitted = match presented {
             None => Err(ApiError::from_code(
                 Code::Unauthenticated,

@@ -72,6 +72,9 @@ use crate::routes::{Classified, UpstreamId, check_path, classify};
 /// the gateway accepts, the upstream accepts too.
 pub(crate) const MAX_CALLER_HEADERS: usize = 92;
 
+/// The largest request head a caller may send, in bytes (see [`MAX_CALLER_HEADERS`]).
+const MAX_CALLER_HEAD: usize = 256 * 1024;
+
 /// File descriptors kept back from the connection cap: listeners, log files, the tokens file,
 /// connections the gateway opens itself (readiness, OpenAPI).
 const RESERVED_FILES: usize = 128;
@@ -373,6 +376,9 @@ impl Worker {
             // than a vectored write of two, as measured with bench/gateway.sh.
             .writev(false)
             .max_headers(MAX_CALLER_HEADERS)
+            // A request head larger than this is refused (431) here: the services take hyper's
+            // default (about 400 KiB), and the gateway's own headers must still fit beside it.
+            .max_buf_size(MAX_CALLER_HEAD)
             .serve_connection(TokioIo::new(io), service);
         tokio::pin!(connection);
         tokio::select! {

@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -275,11 +275,13 @@ impl tokio::io::AsyncWrite for HearsEarlyAnswers {
 }
 
 /// What became of the caller's body, as the call goes.
-#[derive(Default)]
 struct BodyProgress {
     state: AtomicU8,
     /// When the body ended, once it has.
     finished_at: OnceLock<Instant>,
+    /// When the call began, and how long after that the body last brought bytes (in nanoseconds).
+    began: Instant,
+    last_bytes_after: AtomicU64,
 }
 
 // The state starts at 0: still streaming.
@@ -288,8 +290,27 @@ const TOO_LARGE: u8 = 2;
 const BROKEN: u8 = 3;
 
 impl BodyProgress {
+    fn new() -> Self {
+        BodyProgress {
+            state: AtomicU8::new(0),
+            finished_at: OnceLock::new(),
+            began: Instant::now(),
+            last_bytes_after: AtomicU64::new(0),
+        }
+    }
+
     fn state(&self) -> u8 {
         self.state.load(Ordering::Acquire)
+    }
+
+    fn brought_bytes(&self) {
+        let after = u64::try_from(self.began.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_bytes_after.store(after, Ordering::Relaxed);
+    }
+
+    /// When the body last brought bytes (or the call began).
+    fn last_bytes_at(&self) -> Instant {
+        self.began + Duration::from_nanos(self.last_bytes_after.load(Ordering::Relaxed))
     }
 }
 
@@ -303,7 +324,7 @@ pub(crate) struct CallerBody {
 
 impl CallerBody {
     fn new(inner: Body) -> (Self, Arc<BodyProgress>) {
-        let progress = Arc::new(BodyProgress::default());
+        let progress = Arc::new(BodyProgress::new());
         if inner.is_end_stream() {
             progress.state.store(FINISHED, Ordering::Release);
             let _ = progress.finished_at.set(Instant::now());
@@ -328,6 +349,7 @@ impl hyper::body::Body for CallerBody {
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
+            Poll::Ready(Some(Ok(_))) => self.progress.brought_bytes(),
             Poll::Ready(None) => {
                 let _ = self.progress.finished_at.set(Instant::now());
                 self.progress.state.store(FINISHED, Ordering::Release);
@@ -373,6 +395,16 @@ enum Failure {
     BodyBroken,
     /// The caller's body did not arrive within the upstream's time.
     BodyTooSlow,
+    /// The caller's body stopped bringing bytes for [`body_stall_limit`].
+    BodyStalled(Duration),
+}
+
+/// How long a caller's body may bring no bytes before the call is answered 408: half the upstream's
+/// time, at most 10 s. Well inside the upstream's own request limit, so a stalled caller is told by
+/// the gateway (408) before the upstream gives up on the body itself (its 504, which would read as
+/// the upstream's failure).
+fn body_stall_limit(upstream_timeout: Duration) -> Duration {
+    (upstream_timeout / 2).min(Duration::from_secs(10))
 }
 
 /// The forwarding logic, shared by every engine worker: the request head, the breaker, the timeout
@@ -444,19 +476,33 @@ impl Forwarder {
         let call = send(upstream, pool, request, idempotent, &progress);
         tokio::pin!(call);
         // The upstream's time starts once the caller's body is in: until then a slow answer may be
-        // the caller's doing.
-        let mut deadline = started + upstream.timeout;
+        // the caller's doing. While the body streams, it must keep bringing bytes.
+        let stall = body_stall_limit(upstream.timeout);
+        let body_deadline = started + upstream.timeout;
         let outcome = loop {
-            let at = tokio::time::Instant::from_std(deadline);
-            match timer.within(at, call.as_mut()).await {
+            let deadline = match progress.finished_at.get() {
+                Some(&finished) => finished + upstream.timeout,
+                None => (progress.last_bytes_at() + stall).min(body_deadline),
+            };
+            match timer
+                .within(tokio::time::Instant::from_std(deadline), call.as_mut())
+                .await
+            {
                 Some(outcome) => break outcome,
-                None => match progress.finished_at.get() {
-                    None => break Err(Failure::BodyTooSlow),
-                    Some(&finished) if finished + upstream.timeout > deadline => {
-                        deadline = finished + upstream.timeout;
+                None => {
+                    let now = Instant::now();
+                    match progress.finished_at.get() {
+                        Some(&finished) if now >= finished + upstream.timeout => {
+                            break Err(Failure::Timeout);
+                        }
+                        Some(_) => {}
+                        None if now >= body_deadline => break Err(Failure::BodyTooSlow),
+                        None if now >= progress.last_bytes_at() + stall => {
+                            break Err(Failure::BodyStalled(stall));
+                        }
+                        None => {}
                     }
-                    Some(_) => break Err(Failure::Timeout),
-                },
+                }
             }
         };
         upstream.latency.record(started.elapsed());
@@ -471,7 +517,10 @@ impl Forwarder {
         match outcome {
             Ok(response) => {
                 let status = response.status().as_u16();
-                permit.record(if upstream.breaker.counts_status(status) {
+                // A 5xx the upstream gave before the caller's body was in may be its answer to that
+                // body (its own timeout on a slow caller): not counted against it.
+                let body_in = progress.state() == FINISHED;
+                permit.record(if body_in && upstream.breaker.counts_status(status) {
                     Verdict::Failed
                 } else {
                     Verdict::Healthy
@@ -512,8 +561,15 @@ impl Forwarder {
             Err(Failure::BodyTooSlow) => Err(ApiError::from_code(
                 Code::DeadlineExceeded,
                 format!(
-                    "body: did not arrive within {:?}; send the request body without pausing",
+                    "body: did not arrive whole within {:?}; send it faster, or a smaller one",
                     upstream.timeout
+                ),
+            )
+            .with_http_status(StatusCode::REQUEST_TIMEOUT)),
+            Err(Failure::BodyStalled(stall)) => Err(ApiError::from_code(
+                Code::DeadlineExceeded,
+                format!(
+                    "body: no bytes arrived for {stall:?}; send the request body without pausing"
                 ),
             )
             .with_http_status(StatusCode::REQUEST_TIMEOUT)),

@@ -283,18 +283,7 @@ async fn a_dead_upstream_is_503_then_the_breaker_opens_and_closes_when_it_return
         axum::Json(serde_json::json!({"upstream": "back"}))
     }));
     tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
-    let url = h.url.clone();
-    eventually("the breaker closes", Duration::from_secs(10), || {
-        let url = url.clone();
-        async move {
-            (call(&url, "GET", "/v1/kinds", Some("tok-reader"))
-                .await
-                .status()
-                == 200)
-                .then_some(())
-        }
-    })
-    .await;
+    until_the_registry_answers(&h.url, Duration::from_secs(10)).await;
 }
 
 #[tokio::test]

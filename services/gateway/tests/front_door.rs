@@ -11,7 +11,6 @@ use axum::routing::any;
 use common::*;
 use gateway::auth::tokens_file_line;
 use gateway::routes::Scope;
-use service_kit::testing::eventually;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -104,18 +103,7 @@ async fn a_trial_call_whose_caller_hangs_up_does_not_leave_the_breaker_half_open
         .await;
     assert!(gave_up.is_err(), "the caller hung up");
     // The next caller is the trial, and the registry answers it.
-    let url = h.url.clone();
-    eventually("the breaker closes", Duration::from_secs(2), || {
-        let url = url.clone();
-        async move {
-            (call(&url, "GET", "/v1/kinds", Some("tok-reader"))
-                .await
-                .status()
-                == 200)
-                .then_some(())
-        }
-    })
-    .await;
+    until_the_registry_answers(&h.url, Duration::from_secs(2)).await;
 }
 
 #[tokio::test]
@@ -141,18 +129,7 @@ async fn a_trial_call_whose_body_breaks_does_not_leave_the_breaker_half_open() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(100)).await;
     drop(stream);
-    let url = h.url.clone();
-    eventually("the breaker closes", Duration::from_secs(2), || {
-        let url = url.clone();
-        async move {
-            (call(&url, "GET", "/v1/kinds", Some("tok-reader"))
-                .await
-                .status()
-                == 200)
-                .then_some(())
-        }
-    })
-    .await;
+    until_the_registry_answers(&h.url, Duration::from_secs(2)).await;
 }
 
 #[tokio::test]
@@ -542,5 +519,79 @@ async fn rate_limits_follow_the_token_not_its_name_and_failed_logins_are_limited
         unauthenticated.status(),
         429,
         "no token counts as a failure too"
+    );
+}
+
+#[tokio::test]
+async fn two_credentials_are_refused_rather_than_one_picked() {
+    let h = spawn_gateway(&[]).await;
+    for order in [["tok-reader", "tok-root"], ["tok-root", "tok-reader"]] {
+        let answer = reqwest::Client::new()
+            .post(format!("{}/v1/volumes", h.url))
+            .header("authorization", format!("Bearer {}", order[0]))
+            .header("authorization", format!("Bearer {}", order[1]))
+            .json(&serde_json::json!({"name": "v", "capacity": "1Mi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 400, "{order:?}");
+    }
+    assert!(
+        h.seen[2].lock().unwrap().is_empty(),
+        "nothing reached storage-ops"
+    );
+}
+
+#[tokio::test]
+async fn a_steady_slow_body_and_a_stalled_one_are_told_apart() {
+    // The stand-ins' time is 300 ms: a body may pause 150 ms at most, and must be in within 300.
+    let h = spawn_gateway(&[]).await;
+    let target = h.url.trim_start_matches("http://").to_string();
+    // Stalled: a few bytes, then nothing.
+    let mut stalled = TcpStream::connect(&target).await.unwrap();
+    stalled
+        .write_all(
+            b"POST /v1/volumes HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-writer\r\n\
+              content-type: application/json\r\ncontent-length: 50\r\n\r\n{\"name\"",
+        )
+        .await
+        .unwrap();
+    let (head, body) = read_answer(&mut stalled).await;
+    assert_eq!(status_of(&head), 408, "{head}");
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("no bytes arrived"),
+        "{problem}"
+    );
+    // Steady: a byte every 50 ms, never pausing long, but not whole within the time.
+    let mut steady = TcpStream::connect(&target).await.unwrap();
+    steady
+        .write_all(
+            b"POST /v1/volumes HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-writer\r\n\
+              content-type: application/json\r\ncontent-length: 50\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let drip = tokio::spawn(async move {
+        for _ in 0..20 {
+            if steady.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        read_answer(&mut steady).await
+    });
+    let (head, body) = drip.await.unwrap();
+    assert_eq!(status_of(&head), 408, "{head}");
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("did not arrive whole"),
+        "{problem}"
     );
 }

@@ -156,3 +156,16 @@ pub async fn call(url: &str, method: &str, path: &str, token: Option<&str>) -> r
     }
     r.send().await.unwrap()
 }
+
+/// Waits until `GET /v1/kinds` through the gateway at `url` answers 200 again (the registry's
+/// breaker has closed), failing after `within`.
+pub async fn until_the_registry_answers(url: &str, within: Duration) {
+    service_kit::testing::eventually("the breaker closes", within, || async move {
+        (call(url, "GET", "/v1/kinds", Some("tok-reader"))
+            .await
+            .status()
+            == 200)
+            .then_some(())
+    })
+    .await;
+}

@@ -116,7 +116,11 @@ impl LocalBackend {
                 )
                 .with_detail(format!("at {}", dir.display())));
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            // A base path that is a file holds no namespace directory: nothing there to read or
+            // delete, so a volume that failed on it can still be deleted.
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                return Ok(None);
+            }
             Err(e) => {
                 return Err(BackendError::io(
                     "reading the namespace directory",
@@ -405,6 +409,18 @@ mod tests {
         backend.delete(&dir).await.unwrap();
         backend.delete(&file).await.unwrap();
         assert!(backend.scan().await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_base_path_that_is_a_file_fails_creates_but_not_deletes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("afile");
+        fs::write(&base, b"").unwrap();
+        let backend = LocalBackend::new(&base.display().to_string(), roots(tmp.path()));
+        let v = object("data", false);
+        assert!(backend.create(&v).await.is_err());
+        // What failed to be made can still be deleted: there is nothing there.
+        backend.delete(&v).await.unwrap();
     }
 
     #[tokio::test]
