@@ -199,17 +199,17 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(
-        %addr,
-        %access_key_id,
-        "ECS emulator listening (simulated cloud, not Alibaba Cloud)"
-    );
     if let Some(secret) = stored_secret {
         // The throwaway key of a simulated cloud, kept in the state dir: the tour puts it into a
         // machine Secret, and the log is all a container offers to read it from.
         tracing::info!("emulator access key id: {access_key_id}");
         tracing::info!("emulator access key secret: {secret} (kept in the state dir)");
     }
+    tracing::info!(
+        %addr,
+        %access_key_id,
+        "ECS emulator listening (simulated cloud, not Alibaba Cloud)"
+    );
     match service_kit::serve(emulator.router(), listener, service_kit::shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
