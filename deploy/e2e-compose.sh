@@ -26,6 +26,9 @@ repo=$(pwd)
 started=$(date +%s)
 
 say() { printf '[e2e %3ss] %s\n' "$(( $(date +%s) - started ))" "$*"; }
+# Each step begins with `step`; a failure fails the step under way.
+steps=0
+step() { steps=$(( steps + 1 )); say "$@"; }
 fail() { say "FAIL: $*"; exit 1; }
 
 if ! docker info >/dev/null 2>&1; then
@@ -76,6 +79,11 @@ cleanup() {
   fi
   rm -rf "$work"
   say "done in $(( $(date +%s) - started ))s: $([ "$rc" -eq 0 ] && echo PASSED || echo FAILED)"
+  if [ "$rc" -eq 0 ]; then
+    echo "compose e2e: $steps passed, 0 failed"
+  else
+    echo "compose e2e: $(( steps > 0 ? steps - 1 : 0 )) passed, 1 failed"
+  fi
   exit "$rc"
 }
 trap cleanup EXIT
@@ -133,7 +141,7 @@ expect() {
   [ "$got" = "$want" ] || fail "$what: HTTP $got, wanted $want: $(head -c 400 "$work/body")"
 }
 
-say "up (project $project, gateway on $BERTH_URL)"
+step "up (project $project, gateway on $BERTH_URL)"
 compose up -d
 wait_healthy "${containers[@]}"
 say "every container is healthy"
@@ -149,7 +157,7 @@ key_secret=$(grep -o 'emulator access key secret: [A-Za-z0-9]*' "$work/ecs-emula
 # Volumes and the gateway's readiness through the published port only.
 code=$(api GET /readyz); expect 200 "$code" "the gateway's readiness"
 
-say "orchestrators: the first start's default is local; register another"
+step "orchestrators: the first start's default is local; register another"
 berth orchestrator list
 berth orchestrator get local -o json | jq -e '.default == true and .kind == "local" and .storageOps == true' >/dev/null \
   || fail "the default orchestrator is not local"
@@ -157,7 +165,7 @@ berth orchestrator register scratch --kind local --config basePath=/data/volumes
 code=$(api GET /v1/orchestrators/scratch); expect 200 "$code" "GetOrchestrator"
 jq -e '.kind == "local"' "$work/body" >/dev/null || fail "scratch is not local"
 
-say "volumes: create (CLI and curl), read, list"
+step "volumes: create (CLI and curl), read, list"
 berth volume create data --capacity 1Gi -l app=demo --wait >/dev/null
 code=$(api POST /v1/volumes -d '{"name":"logs","capacity":"500Mi","labels":{"app":"demo"}}')
 expect 201 "$code" "AddStorage logs"
@@ -169,7 +177,7 @@ code=$(api GET '/v1/volumes?labelSelector=app%3Ddemo'); expect 200 "$code" "List
 [ "$(jq '.items | length' "$work/body")" = 2 ] || fail "ListStorage app=demo: $(cat "$work/body")"
 volumes_before=$(berth volume list -o json | jq -c '[.items[].metadata.uid] | sort')
 
-say "trace: one AddStorage's trace id in the gateway's, storage-ops' and the registry's logs"
+step "trace: one AddStorage's trace id in the gateway's, storage-ops' and the registry's logs"
 trace_id=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
 code=$(api POST /v1/volumes -H "traceparent: 00-$trace_id-$(od -An -tx1 -N8 /dev/urandom | tr -d ' \n')-01" \
   -d '{"name":"traced","capacity":"1Mi"}')
@@ -188,7 +196,7 @@ done
 say "trace $trace_id found in all three"
 berth volume delete traced >/dev/null
 
-say "machines: create (CLI and curl), status, list on the emulator"
+step "machines: create (CLI and curl), status, list on the emulator"
 sed -e "s/EMULATOR_ACCESS_KEY_ID/$key_id/" -e "s/EMULATOR_ACCESS_KEY_SECRET/$key_secret/" \
   examples/machine.yaml >"$work/machine.yaml"
 sed -e "s/EMULATOR_ACCESS_KEY_ID/$key_id/" -e "s/EMULATOR_ACCESS_KEY_SECRET/$key_secret/" \
@@ -210,13 +218,13 @@ berth machine list -f "$work/machine.yaml" -o json \
   | jq -e --arg p "$provider_id" --arg m "$curl_machine" '.machineList[$p] == "worker-1" and ([.machineList[]] | index($m)) != null' >/dev/null \
   || fail "ListMachines does not have both machines"
 
-say "restart storage-ops: every volume is still there"
+step "restart storage-ops: every volume is still there"
 compose restart storage-ops >/dev/null
 wait_healthy storage-ops
 [ "$(berth volume list -o json | jq -c '[.items[].metadata.uid] | sort')" = "$volumes_before" ] \
   || fail "the volumes changed across a storage-ops restart"
 
-say "down, then up: registrations, volumes, the machine and the token are all still there"
+step "down, then up: registrations, volumes, the machine and the token are all still there"
 compose down >/dev/null 2>&1
 compose up -d >/dev/null 2>&1
 wait_healthy "${containers[@]}"
@@ -230,12 +238,12 @@ grep -q "emulator access key id: $key_id" "$(log_of ecs-emulator)" || fail "the 
   || fail "worker-1 changed across down/up"
 code=$(api POST /v1/machines:status -d @"$work/machine.json"); expect 200 "$code" "GetMachineStatus after down/up"
 
-say "a second admin token, minted inside the gateway container"
+step "a second admin token, minted inside the gateway container"
 second=$(compose exec -T gateway gateway token create --admin --name second | tr -d '\r')
 sleep 1.5   # the gateway re-reads its tokens file once a second
 BERTH_TOKEN="$second" berth orchestrator list >/dev/null || fail "the minted token is refused"
 
-say "registry stopped: AddStorage is 503 with Retry-After; started: it succeeds"
+step "registry stopped: AddStorage is 503 with Retry-After; started: it succeeds"
 compose stop orchestrator-registry >/dev/null 2>&1
 code=$(api POST /v1/volumes -d '{"name":"while-down","capacity":"1Mi"}')
 expect 503 "$code" "AddStorage with the registry stopped"
@@ -246,7 +254,7 @@ wait_healthy orchestrator-registry
 code=$(api POST /v1/volumes -d '{"name":"while-down","capacity":"1Mi"}')
 expect 201 "$code" "AddStorage once the registry is back"
 
-say "delete: volumes (CLI and curl) and the machine"
+step "delete: volumes (CLI and curl) and the machine"
 berth volume delete data >/dev/null
 code=$(api DELETE /v1/volumes/default/logs); expect 200 "$code" "DeleteStorage logs"
 jq -e '.deleted == true' "$work/body" >/dev/null || fail "logs was not deleted"
