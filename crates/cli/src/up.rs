@@ -73,17 +73,8 @@ pub struct Built {
 /// Creates the tokens file with one admin token when there is none yet (mode 0600, only the hash
 /// stored), and returns the token to show once; `None` when the file already exists.
 pub fn ensure_admin_token(path: &std::path::Path) -> Result<Option<String>, BoxError> {
-    if path.exists() {
-        return Ok(None);
-    }
-    let token = random_token();
-    let line = gateway::auth::tokens_file_line("admin", &token, &[gateway::routes::Scope::Admin]);
-    match crate::commands::token::create_file(path, &line) {
-        Ok(()) => Ok(Some(token)),
-        // Another process made it between the check and here: theirs stands.
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
-        Err(e) => Err(format!("cannot create the tokens file {}: {e}", path.display()).into()),
-    }
+    gateway::auth::ensure_admin_token(path)
+        .map_err(|e| format!("cannot create the tokens file {}: {e}", path.display()).into())
 }
 
 /// Builds every service of the stack, each bound to its port and ready to serve. Writes no

@@ -12,7 +12,9 @@
 //! emulator runs in an isolated network (a compose stack).
 //!
 //! With `--state-dir` (a volume, in a compose stack) the account survives restarts: instances keep
-//! their ids, statuses and tags. The access key stays whatever the flags say.
+//! their ids, statuses and tags, and so does the access key when no flag gives one: a random one is
+//! made on the first start, kept in the directory and logged at every start (it signs calls to a
+//! simulated cloud, and the log is where a container's operator can read it).
 
 /// The binary picks the allocator, not a library it links: mimalloc, since under load the services
 /// allocate small, short-lived buffers on many threads, where glibc's allocator showed up as the
@@ -42,22 +44,17 @@ struct Args {
     /// Port to listen on.
     #[arg(long, env = "BERTH_ECS_EMULATOR_PORT", default_value_t = 8090)]
     port: u16,
-    /// The access key id requests must be signed with.
-    #[arg(
-        long,
-        env = "BERTH_ECS_EMULATOR_ACCESS_KEY_ID",
-        default_value = "emulator"
-    )]
-    access_key_id: String,
-    /// The access key secret requests must be signed with.
+    /// The access key id requests must be signed with. Default: with a state dir, the key kept
+    /// there (made at random on its first start and logged at every start); without one, `emulator`.
+    #[arg(long, env = "BERTH_ECS_EMULATOR_ACCESS_KEY_ID")]
+    access_key_id: Option<String>,
+    /// The access key secret requests must be signed with (default: the state dir's, as for the id).
     #[arg(
         long,
         env = "BERTH_ECS_EMULATOR_ACCESS_KEY_SECRET",
-        default_value = "emulator-secret",
-        hide_default_value = true,
         hide_env_values = true
     )]
-    access_key_secret: String,
+    access_key_secret: Option<String>,
     /// Share of calls answered `Throttling` (0–1).
     #[arg(long, env = "BERTH_ECS_EMULATOR_THROTTLE_RATE", default_value_t = 0.0)]
     throttle_rate: f64,
@@ -144,11 +141,29 @@ async fn main() -> ExitCode {
         eprintln!("ecs-emulator: {e}");
         return ExitCode::FAILURE;
     }
+    let (access_key, show_secret) = match (args.access_key_id, args.access_key_secret) {
+        (None, None) if args.state_dir.is_some() => {
+            let dir = args.state_dir.as_deref().expect("checked above");
+            match ecs_emulator::stored_access_key(dir) {
+                Ok(key) => (key, true),
+                Err(e) => {
+                    eprintln!("ecs-emulator: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+        (id, secret) => (
+            AccessKey::new(
+                id.unwrap_or_else(|| "emulator".into()),
+                secret.unwrap_or_else(|| "emulator-secret".into()),
+            ),
+            false,
+        ),
+    };
+    let access_key_id = access_key.id.clone();
+    let stored_secret = show_secret.then(|| access_key.secret.clone());
     let config = Config {
-        access_keys: vec![AccessKey::new(
-            args.access_key_id.clone(),
-            args.access_key_secret,
-        )],
+        access_keys: vec![access_key],
         lifecycle: Lifecycle {
             pending_ms: args.pending_ms,
             starting_ms: args.starting_ms,
@@ -184,9 +199,15 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(secret) = stored_secret {
+        // The throwaway key of a simulated cloud, kept in the state dir: the tour puts it into a
+        // machine Secret, and the log is all a container offers to read it from.
+        tracing::info!("emulator access key id: {access_key_id}");
+        tracing::info!("emulator access key secret: {secret} (kept in the state dir)");
+    }
     tracing::info!(
         %addr,
-        access_key_id = %args.access_key_id,
+        %access_key_id,
         "ECS emulator listening (simulated cloud, not Alibaba Cloud)"
     );
     match service_kit::serve(emulator.router(), listener, service_kit::shutdown_signal()).await {

@@ -80,3 +80,63 @@ fn a_killed_emulator_with_a_state_dir_comes_back_with_its_instances() {
     second.kill().unwrap();
     second.wait().unwrap();
 }
+
+/// The binary's log from its start until it says it listens (or exits), with its account in `dir`
+/// and `extra` arguments; it is stopped then.
+fn startup_log(dir: &std::path::Path, extra: &[&str]) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ecs-emulator"))
+        .args(["--port", &free_port().to_string()])
+        .args(extra)
+        .env("BERTH_ECS_EMULATOR_STATE_DIR", dir)
+        .env("BERTH_LOG", "info")
+        .env_remove("BERTH_LOG_FORMAT")
+        .env_remove("BERTH_ECS_EMULATOR_ACCESS_KEY_ID")
+        .env_remove("BERTH_ECS_EMULATOR_ACCESS_KEY_SECRET")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut log = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        // The key, when logged, comes before this line.
+        if line.contains("listening") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    log
+}
+
+/// The value after `label` in `log`.
+fn logged(log: &str, label: &str) -> Option<String> {
+    Some(
+        log.split(label)
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .to_owned(),
+    )
+}
+
+#[test]
+fn with_a_state_dir_and_no_key_flags_the_key_is_made_once_kept_and_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = startup_log(dir.path(), &[]);
+    let id = logged(&first, "emulator access key id: ").expect(&first);
+    let secret = logged(&first, "emulator access key secret: ").expect(&first);
+    assert!(id.starts_with("LTAI"), "{id}");
+    assert_ne!(secret, "emulator-secret");
+    // A restart on the same directory accepts the same key, so machine Secrets stay valid.
+    let again = startup_log(dir.path(), &[]);
+    assert_eq!(logged(&again, "emulator access key id: "), Some(id));
+    assert_eq!(logged(&again, "emulator access key secret: "), Some(secret));
+    // A key given on the command line wins, and no secret is logged then.
+    let given = startup_log(dir.path(), &["--access-key-id", "mine"]);
+    assert!(given.contains("access_key_id=mine"), "{given}");
+    assert!(!given.contains("emulator access key secret"), "{given}");
+}

@@ -19,6 +19,9 @@ pub mod vars {
     pub const BODY_LIMIT: &str = "BERTH_BODY_LIMIT";
     /// The credential the gateway presents to services; when set, services refuse calls without it.
     pub const INTERNAL_TOKEN: &str = "BERTH_INTERNAL_TOKEN";
+    /// A file holding the internal credential, in place of [`INTERNAL_TOKEN`]: images have no shell to
+    /// read a secret into a variable, and a compose stack makes the credential on its first start.
+    pub const INTERNAL_TOKEN_FILE: &str = "BERTH_INTERNAL_TOKEN_FILE";
     /// `json` for JSON logs, anything else for human ones.
     pub const LOG_FORMAT: &str = "BERTH_LOG_FORMAT";
     /// Log filter (`info`, `berth=debug,tower_http=info`).
@@ -233,6 +236,91 @@ impl HttpConfig {
     }
 }
 
+/// Resolves `BERTH_INTERNAL_TOKEN_FILE` into `BERTH_INTERNAL_TOKEN`: the file's content (trimmed) is
+/// the credential. When the file does not exist it is created holding a fresh random credential, so
+/// the containers of a compose stack, sharing one volume, agree on one made at the first start and
+/// never committed or baked into an image; whichever service starts first makes it, and a race
+/// between two is settled by the file system (the loser reads the winner's). Setting both variables
+/// is refused: which one wins would be a guess.
+pub fn resolve_internal_token_file(env: Env) -> Result<Env, ConfigError> {
+    let Some(path) = env
+        .get(vars::INTERNAL_TOKEN_FILE)
+        .map(std::path::PathBuf::from)
+    else {
+        return Ok(env);
+    };
+    let bad = |problem: String| ConfigError {
+        var: vars::INTERNAL_TOKEN_FILE.to_string(),
+        value: path.display().to_string(),
+        problem,
+    };
+    if env.get(vars::INTERNAL_TOKEN).is_some() {
+        return Err(bad(format!(
+            "is set together with {}: set only one of them",
+            vars::INTERNAL_TOKEN
+        )));
+    }
+    let token = read_or_create_secret_file(&path).map_err(|e| bad(e.to_string()))?;
+    Ok(env.with(vars::INTERNAL_TOKEN, token))
+}
+
+/// Why a secret file could not be used. The secret itself is never part of the message.
+#[derive(Debug, thiserror::Error)]
+enum SecretFileError {
+    #[error("cannot be read or created: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("is empty: it must hold the credential")]
+    Empty,
+}
+
+fn read_or_create_secret_file(path: &std::path::Path) -> Result<String, SecretFileError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            return match text.trim() {
+                "" => Err(SecretFileError::Empty),
+                token => Ok(token.to_string()),
+            };
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    // Written whole under a private name, then linked into place: a reader never sees a half-written
+    // file, and `hard_link` fails when another process linked its own first.
+    let token = random_credential();
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    let staging = dir.join(format!(
+        ".{}.{}",
+        path.file_name().unwrap_or_default().to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&staging)?;
+        file.write_all(format!("{token}\n").as_bytes())?;
+        file.sync_all()
+    })();
+    let linked = written.and_then(|()| std::fs::hard_link(&staging, path));
+    let _ = std::fs::remove_file(&staging);
+    match linked {
+        Ok(()) => Ok(token),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read_or_create_secret_file(path),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// 244 random bits from the OS generator (two version-4 UUIDs), hex-encoded.
+fn random_credential() -> String {
+    let mut bytes = Vec::with_capacity(32);
+    bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    bytes.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Where state lives when `BERTH_DATA_DIR` is unset.
 pub const DEFAULT_DATA_DIR: &str = "./berth-data";
 
@@ -357,6 +445,72 @@ mod tests {
         assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
         assert_eq!(parse_duration("5x"), None);
         assert_eq!(parse_duration("-5s"), None);
+    }
+
+    #[test]
+    fn an_internal_token_file_is_read_or_made_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("internal-token");
+        let env = || Env::default().with(vars::INTERNAL_TOKEN_FILE, path.display().to_string());
+        // Unset: nothing changes.
+        let plain = resolve_internal_token_file(Env::default()).unwrap();
+        assert!(plain.get(vars::INTERNAL_TOKEN).is_none());
+        // Missing: made, private, and every later reader gets the same credential.
+        let first = resolve_internal_token_file(env()).unwrap();
+        let made = first.get(vars::INTERNAL_TOKEN).unwrap().to_string();
+        assert_eq!(made.len(), 64, "two UUIDs in hex");
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let again = resolve_internal_token_file(env()).unwrap();
+        assert_eq!(again.get(vars::INTERNAL_TOKEN), Some(made.as_str()));
+        assert_eq!(
+            HttpConfig::from_env(&again)
+                .unwrap()
+                .internal_token
+                .unwrap()
+                .expose(),
+            made
+        );
+        // No staging file is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        // Services starting together agree on one credential.
+        let other = dir.path().join("raced");
+        let handles: Vec<_> = (0..8)
+            .map(|_| {
+                let other = other.clone();
+                std::thread::spawn(move || {
+                    let env =
+                        Env::default().with(vars::INTERNAL_TOKEN_FILE, other.display().to_string());
+                    resolve_internal_token_file(env)
+                        .unwrap()
+                        .get(vars::INTERNAL_TOKEN)
+                        .unwrap()
+                        .to_string()
+                })
+            })
+            .collect();
+        let tokens: std::collections::BTreeSet<String> =
+            handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert_eq!(tokens.len(), 1, "{tokens:?}");
+    }
+
+    #[test]
+    fn an_internal_token_file_must_be_the_only_source_and_not_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t");
+        std::fs::write(&path, "  \n").unwrap();
+        let env = Env::default().with(vars::INTERNAL_TOKEN_FILE, path.display().to_string());
+        let e = resolve_internal_token_file(env.clone()).unwrap_err();
+        assert_eq!(e.var, vars::INTERNAL_TOKEN_FILE);
+        assert!(e.problem.contains("empty"), "{e}");
+        let e = resolve_internal_token_file(env.with(vars::INTERNAL_TOKEN, "x")).unwrap_err();
+        assert!(e.problem.contains(vars::INTERNAL_TOKEN), "{e}");
+        // A given file's content is trimmed of the newline editors add.
+        std::fs::write(&path, "s3cret\n").unwrap();
+        let env = Env::default().with(vars::INTERNAL_TOKEN_FILE, path.display().to_string());
+        let got = resolve_internal_token_file(env).unwrap();
+        assert_eq!(got.get(vars::INTERNAL_TOKEN), Some("s3cret"));
     }
 
     #[test]

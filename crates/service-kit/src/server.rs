@@ -124,6 +124,7 @@ every service:
   BERTH_LISTEN            where to listen (default 127.0.0.1:{default_port})
   BERTH_DATA_DIR          where state lives (default ./berth-data)
   BERTH_INTERNAL_TOKEN    the credential the gateway sends; when set, calls without it are refused
+  BERTH_INTERNAL_TOKEN_FILE  a file holding it instead (created with a random one when missing)
   BERTH_REQUEST_TIMEOUT   per-request limit (default 30s)
   BERTH_BODY_LIMIT        largest request body (default 1Mi)
   BERTH_LOG               log filter (default info); BERTH_LOG_FORMAT=json for JSON lines
@@ -246,6 +247,13 @@ where
             }
         };
     }
+    let env = match crate::config::resolve_internal_token_file(env) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let _telemetry = match crate::telemetry::init(name, &env) {
         Ok(guard) => guard,
         Err(e) => {

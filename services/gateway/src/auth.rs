@@ -62,6 +62,77 @@ pub fn tokens_file_line(name: &str, token: &str, scopes: &[Scope]) -> String {
     )
 }
 
+/// The first line of a tokens file Berth creates.
+pub const TOKENS_FILE_HEADER: &str =
+    "# Berth gateway tokens: <name> sha256:<hash> <scopes>. Add lines with `berth token create`.";
+
+/// A fresh random token: 32 bytes from the OS generator, hex-encoded, with a recognisable prefix.
+pub fn new_token() -> String {
+    use rand::Rng;
+    let bytes: [u8; 32] = rand::rng().random();
+    format!("berth_{}", hex::encode(bytes))
+}
+
+/// Creates the tokens file at `path` holding `line` (mode 0600, synced); fails if it exists.
+pub fn create_tokens_file(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
+    // One write, so the gateway's reload never sees the header without the line.
+    file.write_all(format!("{TOKENS_FILE_HEADER}\n{line}\n").as_bytes())?;
+    file.sync_all()
+}
+
+/// Adds `line` to the tokens file at `path`, creating it (mode 0600, with the header) when missing.
+pub fn append_token_line(path: &Path, line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let existing = match std::fs::read(path) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e),
+    };
+    let mut text = String::new();
+    match &existing {
+        None => {
+            text.push_str(TOKENS_FILE_HEADER);
+            text.push('\n');
+        }
+        Some(bytes) if !bytes.is_empty() && !bytes.ends_with(b"\n") => text.push('\n'),
+        Some(_) => {}
+    }
+    text.push_str(line);
+    text.push('\n');
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .open(path)?;
+    // One write of the whole line: a reload in between sees the old file or the new, never half.
+    file.write_all(text.as_bytes())?;
+    file.sync_all()
+}
+
+/// Creates the tokens file with one admin token when there is none yet (mode 0600, only the hash
+/// stored), and returns the token to show once; `None` when the file already exists.
+pub fn ensure_admin_token(path: &Path) -> std::io::Result<Option<String>> {
+    if path.exists() {
+        return Ok(None);
+    }
+    let token = new_token();
+    let line = tokens_file_line("admin", &token, &[Scope::Admin]);
+    match create_tokens_file(path, &line) {
+        Ok(()) => Ok(Some(token)),
+        // Another process made it between the check and the create: theirs stands.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Parses a tokens file; the error names the line and what is wrong with it.
 pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, String> {
     let mut entries = Vec::new();

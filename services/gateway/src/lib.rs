@@ -27,6 +27,7 @@ pub mod auth;
 mod docs;
 mod engine;
 mod limits;
+pub mod mint;
 mod openapi;
 mod proxy;
 pub mod routes;
@@ -70,6 +71,10 @@ pub mod env_vars {
     pub const MACHINE_DRIVER_TIMEOUT: &str = "BERTH_MACHINE_DRIVER_TIMEOUT";
     /// The tokens file.
     pub const TOKENS_FILE: &str = "BERTH_TOKENS_FILE";
+    /// `true`: when the tokens file does not exist at start, create it holding one admin token and
+    /// print that token once in the log (a container's first start, where no one can run
+    /// `berth token create` beforehand).
+    pub const CREATE_ADMIN_TOKEN: &str = "BERTH_CREATE_ADMIN_TOKEN";
     /// Sustained requests per second per token (0 turns limiting off).
     pub const RATE_LIMIT_RPS: &str = "BERTH_RATE_LIMIT_RPS";
     /// Requests per token allowed at once.
@@ -111,6 +116,8 @@ pub struct Config {
     pub machine_driver_timeout: Duration,
     /// The tokens file.
     pub tokens_file: PathBuf,
+    /// Whether a first start (no tokens file) creates one with an admin token, logged once.
+    pub create_admin_token: bool,
     /// Per-token rate limit; `None` when off.
     rate_limit: Option<RateLimit>,
     /// Per-address limit of failed authentications; `None` when off.
@@ -165,6 +172,7 @@ impl Config {
                 .get(TOKENS_FILE)
                 .map(PathBuf::from)
                 .unwrap_or_else(|| data_dir.join("tokens")),
+            create_admin_token: env.parse_or(CREATE_ADMIN_TOKEN, false)?,
             rate_limit: (rps > 0.0).then_some(RateLimit {
                 rps,
                 burst: burst.max(1.0),
@@ -263,8 +271,27 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
-    let (gateway, router) = assemble(&config)?;
+    // Bound first: a start that cannot listen makes no admin token that nobody is shown.
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
+    if config.create_admin_token {
+        let made = auth::ensure_admin_token(&config.tokens_file).map_err(|e| {
+            format!(
+                "cannot create the tokens file {} ({}): {e}",
+                config.tokens_file.display(),
+                env_vars::CREATE_ADMIN_TOKEN
+            )
+        })?;
+        if let Some(token) = made {
+            // Shown here, once: only its hash is kept. The log is the one place a container's
+            // operator can read it (`docker compose logs gateway`).
+            tracing::info!(
+                tokens_file = %config.tokens_file.display(),
+                "first start: created an admin token; it is shown only this once, so keep it. \
+                 admin token: {token}"
+            );
+        }
+    }
+    let (gateway, router) = assemble(&config)?;
     let stack = service_kit::middleware::Stack::new(NAME, &config.http);
     Ok(
         Application::new(router, listener).with_engine(engine::engine(

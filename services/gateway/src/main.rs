@@ -1,4 +1,5 @@
-//! The `gateway` binary: `gateway` serves, `gateway healthcheck` probes a running one.
+//! The `gateway` binary: `gateway` serves, `gateway healthcheck` probes a running one, and
+//! `gateway token create` adds a token to its tokens file (the way back in inside a container).
 //! Settings come from `BERTH_*` variables (see the README).
 
 /// The binary picks the allocator, not a library it links: mimalloc, since under load the services
@@ -9,6 +10,21 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("token") {
+        let env = service_kit::Env::from_process();
+        return match gateway::mint::run(&args[1..], &env, &mut std::io::stdout()) {
+            Ok(_) => std::process::ExitCode::SUCCESS,
+            Err(e @ gateway::mint::MintError::Usage(_)) => {
+                eprintln!("gateway token: {e}\n\n{}", gateway::mint::USAGE);
+                std::process::ExitCode::from(2)
+            }
+            Err(e) => {
+                eprintln!("gateway token: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     service_kit::server::run_binary(gateway::NAME, gateway::DEFAULT_PORT, |env| async move {
         gateway::build(gateway::Config::from_env(&env)?).await
     })

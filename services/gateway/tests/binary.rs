@@ -4,3 +4,61 @@
 fn the_binary_answers_help_version_and_healthcheck_without_serving() {
     service_kit::testing::check_service_binary(env!("CARGO_BIN_EXE_gateway"), "gateway");
 }
+
+/// Runs the gateway binary in `data_dir` until it logs that it listens, then stops it; returns its
+/// log.
+fn start_and_stop(data_dir: &std::path::Path, create_admin_token: bool) -> String {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .env("BERTH_LISTEN", "127.0.0.1:0")
+        .env("BERTH_DATA_DIR", data_dir)
+        .env("BERTH_CREATE_ADMIN_TOKEN", create_admin_token.to_string())
+        .env("BERTH_LOG", "info")
+        .env_remove("BERTH_LOG_FORMAT")
+        .env_remove("BERTH_TOKENS_FILE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the gateway binary starts");
+    let mut log = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("gateway listening") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    log
+}
+
+#[test]
+fn a_first_start_with_create_admin_token_logs_one_admin_token_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens");
+    // Off (the default): no tokens file is made, as before.
+    let log = start_and_stop(dir.path(), false);
+    assert!(!log.contains("admin token"), "{log}");
+    assert!(!tokens.exists());
+    // On: the first start makes one admin token and shows it.
+    let log = start_and_stop(dir.path(), true);
+    let token = log
+        .split("admin token: ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no admin token in the log:\n{log}"))
+        .to_string();
+    let store = gateway::auth::TokenStore::load(&tokens).unwrap();
+    assert_eq!(
+        store.authenticate(&token, |e| e.allows(gateway::routes::Scope::Admin)),
+        Some(true)
+    );
+    let written = std::fs::read_to_string(&tokens).unwrap();
+    assert!(!written.contains(&token), "only the hash is kept");
+    // A later start keeps that file and shows no token.
+    let log = start_and_stop(dir.path(), true);
+    assert!(!log.contains("admin token"), "{log}");
+    assert_eq!(std::fs::read_to_string(&tokens).unwrap(), written);
+}

@@ -150,7 +150,11 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
 }
 
 /// On a first start (a database never bootstrapped and empty), registers the detected kind as the
-/// default orchestrator, named after its kind.
+/// default orchestrator, named after its kind. A detected kind that cannot serve volumes (kubernetes,
+/// nomad: Berth has no StorageOps for them) would make every AddStorage without an orchestrator a 412,
+/// so `local` is registered as the default in its place, on `BERTH_LOCAL_BASE_PATH` (on Kubernetes the
+/// StatefulSet's volume); detection itself still answers the detected kind, and an operator switches
+/// with `berth orchestrator register NAME --kind K --default`.
 pub async fn bootstrap(
     config: &Config,
     store: &Store,
@@ -159,7 +163,15 @@ pub async fn bootstrap(
         return Ok(());
     }
     let detection = detect::detect(&config.detection, config.docker_probe.as_ref()).await;
-    let kind = detection.kind;
+    let kind = if detection.kind.supports_storage_ops() {
+        detection.kind
+    } else {
+        tracing::info!(
+            detected = %detection.kind,
+            "first start: the detected kind cannot serve volumes; registering local as the default instead"
+        );
+        OrchestratorKind::Local
+    };
     let config_value = match kind {
         OrchestratorKind::Local => LocalConfig {
             base_path: config.local_base_path.clone(),
@@ -171,7 +183,9 @@ pub async fn bootstrap(
             host: config.detection.docker_host()?,
         }
         .to_config(),
-        OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => serde_json::json!({}),
+        OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => {
+            unreachable!("a kind without StorageOps is never the first start's default")
+        }
     };
     let config_value = kind.validate_config(Some(&config_value))?;
     // A detected Engine the operator does not allow is not registered behind their back.

@@ -993,12 +993,15 @@ async fn a_new_process_after_a_kill_on_the_same_database_file_keeps_every_regist
 // detection, from an injected environment
 
 #[tokio::test]
-async fn detection_follows_each_variable_and_the_first_start_registers_the_detected_default() {
+async fn detection_follows_each_variable_and_the_first_start_registers_a_default_that_serves_volumes()
+ {
     struct Case {
         env: Env,
         docker_up: bool,
         kind: OrchestratorKind,
         rule: DetectionRule,
+        /// The first start's default: the detected kind when it can serve volumes, else local.
+        registers: OrchestratorKind,
         config: fn(&Path) -> Value,
     }
     let cases = [
@@ -1007,20 +1010,23 @@ async fn detection_follows_each_variable_and_the_first_start_registers_the_detec
             docker_up: true,
             kind: OrchestratorKind::Kubernetes,
             rule: DetectionRule::KubernetesServiceHost,
-            config: |_| json!({}),
+            registers: OrchestratorKind::Local,
+            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
         },
         Case {
             env: Env::default().with("NOMAD_ADDR", "http://127.0.0.1:4646"),
             docker_up: true,
             kind: OrchestratorKind::Nomad,
             rule: DetectionRule::NomadAddr,
-            config: |_| json!({}),
+            registers: OrchestratorKind::Local,
+            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
         },
         Case {
             env: Env::default().with("DOCKER_HOST", "tcp://engine:2376"),
             docker_up: true,
             kind: OrchestratorKind::Docker,
             rule: DetectionRule::DockerEngine,
+            registers: OrchestratorKind::Docker,
             config: |_| json!({"host": "tcp://engine:2376"}),
         },
         Case {
@@ -1028,6 +1034,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_the_detec
             docker_up: true,
             kind: OrchestratorKind::Docker,
             rule: DetectionRule::DockerEngine,
+            registers: OrchestratorKind::Docker,
             config: |_| json!({"host": DEFAULT_DOCKER_HOST}),
         },
         Case {
@@ -1035,6 +1042,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_the_detec
             docker_up: false,
             kind: OrchestratorKind::Local,
             rule: DetectionRule::Fallback,
+            registers: OrchestratorKind::Local,
             config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
         },
         Case {
@@ -1042,6 +1050,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_the_detec
             docker_up: false,
             kind: OrchestratorKind::Local,
             rule: DetectionRule::Fallback,
+            registers: OrchestratorKind::Local,
             config: |_| json!({"basePath": "/var/lib/berth/vols"}),
         },
         // Kubernetes wins over Nomad; an empty variable counts as unset.
@@ -1052,13 +1061,15 @@ async fn detection_follows_each_variable_and_the_first_start_registers_the_detec
             docker_up: false,
             kind: OrchestratorKind::Kubernetes,
             rule: DetectionRule::KubernetesServiceHost,
-            config: |_| json!({}),
+            registers: OrchestratorKind::Local,
+            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
         },
         Case {
             env: Env::default().with("KUBERNETES_SERVICE_HOST", ""),
             docker_up: false,
             kind: OrchestratorKind::Local,
             rule: DetectionRule::Fallback,
+            registers: OrchestratorKind::Local,
             config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
         },
     ];
@@ -1072,8 +1083,9 @@ async fn detection_follows_each_variable_and_the_first_start_registers_the_detec
         assert_eq!(raw.body["kind"], case.kind.as_str());
 
         let default = app.registry.default_orchestrator().await.unwrap();
-        assert_eq!(default.name, case.kind.as_str(), "{what}");
-        assert_eq!(default.kind, case.kind, "{what}");
+        assert_eq!(default.name, case.registers.as_str(), "{what}");
+        assert_eq!(default.kind, case.registers, "{what}");
+        assert!(default.storage_ops, "{what}: the default can serve volumes");
         assert_eq!(default.config, (case.config)(app.dir.path()), "{what}");
         assert_eq!(app.registry.list().await.unwrap().items.len(), 1, "{what}");
     }

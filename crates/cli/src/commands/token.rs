@@ -5,8 +5,6 @@
 //! token is lost: `berth token create --admin --data-dir <dir>`; a running gateway re-reads the file
 //! within a second.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use gateway::routes::Scope;
@@ -15,61 +13,17 @@ use super::CliError;
 use crate::args::{Output, TokenCommand};
 use crate::output::{Printable, print};
 
-/// The first line of a tokens file Berth creates.
-pub const HEADER: &str =
-    "# Berth gateway tokens: <name> sha256:<hash> <scopes>. Add lines with `berth token create`.";
-
 /// The tokens file inside a data directory, as `berth up` serves it.
 pub fn tokens_file_in(data_dir: &Path) -> PathBuf {
     data_dir.join("tokens")
 }
 
-/// A fresh random token: 32 bytes from the OS generator, hex-encoded, with a recognisable prefix.
-pub fn new_token() -> String {
-    use rand::Rng;
-    let bytes: [u8; 32] = rand::rng().random();
-    format!("berth_{}", hex::encode(bytes))
-}
-
-/// Creates the tokens file at `path` holding `line` (mode 0600, synced); fails if it exists.
-pub fn create_file(path: &Path, line: &str) -> std::io::Result<()> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?;
-    // One write, so the gateway's reload never sees the header without the line.
-    file.write_all(format!("{HEADER}\n{line}\n").as_bytes())?;
-    file.sync_all()
-}
-
-/// Adds `line` to the tokens file at `path`, creating it (mode 0600, with the header) when missing.
-pub fn append_line(path: &Path, line: &str) -> std::io::Result<()> {
-    let existing = match std::fs::read(path) {
-        Ok(bytes) => Some(bytes),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return Err(e),
-    };
-    let mut text = String::new();
-    match &existing {
-        None => {
-            text.push_str(HEADER);
-            text.push('\n');
-        }
-        Some(bytes) if !bytes.is_empty() && !bytes.ends_with(b"\n") => text.push('\n'),
-        Some(_) => {}
-    }
-    text.push_str(line);
-    text.push('\n');
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .open(path)?;
-    // One write of the whole line: a reload in between sees the old file or the new, never half.
-    file.write_all(text.as_bytes())?;
-    file.sync_all()
-}
+// The tokens file's format belongs to the gateway, which also writes it (its first start in a
+// container, `gateway token create`); the CLI uses the same writers.
+pub use gateway::auth::{
+    TOKENS_FILE_HEADER as HEADER, append_token_line as append_line,
+    create_tokens_file as create_file, new_token,
+};
 
 /// `berth token create`.
 pub fn run(command: &TokenCommand) -> Result<(), CliError> {
@@ -153,6 +107,7 @@ pub fn run(command: &TokenCommand) -> Result<(), CliError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     #[test]
     fn appending_creates_the_file_private_and_keeps_lines_whole() {
