@@ -164,3 +164,27 @@ impl Providers {
         Ok(GetVolumeIdsResponse { volume_ids })
     }
 }
+
+/// Decodes a provider's `providerSpec` (at `field`) with the rules every request body has: a refusal is
+/// an InvalidArgument naming the path that failed and what was expected, never the value (MCM answers
+/// Internal here, which no retry can fix). `holding` says what the object should hold.
+pub(crate) fn decode_spec<T: serde::de::DeserializeOwned>(
+    raw: &serde_json::Value,
+    field: &str,
+    holding: &str,
+) -> Result<T, domain::Status> {
+    if !raw.is_object() {
+        return Err(domain::Status::invalid(
+            field,
+            format!("must be a JSON object with {holding}"),
+        ));
+    }
+    service_kit::extract::decode_value(raw).map_err(|(path, rule)| {
+        let at = if path == "." {
+            field.to_owned()
+        } else {
+            format!("{field}.{path}")
+        };
+        domain::Status::invalid(&at, rule)
+    })
+}

@@ -443,7 +443,7 @@ async fn bad_spec_fields_are_invalid_argument_naming_the_field() {
         ),
         (
             Box::new(|s| s["dataDisks"][0]["size"] = json!("big")),
-            "machineClass.providerSpec.dataDisks[0].size: invalid type: string \"big\"",
+            "machineClass.providerSpec.dataDisks[0].size: invalid type: string, expected",
         ),
         (
             Box::new(|s| s["tags"] = json!({CLUSTER_TAG: "1"})),

@@ -204,21 +204,11 @@ impl ProviderSpec {
     /// Decodes `providerSpec`; a decode error is an InvalidArgument naming the path that failed
     /// (MCM answers Internal here, which no retry can fix).
     pub fn decode(raw: &serde_json::Value) -> Result<Self, Status> {
-        if !raw.is_object() {
-            return Err(Status::invalid(
-                SPEC,
-                "must be a JSON object with the Alicloud provider spec (imageID, instanceType, region, ...)",
-            ));
-        }
-        serde_path_to_error::deserialize(raw).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." {
-                SPEC.to_owned()
-            } else {
-                format!("{SPEC}.{path}")
-            };
-            Status::invalid(&field, e.into_inner())
-        })
+        crate::provider::decode_spec(
+            raw,
+            SPEC,
+            "the Alicloud provider spec (imageID, instanceType, region, ...)",
+        )
     }
 
     /// The checks every method needs: a region this driver may talk to and the cluster and role tags

@@ -208,23 +208,6 @@ impl Violations {
     }
 }
 
-/// A serde message without the value it quotes: `invalid type: string "x", expected u32` becomes
-/// `expected u32, got a string`. Field names (unknown or missing ones) are kept: they are not values.
-fn without_value(message: &str) -> String {
-    if message.starts_with("unknown field") || message.starts_with("missing field") {
-        return message.to_owned();
-    }
-    let expected = message
-        .split_once(", expected ")
-        .map(|(_, e)| e)
-        .unwrap_or("another value");
-    if let Some(rest) = message.strip_prefix("invalid type: ") {
-        let got = rest.split([',', '`', '"']).next().unwrap_or("value").trim();
-        return format!("expected {expected}, got {got}");
-    }
-    format!("invalid value, expected {expected}")
-}
-
 /// Whether `s` has a control character (NUL, newline, ...), which no Engine field here may hold.
 fn has_control(s: &str) -> bool {
     s.chars().any(char::is_control)
@@ -332,21 +315,7 @@ impl ProviderSpec {
     /// Decodes the raw spec; a field of the wrong type is an InvalidArgument naming it and what was
     /// expected, never the value.
     pub fn decode(raw: &serde_json::Value) -> Result<Self, Status> {
-        if !raw.is_object() {
-            return Err(Status::invalid(
-                SPEC,
-                "must be a JSON object with the Docker provider spec (image, tags, ...)",
-            ));
-        }
-        serde_path_to_error::deserialize(raw).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." {
-                SPEC.to_owned()
-            } else {
-                format!("{SPEC}.{path}")
-            };
-            Status::invalid(&field, without_value(&e.into_inner().to_string()))
-        })
+        crate::provider::decode_spec(raw, SPEC, "the Docker provider spec (image, tags, ...)")
     }
 
     /// The cluster and role from the tags: what every method needs to scope its lookups.
@@ -957,7 +926,7 @@ mod tests {
         assert_eq!(e.code, Code::InvalidArgument);
         assert_eq!(
             e.message,
-            "machineClass.providerSpec.cpus: expected f64, got string"
+            "machineClass.providerSpec.cpus: invalid type: string, expected f64"
         );
         let e = ProviderSpec::decode(&spec(json!({"stopGracePeriodSeconds": -5}))).unwrap_err();
         assert!(!e.message.contains("-5"), "{}", e.message);
@@ -970,7 +939,7 @@ mod tests {
         let e = ProviderSpec::decode(&spec(json!({"mounts": [{"hostPath": 7}]}))).unwrap_err();
         assert_eq!(
             e.message,
-            "machineClass.providerSpec.mounts[0].hostPath: expected a string, got integer"
+            "machineClass.providerSpec.mounts[0].hostPath: invalid type: integer, expected a string"
         );
         let e = ProviderSpec::decode(&spec(json!({"privilegd": true}))).unwrap_err();
         assert!(
