@@ -80,8 +80,9 @@ fn revive_registry(addr: SocketAddr, dead: tokio::net::TcpSocket) {
     tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
 }
 
-#[tokio::test]
-async fn a_trial_call_whose_caller_hangs_up_does_not_leave_the_breaker_half_open() {
+/// A gateway whose registry's breaker has opened (one failure, open 200 ms) and whose registry is back:
+/// the next call is the breaker's trial.
+async fn half_open_gateway() -> Harness {
     let mut h = spawn_gateway(&[
         ("BERTH_BREAKER_FAILURES", "1"),
         ("BERTH_BREAKER_OPEN", "200ms"),
@@ -91,6 +92,12 @@ async fn a_trial_call_whose_caller_hangs_up_does_not_leave_the_breaker_half_open
     let (addr, dead) = open_the_registrys_breaker(&mut h).await;
     revive_registry(addr, dead);
     tokio::time::sleep(Duration::from_millis(250)).await;
+    h
+}
+
+#[tokio::test]
+async fn a_trial_call_whose_caller_hangs_up_does_not_leave_the_breaker_half_open() {
+    let h = half_open_gateway().await;
     // The trial call goes to a slow route, and its caller gives up after 0.3 s.
     let impatient = reqwest::Client::builder()
         .timeout(Duration::from_millis(300))
@@ -108,15 +115,7 @@ async fn a_trial_call_whose_caller_hangs_up_does_not_leave_the_breaker_half_open
 
 #[tokio::test]
 async fn a_trial_call_whose_body_breaks_does_not_leave_the_breaker_half_open() {
-    let mut h = spawn_gateway(&[
-        ("BERTH_BREAKER_FAILURES", "1"),
-        ("BERTH_BREAKER_OPEN", "200ms"),
-        ("BERTH_UPSTREAM_TIMEOUT", "5s"),
-    ])
-    .await;
-    let (addr, dead) = open_the_registrys_breaker(&mut h).await;
-    revive_registry(addr, dead);
-    tokio::time::sleep(Duration::from_millis(250)).await;
+    let h = half_open_gateway().await;
     // The trial: a PUT that promises 100 bytes, sends 3, and hangs up.
     let target = h.url.trim_start_matches("http://").to_string();
     let mut stream = TcpStream::connect(&target).await.unwrap();
