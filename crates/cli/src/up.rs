@@ -3,7 +3,8 @@
 //!
 //! The services get their configuration the way their binaries do, as `BERTH_*` variables: the
 //! process's own, overridden by what `up` decides (ports, data directory, upstream URLs, a fresh
-//! internal credential shared by the services of this run).
+//! internal credential shared by the services of this run, unless `BERTH_INTERNAL_TOKEN` or
+//! `BERTH_INTERNAL_TOKEN_FILE` gives one).
 //!
 //! Credentials are written only once every listener is bound: a start that fails (a port in use)
 //! leaves no admin token behind that nobody was shown. The banner says where everything is, which
@@ -52,6 +53,18 @@ fn random_token() -> String {
     crate::commands::token::new_token()
 }
 
+/// The internal credential of this run: the one `BERTH_INTERNAL_TOKEN` or `BERTH_INTERNAL_TOKEN_FILE`
+/// gives (the file made with a random one when missing), else a fresh random one. Whoever must call
+/// the services directly, past the gateway (the Python harness fuzzing each service's own API), sets
+/// the file and reads it; nobody else ever needs to know it.
+fn internal_token_of(env: &Env) -> Result<String, BoxError> {
+    let env = service_kit::config::resolve_internal_token_file(env.clone())?;
+    Ok(env
+        .get(vars::INTERNAL_TOKEN)
+        .map(str::to_string)
+        .unwrap_or_else(random_token))
+}
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A stack whose every listener is bound, not yet serving.
@@ -95,7 +108,7 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     let emulator_dir = data_dir.join("ecs-emulator");
     let stored_key = ecs_emulator::stored_access_key(&emulator_dir)?;
     let emulator_key = (stored_key.id.clone(), stored_key.secret.clone());
-    let internal_token = random_token();
+    let internal_token = internal_token_of(base_env)?;
     let at = |port: u16| SocketAddr::new(args.bind, port).to_string();
     let url = |port: u16| {
         let host = if args.bind.is_unspecified() {
@@ -443,6 +456,27 @@ mod tests {
         .to_string();
         assert!(e.contains("BERTH_REGISTRY_TIMEOUT"), "{e}");
         assert!(e.contains("BERTH_UPSTREAM_TIMEOUT"), "{e}");
+    }
+
+    #[test]
+    fn the_internal_credential_is_the_one_given_or_a_fresh_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let fresh = internal_token_of(&Env::default()).unwrap();
+        assert!(fresh.len() >= 32, "a random credential");
+        assert_ne!(fresh, internal_token_of(&Env::default()).unwrap());
+        let given = Env::default().with(vars::INTERNAL_TOKEN, "given-credential");
+        assert_eq!(internal_token_of(&given).unwrap(), "given-credential");
+        // A file that does not exist yet is made, and the next run reads the same credential back.
+        let file = dir.path().join("internal-token");
+        let with_file = Env::default().with(vars::INTERNAL_TOKEN_FILE, file.display().to_string());
+        let made = internal_token_of(&with_file).unwrap();
+        assert_eq!(std::fs::read_to_string(&file).unwrap().trim(), made);
+        assert_eq!(internal_token_of(&with_file).unwrap(), made);
+        // Both at once is refused, as every service refuses it.
+        let both = with_file.with(vars::INTERNAL_TOKEN, "given-credential");
+        let e = internal_token_of(&both).expect_err("refused").to_string();
+        assert!(e.contains("BERTH_INTERNAL_TOKEN"), "{e}");
+        assert!(!e.contains("given-credential"), "never the secret: {e}");
     }
 
     #[tokio::test]
