@@ -196,15 +196,17 @@ schemathesis() { # name url token
   mkdir -p "$reports"
   local st_started
   st_started=$(date +%s)
-  "$venv/bin/schemathesis" run "${doc_of[$name]}" --url "$url" \
+  # Run from the reports directory: schemathesis keeps a cache (`.schemathesis/`) in its working
+  # directory, which must not land in the repository.
+  (cd "$reports" && "$venv/bin/schemathesis" run "${doc_of[$name]}" --url "$url" \
     -H "Authorization: Bearer $token" \
     --checks all --phases examples,coverage,fuzzing,stateful \
     --max-examples "$max_examples" --seed "$seed" --workers 1 --continue-on-failure \
     --generation-database none \
     --request-timeout 30 --no-color --output-truncate true \
     --report json,ndjson --report-dir "$reports" \
-    >"$reports/output.txt" 2>&1 || true
-  echo "   ($(( $(date +%s) - st_started ))s; schemathesis' own report: $reports/output.txt)"
+    >"$reports/output.txt" 2>&1) || true
+  echo "   ($(( $(date +%s) - st_started ))s; schemathesis' own report: $reports/output.txt, kept with BERTH_PY_KEEP=1)"
   # One verdict line per check and per mutating operation's 2xx, each printed `ok:` or `FAILED:`.
   local verdicts
   verdicts=$("$py" tests/python/harness.py summarize "$reports" "${doc_of[$name]}" "$gateway_doc") || {
