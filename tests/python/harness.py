@@ -1,21 +1,21 @@
 """run.sh's helpers, in Python so they need nothing but the standard library.
 
-    harness.py fetch URL PATH
-        Saves the document a running service serves (when none is committed).
-    harness.py accepted URL TOKEN
-        Waits (5 s at most) until the gateway at URL accepts TOKEN: it re-reads its tokens file once a
-        second, and a token just added must work before the flows use it.
-    harness.py emulator-key DOCUMENT EMULATOR_DIR
-        When the document's example machine request carries an Alibaba Cloud access key, gives the ECS
-        emulator that key (its key file in EMULATOR_DIR, before `berth up` starts), so the example the
-        document offers is one that succeeds against the stack.
-    harness.py summarize REPORT_DIR DOCUMENT GATEWAY_DOCUMENT
-        Reads schemathesis' NDJSON and JSON reports and prints, per operation, how many cases ran and
-        how many were answered 2xx, then one verdict line per check (`ok: …` or `FAILED: …`), the
-        failures grouped by kind under the failed ones, and one verdict per mutating operation (it must
-        have been answered 2xx at least once). Which operations mutate: those whose `x-berth-scope` in
-        the gateway's document is a `:write` scope (so `POST /v1/machines:status`, a read, is not one).
-        Exits 2 when the reports are missing or say the run did not complete.
+harness.py fetch URL PATH
+    Saves the document a running service serves (when none is committed).
+harness.py accepted URL TOKEN
+    Waits (5 s at most) until the gateway at URL accepts TOKEN: it re-reads its tokens file once a
+    second, and a token just added must work before the flows use it.
+harness.py emulator-key DOCUMENT EMULATOR_DIR
+    When the document's example machine request carries an Alibaba Cloud access key, gives the ECS
+    emulator that key (its key file in EMULATOR_DIR, before `berth up` starts), so the example the
+    document offers is one that succeeds against the stack.
+harness.py summarize REPORT_DIR DOCUMENT GATEWAY_DOCUMENT
+    Reads schemathesis' NDJSON and JSON reports and prints, per operation, how many cases ran and
+    how many were answered 2xx, then one verdict line per check (`ok: …` or `FAILED: …`), the
+    failures grouped by kind under the failed ones, and one verdict per mutating operation (it must
+    have been answered 2xx at least once). Which operations mutate: those whose `x-berth-scope` in
+    the gateway's document is a `:write` scope (so `POST /v1/machines:status`, a read, is not one).
+    Exits 2 when the reports are missing or say the run did not complete.
 """
 
 from __future__ import annotations
@@ -175,6 +175,7 @@ def summarize(report_dir: str, document: str, gateway_document: str) -> int:
         f"in {report['running_time']:.0f}s; phases: "
         + ", ".join(f"{name} {p['status']}" for name, p in (report.get("phases") or {}).items())
     )
+
     def seen(counter: collections.Counter) -> str:
         return ", ".join(f"{s}×{n}" for s, n in sorted(counter.items()))
 
@@ -186,8 +187,10 @@ def summarize(report_dir: str, document: str, gateway_document: str) -> int:
     for key in set(cases) - set(operations):
         probes.update(statuses[key])
     if probes:
-        print(f"{'(methods the document does not list)':<48} {sum(probes.values()):>6} "
-              f"{sum(n for s, n in probes.items() if 200 <= s < 300):>6}  {seen(probes)}")
+        print(
+            f"{'(methods the document does not list)':<48} {sum(probes.values()):>6} "
+            f"{sum(n for s, n in probes.items() if 200 <= s < 300):>6}  {seen(probes)}"
+        )
 
     for name in sorted(check_runs):
         if check_failures[name] == 0:
@@ -198,8 +201,10 @@ def summarize(report_dir: str, document: str, gateway_document: str) -> int:
             print(f"  {code} {title} ×{count}: {operation}: {first}")
     errors = report.get("errors") or []
     if errors:
-        print("FAILED: schemathesis ran without errors: " + "; ".join(
-            f"{e['title']} ×{e['count']}" for e in errors))
+        print(
+            "FAILED: schemathesis ran without errors: "
+            + "; ".join(f"{e['title']} ×{e['count']}" for e in errors)
+        )
     if not report.get("complete", False):
         print(f"FAILED: schemathesis completed its run (stop reason: {report.get('stop_reason')})")
 

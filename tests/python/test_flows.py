@@ -138,9 +138,7 @@ def machine_request(api, emulator_key, name: str):
                     "tags": {"kubernetes.io/cluster/shoot--python": "1", "kubernetes.io/role/node": "1"},
                 },
             },
-            "secret": {
-                "stringData": {"alicloudAccessKeyID": key_id, "alicloudAccessKeySecret": key_secret}
-            },
+            "secret": {"stringData": {"alicloudAccessKeyID": key_id, "alicloudAccessKeySecret": key_secret}},
         }
     )
 
