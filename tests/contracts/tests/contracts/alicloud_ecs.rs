@@ -387,9 +387,11 @@ async fn provider_ecs_emulator_honours_the_alicloud_pact() {
                     let made = client
                         .run_instances(&run("contract-delete"), deadline)
                         .await?;
-                    ids.lock()
-                        .unwrap()
-                        .insert(PLACEHOLDER_ID.into(), made.instance_ids[0].clone());
+                    let id =
+                        made.instance_ids.first().cloned().ok_or_else(|| {
+                            anyhow::anyhow!("RunInstances answered no instance id")
+                        })?;
+                    ids.lock().unwrap().insert(PLACEHOLDER_ID.into(), id);
                 }
                 other => anyhow::bail!("unknown provider state {other:?}"),
             }
