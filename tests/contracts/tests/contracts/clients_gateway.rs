@@ -61,6 +61,11 @@ fn volume() -> JsonPattern {
     })
 }
 
+/// The machine request the client sends: the emulator's Alicloud class and key.
+fn machine_request() -> domain::machine::MachineRequest {
+    serde_json::from_value(berth_tests::machine_request("contract-m1")).unwrap()
+}
+
 fn not_found() -> JsonPattern {
     json_pattern!({
         "title": like!("NotFound"),
@@ -174,6 +179,125 @@ async fn consumer_client_reads_what_the_gateway_answers() {
             }));
             i
         });
+        pact.interaction("detect the environment's kind", "", |mut i| {
+            i.request
+                .get()
+                .path("/v1/orchestrators:detect")
+                .header("authorization", bearer());
+            i.response.ok().json_body(json_pattern!({
+                "kind": kind(),
+                "rule": term!("^(kubernetesServiceHost|nomadAddr|dockerEngine|fallback)$", "fallback"),
+                "reason": like!("no Kubernetes, Nomad or Docker Engine found"),
+            }));
+            i
+        });
+        pact.interaction("get the default orchestrator", "", |mut i| {
+            i.request
+                .get()
+                .path("/v1/orchestrators:default")
+                .header("authorization", bearer());
+            i.response.ok().json_body(orchestrator());
+            i
+        });
+        pact.interaction("ask whether an orchestrator is registered", "", |mut i| {
+            i.given("the local orchestrator contract-local is registered");
+            i.request
+                .method("HEAD")
+                .path("/v1/orchestrators/contract-local")
+                .header("authorization", bearer());
+            i.response.ok();
+            i
+        });
+        pact.interaction("deregister an orchestrator", "", |mut i| {
+            i.given("the local orchestrator contract-local is registered");
+            i.request
+                .delete()
+                .path("/v1/orchestrators/contract-local")
+                .header("authorization", bearer());
+            i.response
+                .ok()
+                .json_body(json_pattern!({"deleted": like!(true)}));
+            i
+        });
+        pact.interaction("a volume's stats", "", |mut i| {
+            i.given("volume default/contract-vol exists");
+            i.request
+                .get()
+                .path("/v1/volumes/default/contract-vol/stats")
+                .header("authorization", bearer());
+            i.response.ok().json_body(json_pattern!({
+                "namespace": like!("default"),
+                "name": like!("contract-vol"),
+                "uid": like!("3f1c2a4e-0000-4000-8000-000000000000"),
+                "capacityBytes": like!(1048576),
+                "location": like!("/var/lib/berth/volumes/default/contract-vol"),
+                "source": like!("filesystem"),
+            }));
+            i
+        });
+        pact.interaction("scan for orphans", "", |mut i| {
+            i.request
+                .get()
+                .path("/v1/orphans")
+                .header("authorization", bearer());
+            i.response.ok().json_body(json_pattern!({
+                "items": like!([]),
+                "policy": like!("report"),
+            }));
+            i
+        });
+        let machine = machine_request();
+        let body = serde_json::to_value(&machine).unwrap();
+        let machine_status = || {
+            json_pattern!({
+                "providerID": term!("^[a-z0-9-]+\\.i-[0-9a-z]+$", "cn-shanghai.i-uf69zddmom11ci7est12"),
+                "nodeName": like!("izuf69zddmom11ci7est12z"),
+            })
+        };
+        pact.interaction("create a machine", "", |mut i| {
+            i.request
+                .post()
+                .path("/v1/machines:create")
+                .header("authorization", bearer())
+                .header("content-type", "application/json")
+                .json_body(body.clone());
+            i.response.ok().json_body(machine_status());
+            i
+        });
+        pact.interaction("get a machine's status", "", |mut i| {
+            i.given("machine contract-m1 has a VM");
+            i.request
+                .post()
+                .path("/v1/machines:status")
+                .header("authorization", bearer())
+                .header("content-type", "application/json")
+                .json_body(body.clone());
+            i.response.ok().json_body(machine_status());
+            i
+        });
+        pact.interaction("delete a machine", "", |mut i| {
+            i.given("machine contract-m1 has a VM");
+            i.request
+                .post()
+                .path("/v1/machines:delete")
+                .header("authorization", bearer())
+                .header("content-type", "application/json")
+                .json_body(body.clone());
+            i.response.ok().json_body(json_pattern!({
+                "lastKnownState": like!("ECS instance i-uf69zddmom11ci7est12 deleted for machine contract-m1"),
+            }));
+            i
+        });
+        pact.interaction("map volume ids", "", |mut i| {
+            i.request
+                .post()
+                .path("/v1/volume-ids")
+                .header("authorization", bearer())
+                .header("content-type", "application/json")
+                .json_body(json!({"pvSpecs": [{"csi": {"driver": "diskplugin.csi.alibabacloud.com", "volumeHandle": "d-contract"}}]}));
+            i.response.ok().json_body(json_pattern!({"volumeIDs": each_like!("d-contract")}));
+            i
+        });
         let mock = pact.start_mock_server(None, None);
         let base = mock.url().to_string();
         let options = ClientOptions {
@@ -237,6 +361,41 @@ async fn consumer_client_reads_what_the_gateway_answers() {
                 .deleted
         );
         assert!(!machines.providers().await.unwrap().providers.is_empty());
+        let detected = registry.detect().await.unwrap();
+        assert!(!detected.reason.is_empty());
+        assert_eq!(
+            registry.default_orchestrator().await.unwrap().name,
+            "contract-local"
+        );
+        assert!(registry.has("contract-local").await.unwrap());
+        assert!(
+            registry
+                .deregister_reporting("contract-local")
+                .await
+                .unwrap()
+        );
+        let stats = storage.stats("default", "contract-vol").await.unwrap();
+        assert_eq!(stats.capacity_bytes, 1048576);
+        assert!(storage.orphans().await.unwrap().items.is_empty());
+        let created = machines.create(&machine).await.unwrap();
+        assert!(created.provider_id.contains(".i-"));
+        assert_eq!(
+            machines.status(&machine).await.unwrap().provider_id,
+            created.provider_id
+        );
+        assert!(
+            !machines
+                .delete(&machine)
+                .await
+                .unwrap()
+                .last_known_state
+                .is_empty()
+        );
+        let pv: domain::machine::PersistentVolumeSpec = serde_json::from_value(
+            json!({"csi": {"driver": "diskplugin.csi.alibabacloud.com", "volumeHandle": "d-contract"}}),
+        )
+        .unwrap();
+        assert_eq!(machines.volume_ids(&[pv]).await.unwrap(), ["d-contract"]);
     }
     pactfile::check(out.path(), CONSUMER, PROVIDER);
 }
@@ -270,6 +429,13 @@ fn gateway_states(gateway: &str, base_path: &'static str) -> Arc<States> {
                     http.post(format!("{gw}/v1/volumes"))
                         .bearer_auth(TOKEN)
                         .json(&json!({"name": "contract-vol", "capacity": "1Mi", "orchestrator": "contract-local"}))
+                        .send()
+                        .await?,
+                ],
+                "machine contract-m1 has a VM" => vec![
+                    http.post(format!("{gw}/v1/machines:create"))
+                        .bearer_auth(TOKEN)
+                        .json(&berth_tests::machine_request("contract-m1"))
                         .send()
                         .await?,
                 ],
