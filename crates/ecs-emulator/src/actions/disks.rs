@@ -26,7 +26,7 @@ pub(super) fn describe_disks(state: &mut State, p: &Params) -> Result<Value, Ecs
     Ok(page.answer("Disks", "Disk", Disk::to_json))
 }
 
-pub(super) fn disk_not_found() -> EcsError {
+fn disk_not_found() -> EcsError {
     EcsError::new(
         404,
         "InvalidDiskId.NotFound",

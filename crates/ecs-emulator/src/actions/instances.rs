@@ -13,7 +13,7 @@ use crate::wire::EcsError;
 
 /// Parameters that are about the transport, not the action: left out of a ClientToken's
 /// fingerprint, so a retry with a fresh nonce and timestamp still matches.
-pub(super) const TRANSPORT_PARAMS: [&str; 11] = [
+const TRANSPORT_PARAMS: [&str; 11] = [
     "Action",
     "Version",
     "Format",
@@ -29,7 +29,7 @@ pub(super) const TRANSPORT_PARAMS: [&str; 11] = [
 
 /// A digest of a RunInstances call's own parameters. SHA-256 rather than std's hasher, whose
 /// output may change between Rust releases: fingerprints outlive the process in a state directory.
-pub(super) fn fingerprint(p: &Params) -> u64 {
+fn fingerprint(p: &Params) -> u64 {
     let mut h = Sha256::new();
     for (k, v) in p {
         if !TRANSPORT_PARAMS.contains(&k.as_str()) {
@@ -44,7 +44,7 @@ pub(super) fn fingerprint(p: &Params) -> u64 {
     u64::from_le_bytes(digest[..8].try_into().expect("32 bytes"))
 }
 
-pub(super) struct DiskSpec {
+struct DiskSpec {
     category: String,
     size: u32,
     name: String,
@@ -53,7 +53,7 @@ pub(super) struct DiskSpec {
     delete_with_instance: bool,
 }
 
-pub(super) fn data_disks(p: &Params) -> Result<Vec<DiskSpec>, EcsError> {
+fn data_disks(p: &Params) -> Result<Vec<DiskSpec>, EcsError> {
     let mut out = Vec::new();
     for n in 1..=17 {
         let key = |f: &str| format!("DataDisk.{n}.{f}");
@@ -312,7 +312,7 @@ pub(super) fn run_instances(
     Ok(run_answer(&ids))
 }
 
-pub(super) fn run_answer(ids: &[String]) -> Value {
+fn run_answer(ids: &[String]) -> Value {
     json!({"InstanceIdSets": {"InstanceIdSet": ids}, "TradePrice": 0.0})
 }
 
@@ -346,7 +346,7 @@ pub(super) fn describe_instances(
     Ok(page.answer("Instances", "Instance", Instance::to_json))
 }
 
-pub(super) fn instance_mut<'s>(
+fn instance_mut<'s>(
     state: &'s mut State,
     ctx: &Ctx<'_>,
     p: &Params,
@@ -416,14 +416,7 @@ pub(super) fn start_instance(
     ctx: &Ctx<'_>,
     p: &Params,
 ) -> Result<Value, EcsError> {
-    let now = ctx.now;
-    let i = instance_mut(state, ctx, p)?;
-    if i.status != Status::Stopped {
-        return Err(EcsError::incorrect_status("IncorrectInstanceStatus"));
-    }
-    i.set_status(Status::Starting, now);
-    i.advance(now, ctx.lifecycle);
-    Ok(json!({}))
+    transition(state, ctx, p, Status::Stopped, Status::Starting)
 }
 
 pub(super) fn stop_instance(
@@ -431,12 +424,24 @@ pub(super) fn stop_instance(
     ctx: &Ctx<'_>,
     p: &Params,
 ) -> Result<Value, EcsError> {
+    transition(state, ctx, p, Status::Running, Status::Stopping)
+}
+
+/// StartInstance and StopInstance: an instance that is `from` starts moving through `to`; in any
+/// other status it is refused, as ECS refuses it.
+fn transition(
+    state: &mut State,
+    ctx: &Ctx<'_>,
+    p: &Params,
+    from: Status,
+    to: Status,
+) -> Result<Value, EcsError> {
     let now = ctx.now;
     let i = instance_mut(state, ctx, p)?;
-    if i.status != Status::Running {
+    if i.status != from {
         return Err(EcsError::incorrect_status("IncorrectInstanceStatus"));
     }
-    i.set_status(Status::Stopping, now);
+    i.set_status(to, now);
     i.advance(now, ctx.lifecycle);
     Ok(json!({}))
 }
