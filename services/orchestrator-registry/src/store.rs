@@ -13,7 +13,8 @@ use domain::{Code, Orchestrator, OrchestratorKind, Status};
 use serde_json::Value;
 use service_kit::ApiError;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{Row, SqlitePool, SqliteTransaction};
 
@@ -174,32 +175,24 @@ impl Store {
 
     /// The orchestrator `name`, if registered.
     pub async fn get(&self, name: &str) -> Result<Option<Orchestrator>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orchestrators WHERE name = ?"
-        )))
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = select("WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(decode).transpose()
     }
 
     /// Every orchestrator, sorted by name.
     pub async fn list(&self) -> Result<Vec<Orchestrator>, StoreError> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orchestrators ORDER BY name"
-        )))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = select("ORDER BY name").fetch_all(&self.pool).await?;
         rows.iter().map(decode).collect()
     }
 
     /// The default orchestrator, if one is.
     pub async fn default_orchestrator(&self) -> Result<Option<Orchestrator>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orchestrators WHERE is_default = 1"
-        )))
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = select("WHERE is_default = 1")
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(decode).transpose()
     }
 
@@ -354,16 +347,22 @@ impl Store {
     }
 }
 
+/// `SELECT` every column [`decode`] reads from `orchestrators`, then `rest` (a condition, an order);
+/// the one place that names the columns a read takes.
+fn select(rest: &str) -> sqlx::query::Query<'static, sqlx::Sqlite, SqliteArguments> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM orchestrators {rest}"
+    )))
+}
+
 async fn fetch_in(
     tx: &mut SqliteTransaction<'static>,
     name: &str,
 ) -> Result<Option<Orchestrator>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM orchestrators WHERE name = ?"
-    )))
-    .bind(name)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let row = select("WHERE name = ?")
+        .bind(name)
+        .fetch_optional(&mut **tx)
+        .await?;
     row.as_ref().map(decode).transpose()
 }
 
