@@ -210,16 +210,12 @@ impl Store {
         let default = want
             .default
             .unwrap_or_else(|| current.as_ref().is_some_and(|c| c.default));
-        let next = Orchestrator {
-            name: name.to_string(),
-            kind: want.kind,
-            label: want.label.clone(),
-            region: want.region.clone(),
-            config: want.config.clone(),
-            storage_ops: want.kind.supports_storage_ops(),
+        let next = registered(
+            name,
+            want,
             default,
-            resource_version: current.as_ref().map_or(0, |c| c.resource_version),
-        };
+            current.as_ref().map_or(0, |c| c.resource_version),
+        );
         if let Some(current) = current.as_ref()
             && *current == next
         {
@@ -326,16 +322,7 @@ impl Store {
             .bind(&now)
             .execute(&mut *tx)
             .await?;
-            Some(Orchestrator {
-                name: name.to_string(),
-                kind: want.kind,
-                label: want.label.clone(),
-                region: want.region.clone(),
-                config: want.config.clone(),
-                storage_ops: want.kind.supports_storage_ops(),
-                default: true,
-                resource_version: version,
-            })
+            Some(registered(name, want, true, version))
         } else {
             None
         };
@@ -344,6 +331,25 @@ impl Store {
             .await?;
         tx.commit().await?;
         Ok(made)
+    }
+}
+
+/// The orchestrator a registration of `want` under `name` makes; `storage_ops` follows the kind.
+fn registered(
+    name: &str,
+    want: &Registration,
+    default: bool,
+    resource_version: u64,
+) -> Orchestrator {
+    Orchestrator {
+        name: name.to_string(),
+        kind: want.kind,
+        label: want.label.clone(),
+        region: want.region.clone(),
+        config: want.config.clone(),
+        storage_ops: want.kind.supports_storage_ops(),
+        default,
+        resource_version,
     }
 }
 

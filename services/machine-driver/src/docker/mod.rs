@@ -1251,7 +1251,7 @@ impl Provider for Docker {
             // Leave time to remove it after the grace period, within the call's own limit.
             let budget = self.operation_timeout.as_secs().saturating_sub(2) / 2;
             let grace = i64::from(grace).min(i64::try_from(budget).unwrap_or(i64::MAX));
-            match t
+            let stopped = t
                 .engine
                 .stop_container(
                     &c.id,
@@ -1260,19 +1260,9 @@ impl Provider for Docker {
                         ..StopContainerOptions::default()
                     }),
                 )
-                .await
-            {
-                Ok(()) => {}
-                Err(BollardError::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => {}
-                Err(e) => {
-                    return Err(
-                        EngineError::new(format!("stopping container {}", c.name), e).to_status(),
-                    );
-                }
-            }
-            match t
+                .await;
+            gone_is_done(stopped, || format!("stopping container {}", c.name))?;
+            let removed = t
                 .engine
                 .remove_container(
                     &c.id,
@@ -1282,18 +1272,8 @@ impl Provider for Docker {
                         ..RemoveContainerOptions::default()
                     }),
                 )
-                .await
-            {
-                Ok(()) => {}
-                Err(BollardError::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => {}
-                Err(e) => {
-                    return Err(
-                        EngineError::new(format!("removing container {}", c.name), e).to_status(),
-                    );
-                }
-            }
+                .await;
+            gone_is_done(removed, || format!("removing container {}", c.name))?;
             tracing::info!(container = %short(&c.id), "container removed");
             Ok(DeleteMachineResponse {
                 last_known_state: format!(
@@ -1381,6 +1361,21 @@ impl Provider for Docker {
                 csi.driver == spec::VOLUME_CSI_DRIVER && spec::is_volume_name(&csi.volume_handle)
             })
             .map(|csi| csi.volume_handle.clone())
+    }
+}
+
+/// The outcome of an Engine call that makes a container go away: a 404 (it is gone already) is as
+/// good as done; any other failure is answered as what `doing` says.
+fn gone_is_done(
+    outcome: Result<(), BollardError>,
+    doing: impl FnOnce() -> String,
+) -> Result<(), Status> {
+    match outcome {
+        Ok(())
+        | Err(BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(EngineError::new(doing(), e).to_status()),
     }
 }
 
