@@ -217,6 +217,29 @@ pub(crate) fn authenticate(
     }
 }
 
+/// What both signature versions check once the signature holds: the security token, the clock
+/// skew, and that the nonce is new for this key (kept twice the skew, so a replay is refused for as
+/// long as its timestamp would pass).
+fn check_fresh(
+    key: &AccessKey,
+    token: Option<&str>,
+    timestamp: &str,
+    nonce: &str,
+    max_skew: Duration,
+    nonces: &mut NonceStore,
+) -> Result<(), EcsError> {
+    check_token(key, token)?;
+    check_skew(parse_timestamp(timestamp)?, max_skew)?;
+    if !nonces.insert(format!("{}/{nonce}", key.id), max_skew * 2) {
+        return Err(EcsError::new(
+            400,
+            "SignatureNonceUsed",
+            "Specified signature nonce was used already.",
+        ));
+    }
+    Ok(())
+}
+
 fn authenticate_v1(
     req: Incoming<'_>,
     keys: &[AccessKey],
@@ -263,15 +286,8 @@ fn authenticate_v1(
     if !same(&expected, &signature) {
         return Err(signature_mismatch());
     }
-    check_token(key, params.get("SecurityToken").map(String::as_str))?;
-    check_skew(parse_timestamp(&timestamp)?, max_skew)?;
-    if !nonces.insert(format!("{key_id}/{nonce}"), max_skew * 2) {
-        return Err(EcsError::new(
-            400,
-            "SignatureNonceUsed",
-            "Specified signature nonce was used already.",
-        ));
-    }
+    let token = params.get("SecurityToken").map(String::as_str);
+    check_fresh(key, token, &timestamp, &nonce, max_skew, nonces)?;
     let format = params.get("Format").cloned();
     Ok(Authenticated {
         action,
@@ -370,15 +386,7 @@ fn authenticate_v3(
         .headers
         .get("x-acs-security-token")
         .and_then(|v| v.to_str().ok());
-    check_token(key, token)?;
-    check_skew(parse_timestamp(&date)?, max_skew)?;
-    if !nonces.insert(format!("{key_id}/{nonce}"), max_skew * 2) {
-        return Err(EcsError::new(
-            400,
-            "SignatureNonceUsed",
-            "Specified signature nonce was used already.",
-        ));
-    }
+    check_fresh(key, token, &date, &nonce, max_skew, nonces)?;
     Ok(Authenticated {
         action,
         version,

@@ -119,15 +119,28 @@ impl Default for Faults {
     }
 }
 
+/// A [`Faults`] that cannot be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FaultsError {
+    /// A rate outside `[0, 1]`.
+    #[error("{name} must be between 0 and 1, got {rate}")]
+    RateOutOfRange {
+        /// The rate's field (camelCase, as in the JSON).
+        name: &'static str,
+        /// What it was set to.
+        rate: f64,
+    },
+}
+
 impl Faults {
     /// Rejects rates outside `[0, 1]`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), FaultsError> {
         for (name, rate) in [
             ("throttleRate", self.throttle_rate),
             ("serverErrorRate", self.server_error_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
-                return Err(format!("{name} must be between 0 and 1, got {rate}"));
+                return Err(FaultsError::RateOutOfRange { name, rate });
             }
         }
         Ok(())

@@ -35,9 +35,11 @@
 //! - `auth`: V1/V3 signature verification, skew and nonce checks.
 //! - `wire`: parameter decoding, RFC 3986 encoding, ECS error answers.
 //! - `state`: the account's resources in ordered maps, ids, lifecycle, filters.
-//! - `actions`: the ECS actions ([`ACTIONS`]) and seeding.
+//! - `actions`: the ECS actions ([`ACTIONS`]), one module per resource (instances, disks, network
+//!   interfaces, regions) beside parameter reading, tags and seeding ([`Seed`]).
 //! - [`persist`]: the state directory: crash-safe writes, loading, the stored access key.
-//! - this file: [`Emulator`], [`router`] and the HTTP handlers.
+//! - this file: [`Emulator`], [`router`], the HTTP handlers and [`AdminError`], what an admin
+//!   change fails with.
 
 mod actions;
 mod auth;
@@ -61,8 +63,8 @@ use rand::Rng as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-pub use actions::{ACTIONS, Seed};
-pub use config::{AccessKey, Config, Faults, Lifecycle};
+pub use actions::{ACTIONS, Seed, SeedError};
+pub use config::{AccessKey, Config, Faults, FaultsError, Lifecycle};
 pub use persist::{StateError, stored_access_key};
 
 use auth::{Incoming, NonceStore};
@@ -87,6 +89,26 @@ impl Stats {
     pub fn total_calls(&self) -> u64 {
         self.calls.values().sum()
     }
+}
+
+/// Why a change through [`Emulator`]'s admin methods (or `/_emulator/`) did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// No instance has this id.
+    #[error("no instance {0}")]
+    NoInstance(String),
+    /// Not an ECS instance status.
+    #[error("unknown status {0:?}")]
+    UnknownStatus(String),
+    /// The seed was refused.
+    #[error(transparent)]
+    Seed(#[from] SeedError),
+    /// The faults were refused.
+    #[error(transparent)]
+    Faults(#[from] FaultsError),
+    /// The change was made but could not be written to the state directory.
+    #[error(transparent)]
+    Save(#[from] StateError),
 }
 
 /// The emulator: configuration plus mutable account state. Cheap to clone (shared).
@@ -212,12 +234,8 @@ impl Emulator {
     }
 
     /// Writes a change made outside an ECS call (admin), now.
-    fn save_now(snapshot: Option<Snapshot>) -> Result<(), String> {
-        snapshot
-            .map(Snapshot::save)
-            .transpose()
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    fn save_now(snapshot: Option<Snapshot>) -> Result<(), StateError> {
+        snapshot.map(Snapshot::save).transpose().map(|_| ())
     }
 
     /// The HTTP router (ECS on `/`, admin under `/_emulator/`).
@@ -236,7 +254,7 @@ impl Emulator {
     }
 
     /// Replaces the faults.
-    pub fn set_faults(&self, faults: Faults) -> Result<(), String> {
+    pub fn set_faults(&self, faults: Faults) -> Result<(), AdminError> {
         faults.validate()?;
         lock(&self.inner.knobs).faults = faults;
         Ok(())
@@ -253,37 +271,37 @@ impl Emulator {
     }
 
     /// Sets an instance's status and pins it there until [`Emulator::unpin`].
-    pub fn pin_status(&self, instance_id: &str, status: &str) -> Result<(), String> {
-        let status =
-            state::Status::parse(status).ok_or_else(|| format!("unknown status {status:?}"))?;
+    pub fn pin_status(&self, instance_id: &str, status: &str) -> Result<(), AdminError> {
+        let status = state::Status::parse(status)
+            .ok_or_else(|| AdminError::UnknownStatus(status.to_owned()))?;
         let mut s = lock(&self.inner.state);
         let i = s
             .instances
             .get_mut(instance_id)
-            .ok_or_else(|| format!("no instance {instance_id}"))?;
+            .ok_or_else(|| AdminError::NoInstance(instance_id.to_owned()))?;
         i.set_status(status, tokio::time::Instant::now());
         i.pinned = true;
         let snapshot = self.snapshot_of(&s);
         drop(s);
-        Emulator::save_now(snapshot)
+        Ok(Emulator::save_now(snapshot)?)
     }
 
     /// Lets a pinned instance continue its lifecycle from now.
-    pub fn unpin(&self, instance_id: &str) -> Result<(), String> {
+    pub fn unpin(&self, instance_id: &str) -> Result<(), AdminError> {
         let mut s = lock(&self.inner.state);
         let i = s
             .instances
             .get_mut(instance_id)
-            .ok_or_else(|| format!("no instance {instance_id}"))?;
+            .ok_or_else(|| AdminError::NoInstance(instance_id.to_owned()))?;
         i.pinned = false;
         i.since = tokio::time::Instant::now();
         let snapshot = self.snapshot_of(&s);
         drop(s);
-        Emulator::save_now(snapshot)
+        Ok(Emulator::save_now(snapshot)?)
     }
 
     /// Creates instances in bulk; returns their ids.
-    pub fn seed(&self, seed: &Seed) -> Result<Vec<String>, String> {
+    pub fn seed(&self, seed: &Seed) -> Result<Vec<String>, AdminError> {
         let mut s = lock(&self.inner.state);
         let ids = actions::seed(
             &mut s,
@@ -531,6 +549,19 @@ fn admin_error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, axum::Json(json!({"error": message.into()}))).into_response()
 }
 
+/// An admin change that was refused (400), named an instance that is not there (404), or could not
+/// be written to the state directory (500).
+fn admin_failure(e: &AdminError) -> Response {
+    let status = match e {
+        AdminError::NoInstance(_) => StatusCode::NOT_FOUND,
+        AdminError::Save(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        AdminError::UnknownStatus(_) | AdminError::Seed(_) | AdminError::Faults(_) => {
+            StatusCode::BAD_REQUEST
+        }
+    };
+    admin_error(status, e.to_string())
+}
+
 async fn admin_state(State(emu): State<Emulator>) -> Response {
     axum::Json(emu.snapshot()).into_response()
 }
@@ -551,7 +582,7 @@ async fn admin_set_faults(State(emu): State<Emulator>, body: Bytes) -> Response 
     };
     match emu.set_faults(faults) {
         Ok(()) => axum::Json(emu.faults()).into_response(),
-        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => admin_failure(&e),
     }
 }
 
@@ -581,7 +612,7 @@ async fn admin_seed(State(emu): State<Emulator>, body: Bytes) -> Response {
             "lastInstanceId": ids.last(),
         }))
         .into_response(),
-        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => admin_failure(&e),
     }
 }
 
@@ -597,15 +628,14 @@ async fn admin_pin(State(emu): State<Emulator>, Path(id): Path<String>, body: By
     };
     match emu.pin_status(&id, &pin.status) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) if e.starts_with("no instance") => admin_error(StatusCode::NOT_FOUND, e),
-        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => admin_failure(&e),
     }
 }
 
 async fn admin_unpin(State(emu): State<Emulator>, Path(id): Path<String>) -> Response {
     match emu.unpin(&id) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => admin_error(StatusCode::NOT_FOUND, e),
+        Err(e) => admin_failure(&e),
     }
 }
 

@@ -8,7 +8,9 @@
 //!
 //! # Layout
 //! - [`Config`]: settings from `BERTH_*` variables.
-//! - [`provider`]: the [`provider::Provider`] trait and the [`provider::Providers`] registry.
+//! - [`provider`]: the [`provider::Provider`] trait and the [`provider::Providers`] registry; the
+//!   calls every plugin answers the same way (GetVolumeIDs, ListMachines) are the trait's own, over
+//!   the one piece each plugin supplies (`volume_id`, `machines`).
 //! - [`alicloud`]: the `Alicloud` plugin and its provider spec.
 //! - [`docker`]: the `Docker` plugin, its provider spec and its operator settings.
 //! - [`api`]: the HTTP handlers and their OpenAPI descriptions.

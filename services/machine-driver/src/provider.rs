@@ -13,9 +13,10 @@ use async_trait::async_trait;
 use domain::machine::{
     CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse, GetVolumeIdsRequest,
     GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest, ListMachinesResponse,
-    MachineClass, MachineRequest,
+    MachineClass, MachineRequest, PersistentVolumeSpec,
 };
 use domain::{Code, Status};
+use tracing::Instrument as _;
 
 /// The condition type through which a provider's GetMachineStatus says whether the VM is
 /// initialised. `False` means the VM exists but is not initialised yet (stopped, still starting):
@@ -60,17 +61,41 @@ pub trait Provider: Send + Sync + 'static {
         req: &MachineRequest,
     ) -> Result<GetMachineStatusResponse, Status>;
 
-    /// ListMachines: every VM the class identifies, provider id → machine name.
+    /// Every VM the class identifies, provider id → machine name.
+    async fn machines(&self, req: &ListMachinesRequest)
+    -> Result<BTreeMap<String, String>, Status>;
+
+    /// ListMachines: [`Provider::machines`] in a span naming the provider and the class; every
+    /// provider answers it this way, so only `machines` differs.
     async fn list_machines(
         &self,
         req: &ListMachinesRequest,
-    ) -> Result<ListMachinesResponse, Status>;
+    ) -> Result<ListMachinesResponse, Status> {
+        let span = tracing::debug_span!(
+            "list_machines",
+            provider = self.name(),
+            class = %req.machine_class.metadata.name
+        );
+        let machine_list = self.machines(req).instrument(span).await?;
+        Ok(ListMachinesResponse { machine_list })
+    }
 
-    /// GetVolumeIDs: the ids of the specs this provider can map, in order; others are skipped.
+    /// The volume id of one PersistentVolume spec, when it is a volume this provider makes.
+    fn volume_id(&self, pv: &PersistentVolumeSpec) -> Option<String>;
+
+    /// GetVolumeIDs: the ids of the specs this provider can map ([`Provider::volume_id`]), in
+    /// order; others are skipped. Every provider answers it this way, so only `volume_id` differs.
     async fn get_volume_ids(
         &self,
         req: &GetVolumeIdsRequest,
-    ) -> Result<GetVolumeIdsResponse, Status>;
+    ) -> Result<GetVolumeIdsResponse, Status> {
+        let volume_ids = req
+            .pv_specs
+            .iter()
+            .filter_map(|pv| self.volume_id(pv))
+            .collect();
+        Ok(GetVolumeIdsResponse { volume_ids })
+    }
 }
 
 pub use domain::machine::{ProviderInfo, ProviderList};

@@ -65,6 +65,17 @@ fn valid_name(name: &str) -> Result<(), ApiError> {
     names::validate_dns1123_label("name", name).map_err(ApiError::new)
 }
 
+/// The orchestrator a path names: a 400 for a bad name, a 404 in maya's words when none is
+/// registered under it.
+async fn registered(state: &AppState, name: &str) -> Result<Orchestrator, ApiError> {
+    valid_name(name)?;
+    state
+        .store
+        .get(name)
+        .await?
+        .ok_or_else(|| not_registered(name))
+}
+
 fn etag(o: &Orchestrator) -> HeaderValue {
     HeaderValue::from_str(&format!("\"{}\"", o.resource_version))
         .unwrap_or_else(|_| HeaderValue::from_static("\"0\""))
@@ -266,11 +277,8 @@ async fn get_orchestrator(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    valid_name(&name)?;
-    match state.store.get(&name).await? {
-        Some(o) => Ok(with_etag(o, StatusCode::OK)),
-        None => Err(not_registered(&name)),
-    }
+    let o = registered(&state, &name).await?;
+    Ok(with_etag(o, StatusCode::OK))
 }
 
 /// Whether a name is registered — maya's `HasOrchestrator`. No body either way.
@@ -289,11 +297,8 @@ async fn has_orchestrator(
     State(state): State<AppState>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    valid_name(&name)?;
-    match state.store.get(&name).await? {
-        Some(o) => Ok((StatusCode::OK, [(header::ETAG, etag(&o))]).into_response()),
-        None => Err(not_registered(&name)),
-    }
+    let o = registered(&state, &name).await?;
+    Ok((StatusCode::OK, [(header::ETAG, etag(&o))]).into_response())
 }
 
 /// Deregisters an orchestrator; 200 whether or not it was registered, saying which.

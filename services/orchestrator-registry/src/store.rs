@@ -13,7 +13,8 @@ use domain::{Code, Orchestrator, OrchestratorKind, Status};
 use serde_json::Value;
 use service_kit::ApiError;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
+    SqliteSynchronous,
 };
 use sqlx::{Row, SqlitePool, SqliteTransaction};
 
@@ -174,32 +175,24 @@ impl Store {
 
     /// The orchestrator `name`, if registered.
     pub async fn get(&self, name: &str) -> Result<Option<Orchestrator>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orchestrators WHERE name = ?"
-        )))
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = select("WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(decode).transpose()
     }
 
     /// Every orchestrator, sorted by name.
     pub async fn list(&self) -> Result<Vec<Orchestrator>, StoreError> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orchestrators ORDER BY name"
-        )))
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = select("ORDER BY name").fetch_all(&self.pool).await?;
         rows.iter().map(decode).collect()
     }
 
     /// The default orchestrator, if one is.
     pub async fn default_orchestrator(&self) -> Result<Option<Orchestrator>, StoreError> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {COLUMNS} FROM orchestrators WHERE is_default = 1"
-        )))
-        .fetch_optional(&self.pool)
-        .await?;
+        let row = select("WHERE is_default = 1")
+            .fetch_optional(&self.pool)
+            .await?;
         row.as_ref().map(decode).transpose()
     }
 
@@ -217,16 +210,12 @@ impl Store {
         let default = want
             .default
             .unwrap_or_else(|| current.as_ref().is_some_and(|c| c.default));
-        let next = Orchestrator {
-            name: name.to_string(),
-            kind: want.kind,
-            label: want.label.clone(),
-            region: want.region.clone(),
-            config: want.config.clone(),
-            storage_ops: want.kind.supports_storage_ops(),
+        let next = registered(
+            name,
+            want,
             default,
-            resource_version: current.as_ref().map_or(0, |c| c.resource_version),
-        };
+            current.as_ref().map_or(0, |c| c.resource_version),
+        );
         if let Some(current) = current.as_ref()
             && *current == next
         {
@@ -333,16 +322,7 @@ impl Store {
             .bind(&now)
             .execute(&mut *tx)
             .await?;
-            Some(Orchestrator {
-                name: name.to_string(),
-                kind: want.kind,
-                label: want.label.clone(),
-                region: want.region.clone(),
-                config: want.config.clone(),
-                storage_ops: want.kind.supports_storage_ops(),
-                default: true,
-                resource_version: version,
-            })
+            Some(registered(name, want, true, version))
         } else {
             None
         };
@@ -354,16 +334,41 @@ impl Store {
     }
 }
 
+/// The orchestrator a registration of `want` under `name` makes; `storage_ops` follows the kind.
+fn registered(
+    name: &str,
+    want: &Registration,
+    default: bool,
+    resource_version: u64,
+) -> Orchestrator {
+    Orchestrator {
+        name: name.to_string(),
+        kind: want.kind,
+        label: want.label.clone(),
+        region: want.region.clone(),
+        config: want.config.clone(),
+        storage_ops: want.kind.supports_storage_ops(),
+        default,
+        resource_version,
+    }
+}
+
+/// `SELECT` every column [`decode`] reads from `orchestrators`, then `rest` (a condition, an order);
+/// the one place that names the columns a read takes.
+fn select(rest: &str) -> sqlx::query::Query<'static, sqlx::Sqlite, SqliteArguments> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM orchestrators {rest}"
+    )))
+}
+
 async fn fetch_in(
     tx: &mut SqliteTransaction<'static>,
     name: &str,
 ) -> Result<Option<Orchestrator>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM orchestrators WHERE name = ?"
-    )))
-    .bind(name)
-    .fetch_optional(&mut **tx)
-    .await?;
+    let row = select("WHERE name = ?")
+        .bind(name)
+        .fetch_optional(&mut **tx)
+        .await?;
     row.as_ref().map(decode).transpose()
 }
 

@@ -1,15 +1,16 @@
 //! The HTTP API (DESIGN.md, "Storage ops API"), one handler per route, each documented in the OpenAPI
 //! document by its `#[utoipa::path]`. Handlers parse and validate at the edge, then hand domain values
-//! to [`Ops`].
+//! to [`Ops`], and turn what it fails with ([`OpsError`]) into the answer, in one place.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use domain::volume::ReclaimPolicy;
 use domain::{
-    DeleteResult, OrphanList, Selector, Status, Volume, VolumeList, VolumeProvisionerProfile,
+    Code, DeleteResult, OrphanList, Selector, Status, Volume, VolumeList, VolumeProvisionerProfile,
     VolumeStats, names,
 };
 use serde::Deserialize;
@@ -20,7 +21,8 @@ use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::ops::{ListRequest, Ops};
+use crate::ops::{ListRequest, Ops, OpsError};
+use crate::store::StoreError;
 
 /// Page size when `limit` is absent.
 pub const DEFAULT_LIMIT: u32 = 100;
@@ -35,6 +37,48 @@ pub fn routes(ops: Arc<Ops>) -> OpenApiRouter {
         .routes(routes!(volume_stats))
         .routes(routes!(list_orphans))
         .with_state(ops)
+}
+
+/// The one place a logic failure becomes an HTTP answer: its code, the detail the caller reads, and
+/// what only the log gets (the cause, never shown on a 5xx).
+impl From<OpsError> for ApiError {
+    fn from(e: OpsError) -> Self {
+        let detail = e.to_string();
+        match e {
+            OpsError::Store(StoreError::Exists(..)) => {
+                ApiError::from_code(Code::AlreadyExists, detail)
+            }
+            OpsError::Store(StoreError::CapacityExhausted { .. }) => {
+                ApiError::from_code(Code::ResourceExhausted, detail)
+            }
+            OpsError::Store(StoreError::Closed) => {
+                ApiError::from_code(Code::Unavailable, "storage-ops is stopping")
+            }
+            OpsError::Store(e @ StoreError::Db(_)) => ApiError::internal(e),
+            OpsError::Task(e) => ApiError::internal(e),
+            // The caller learns that the registry failed and how, never where it is or what it
+            // said; the log gets all of it with the request id.
+            OpsError::RegistryDown(e) => ApiError::from_code(Code::Unavailable, detail)
+                .with_retry_after(e.retry_after.unwrap_or(Duration::from_secs(1)))
+                .with_cause(e),
+            OpsError::UnknownOrchestrator(_) => ApiError::from_code(Code::InvalidArgument, detail),
+            OpsError::NoDefaultOrchestrator
+            | OpsError::NoStorageOps { .. }
+            | OpsError::NotReady { .. } => ApiError::from_code(Code::FailedPrecondition, detail),
+            OpsError::BackendRefused(status) => ApiError::new(status),
+            OpsError::SpecConflict { .. } => ApiError::from_code(Code::AlreadyExists, detail),
+            OpsError::BeingDeleted { .. } | OpsError::RemovedMeanwhile { .. } => {
+                ApiError::from_code(Code::Aborted, detail)
+            }
+            OpsError::NotFound { .. } => ApiError::from_code(Code::NotFound, detail),
+            OpsError::ObjectGone { cause, .. } => {
+                ApiError::from_code(Code::DataLoss, detail).with_cause(cause)
+            }
+            OpsError::ProvisionFailed { cause, .. }
+            | OpsError::DeleteFailed { cause, .. }
+            | OpsError::Usage(cause) => ApiError::from_code(cause.code, detail).with_cause(cause),
+        }
+    }
 }
 
 fn valid_key(namespace: &str, name: &str) -> Result<(), ApiError> {

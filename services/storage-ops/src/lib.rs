@@ -9,7 +9,8 @@
 //! # Layout
 //! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]).
 //! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
-//! - [`ops`]: the logic: AddStorage, DeleteStorage, ReadStorage, ListStorage, stats, orphans, reconcile.
+//! - [`ops`]: the logic, one module per idea (add, delete, list and read, reconcile), failing with a
+//!   typed [`ops::OpsError`] that [`api`] alone turns into an HTTP answer.
 //! - [`store`]: SQLite (WAL, `synchronous = FULL`, one writer with group commit, a reader pool).
 //! - [`backend`]: the `local` and `docker` backends behind one trait.
 //! - [`locks`]: per-volume locks.

@@ -30,7 +30,7 @@
 
 pub mod spec;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use alicloud::{
@@ -40,8 +40,8 @@ use alicloud::{
 use async_trait::async_trait;
 use domain::machine::{
     Condition, CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
-    GetVolumeIdsRequest, GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest,
-    ListMachinesResponse, MachineRequest, NodeAddress,
+    InitializeMachineResponse, ListMachinesRequest, MachineRequest, NodeAddress,
+    PersistentVolumeSpec,
 };
 use domain::{Code, Status};
 use tracing::Instrument as _;
@@ -918,62 +918,45 @@ impl Provider for Alicloud {
         .await
     }
 
-    async fn list_machines(
+    async fn machines(
         &self,
         req: &ListMachinesRequest,
-    ) -> Result<ListMachinesResponse, Status> {
-        let span = tracing::debug_span!("alicloud.list_machines", class = %req.machine_class.metadata.name);
-        async {
-            let p = self.prepare(&req.machine_class, &req.secret, false)?;
-            let client = p.home(&self.ecs);
-            let filter = DescribeInstances {
-                tags: p.spec.list_tags(),
-                ..DescribeInstances::default()
-            };
-            let instances = client
-                .describe_all_instances(&filter, self.deadline())
-                .await
-                .map_err(|e| ecs_status(&e))?;
-            tracing::debug!(count = instances.len(), "instances listed");
-            Ok(ListMachinesResponse {
-                machine_list: instances
-                    .into_iter()
-                    .map(|i| {
-                        (
-                            spec::provider_id(client.region(), &i.instance_id),
-                            i.instance_name,
-                        )
-                    })
-                    .collect(),
+    ) -> Result<BTreeMap<String, String>, Status> {
+        let p = self.prepare(&req.machine_class, &req.secret, false)?;
+        let client = p.home(&self.ecs);
+        let filter = DescribeInstances {
+            tags: p.spec.list_tags(),
+            ..DescribeInstances::default()
+        };
+        let instances = client
+            .describe_all_instances(&filter, self.deadline())
+            .await
+            .map_err(|e| ecs_status(&e))?;
+        tracing::debug!(count = instances.len(), "instances listed");
+        Ok(instances
+            .into_iter()
+            .map(|i| {
+                (
+                    spec::provider_id(client.region(), &i.instance_id),
+                    i.instance_name,
+                )
             })
-        }
-        .instrument(span)
-        .await
+            .collect())
     }
 
-    async fn get_volume_ids(
-        &self,
-        req: &GetVolumeIdsRequest,
-    ) -> Result<GetVolumeIdsResponse, Status> {
-        let volume_ids = req
-            .pv_specs
-            .iter()
-            .filter_map(|pv| {
-                if let Some(flex) = &pv.flex_volume {
-                    // MCM does not check the flex driver's name; neither do we.
-                    return flex
-                        .options
-                        .get("volumeId")
-                        .filter(|v| !v.is_empty())
-                        .cloned();
-                }
-                pv.csi
-                    .as_ref()
-                    .filter(|c| self.csi_drivers.contains(&c.driver) && !c.volume_handle.is_empty())
-                    .map(|c| c.volume_handle.clone())
-            })
-            .collect();
-        Ok(GetVolumeIdsResponse { volume_ids })
+    fn volume_id(&self, pv: &PersistentVolumeSpec) -> Option<String> {
+        if let Some(flex) = &pv.flex_volume {
+            // MCM does not check the flex driver's name; neither do we.
+            return flex
+                .options
+                .get("volumeId")
+                .filter(|v| !v.is_empty())
+                .cloned();
+        }
+        pv.csi
+            .as_ref()
+            .filter(|c| self.csi_drivers.contains(&c.driver) && !c.volume_handle.is_empty())
+            .map(|c| c.volume_handle.clone())
     }
 }
 

@@ -34,7 +34,7 @@ pub mod archive;
 pub mod settings;
 pub mod spec;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -50,8 +50,8 @@ use bollard::query_parameters::{
 };
 use domain::machine::{
     Condition, CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
-    GetVolumeIdsRequest, GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest,
-    ListMachinesResponse, MachineClass, MachineRequest, NodeAddress, Secret,
+    InitializeMachineResponse, ListMachinesRequest, MachineClass, MachineRequest, NodeAddress,
+    PersistentVolumeSpec, Secret,
 };
 use domain::{Code, Status};
 use futures::StreamExt as _;
@@ -1251,7 +1251,7 @@ impl Provider for Docker {
             // Leave time to remove it after the grace period, within the call's own limit.
             let budget = self.operation_timeout.as_secs().saturating_sub(2) / 2;
             let grace = i64::from(grace).min(i64::try_from(budget).unwrap_or(i64::MAX));
-            match t
+            let stopped = t
                 .engine
                 .stop_container(
                     &c.id,
@@ -1260,19 +1260,9 @@ impl Provider for Docker {
                         ..StopContainerOptions::default()
                     }),
                 )
-                .await
-            {
-                Ok(()) => {}
-                Err(BollardError::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => {}
-                Err(e) => {
-                    return Err(
-                        EngineError::new(format!("stopping container {}", c.name), e).to_status(),
-                    );
-                }
-            }
-            match t
+                .await;
+            gone_is_done(stopped, || format!("stopping container {}", c.name))?;
+            let removed = t
                 .engine
                 .remove_container(
                     &c.id,
@@ -1282,18 +1272,8 @@ impl Provider for Docker {
                         ..RemoveContainerOptions::default()
                     }),
                 )
-                .await
-            {
-                Ok(()) => {}
-                Err(BollardError::DockerResponseServerError {
-                    status_code: 404, ..
-                }) => {}
-                Err(e) => {
-                    return Err(
-                        EngineError::new(format!("removing container {}", c.name), e).to_status(),
-                    );
-                }
-            }
+                .await;
+            gone_is_done(removed, || format!("removing container {}", c.name))?;
             tracing::info!(container = %short(&c.id), "container removed");
             Ok(DeleteMachineResponse {
                 last_known_state: format!(
@@ -1341,12 +1321,10 @@ impl Provider for Docker {
             .await
     }
 
-    async fn list_machines(
+    async fn machines(
         &self,
         req: &ListMachinesRequest,
-    ) -> Result<ListMachinesResponse, Status> {
-        let span =
-            tracing::debug_span!("docker.list_machines", class = %req.machine_class.metadata.name);
+    ) -> Result<BTreeMap<String, String>, Status> {
         let call = async {
             let (t, _) = self.target(&req.machine_class, &req.secret).await?;
             let listed = t
@@ -1364,35 +1342,40 @@ impl Provider for Docker {
                 }))
                 .await
                 .map_err(|e| EngineError::new("listing the class's containers", e).to_status())?;
-            let machine_list = listed
+            Ok(listed
                 .into_iter()
                 .filter_map(|c| {
                     let name = c.names?.first()?.trim_start_matches('/').to_owned();
                     let machine = c.labels?.get(LABEL_MACHINE)?.clone();
                     Some((spec::provider_id(&name), machine))
                 })
-                .collect();
-            Ok(ListMachinesResponse { machine_list })
+                .collect())
         };
-        self.bounded("ListMachines".to_owned(), call)
-            .instrument(span)
-            .await
+        self.bounded("ListMachines".to_owned(), call).await
     }
 
-    async fn get_volume_ids(
-        &self,
-        req: &GetVolumeIdsRequest,
-    ) -> Result<GetVolumeIdsResponse, Status> {
-        let volume_ids = req
-            .pv_specs
-            .iter()
-            .filter_map(|pv| pv.csi.as_ref())
+    fn volume_id(&self, pv: &PersistentVolumeSpec) -> Option<String> {
+        pv.csi
+            .as_ref()
             .filter(|csi| {
                 csi.driver == spec::VOLUME_CSI_DRIVER && spec::is_volume_name(&csi.volume_handle)
             })
             .map(|csi| csi.volume_handle.clone())
-            .collect();
-        Ok(GetVolumeIdsResponse { volume_ids })
+    }
+}
+
+/// The outcome of an Engine call that makes a container go away: a 404 (it is gone already) is as
+/// good as done; any other failure is answered as what `doing` says.
+fn gone_is_done(
+    outcome: Result<(), BollardError>,
+    doing: impl FnOnce() -> String,
+) -> Result<(), Status> {
+    match outcome {
+        Ok(())
+        | Err(BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(()),
+        Err(e) => Err(EngineError::new(doing(), e).to_status()),
     }
 }
 
@@ -1488,7 +1471,7 @@ mod tests {
             }),
             ..PersistentVolumeSpec::default()
         };
-        let req = GetVolumeIdsRequest {
+        let req = domain::machine::GetVolumeIdsRequest {
             pv_specs: vec![
                 csi(spec::VOLUME_CSI_DRIVER, "berth-default-data-1a2b3c4d"),
                 csi("diskplugin.csi.alibabacloud.com", "d-1"),

@@ -1,0 +1,127 @@
+//! Spec fields and secret keys (the AWS provider's negative paths that apply here).
+
+use domain::Code;
+use domain::machine::Secret;
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn bad_spec_fields_are_invalid_argument_naming_the_field() {
+    let app = spawn_app().await;
+    type Mutation = Box<dyn Fn(&mut Value)>;
+    let cases: Vec<(Mutation, &str)> = vec![
+        (
+            Box::new(|s| {
+                s.as_object_mut().unwrap().remove("imageID");
+            }),
+            "machineClass.providerSpec.imageID: ImageID is required",
+        ),
+        (
+            Box::new(|s| s["region"] = json!("")),
+            "machineClass.providerSpec.region: Region is required",
+        ),
+        (
+            Box::new(|s| {
+                s.as_object_mut().unwrap().remove("vSwitchID");
+            }),
+            "machineClass.providerSpec.vSwitchID: VSwitchID is required",
+        ),
+        (
+            Box::new(|s| s["dataDisks"][0]["size"] = json!(10)),
+            "machineClass.providerSpec.dataDisks[0].size: Invalid value: 10: must be between 20 and 32768, inclusive",
+        ),
+        (
+            Box::new(|s| s["dataDisks"][1]["name"] = json!("d1")),
+            "Data Disk Name 'd1' duplicated 2 times, Name must be unique",
+        ),
+        (
+            Box::new(|s| s["dataDisks"][0]["name"] = json!("9lives")),
+            "machineClass.providerSpec.dataDisks[0].name: Disk name given: 9lives does not match the expected pattern",
+        ),
+        (
+            Box::new(|s| s["dataDisks"][0]["size"] = json!("big")),
+            "machineClass.providerSpec.dataDisks[0].size: invalid type: string, expected",
+        ),
+        (
+            Box::new(|s| s["tags"] = json!({CLUSTER_TAG: "1"})),
+            "machineClass.providerSpec.tags: Tag required of the form kubernetes.io/role/****",
+        ),
+        (
+            Box::new(|s| {
+                s.as_object_mut().unwrap().remove("tags");
+            }),
+            "machineClass.providerSpec.tags: Tags required for Alicloud machines",
+        ),
+        (
+            Box::new(|s| s["IoOptimized"] = json!("maybe")),
+            "machineClass.providerSpec.IoOptimized: Unsupported value: \"maybe\"",
+        ),
+        (
+            Box::new(|s| *s = json!(["not", "an", "object"])),
+            "machineClass.providerSpec: must be a JSON object",
+        ),
+    ];
+    for (i, (mutate, want)) in cases.iter().enumerate() {
+        let mut spec = provider_spec();
+        mutate(&mut spec);
+        let mut r = req(&format!("m-bad-{i}"));
+        r.machine_class = class_with(spec);
+        let e = app.create(&r).await.unwrap_err();
+        assert_code(&e, Code::InvalidArgument, 400);
+        assert!(
+            e.status.message.contains(want),
+            "{want:?} not in {:?}",
+            e.status.message
+        );
+    }
+    // A bad machine name is refused before anything is asked of ECS, too.
+    let mut r = req("m");
+    r.machine.metadata.name = "*".into();
+    let e = app.delete(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(e.status.message.starts_with("machine.metadata.name:"));
+    assert_eq!(app.emulator.stats().total_calls(), 0, "nothing reached ECS");
+    assert_eq!(app.emulator.instance_count(), 0);
+}
+
+#[tokio::test]
+async fn missing_secret_keys_are_invalid_argument_naming_the_key_never_the_value() {
+    let app = spawn_app().await;
+    let mut r = req("m-secret");
+    r.secret.data.remove("alicloudAccessKeySecret");
+    let e = app.create(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert_eq!(
+        e.status.message,
+        "secret.data[alicloudAccessKeySecret]: is required (or its fallback accessKeySecret)"
+    );
+    let mut r = req("m-secret");
+    r.secret.data.remove("alicloudAccessKeyID");
+    let e = app.status(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(e.status.message.contains("alicloudAccessKeyID"));
+    assert!(!e.status.message.contains(KEY_SECRET));
+    let mut r = req("m-secret");
+    r.secret
+        .data
+        .insert("alicloudAccessKeyID".into(), "%%%".into());
+    let e = app
+        .list()
+        .await
+        .map(|_| ())
+        .and(app.create(&r).await.map(|_| ()));
+    let e = e.unwrap_err();
+    assert_eq!(
+        e.status.message,
+        "secret.data[alicloudAccessKeyID]: is not valid base64"
+    );
+    assert_eq!(app.emulator.instance_count(), 0);
+
+    // The fallback keys and stringData work; a missing userData means none.
+    let mut r = req("m-fallback");
+    r.secret = Secret::from_string_data([("accessKeyID", KEY_ID), ("accessKeySecret", KEY_SECRET)]);
+    app.create(&r).await.unwrap();
+    let i = &app.instances_named("m-fallback")[0];
+    assert_eq!(i["UserDataBytes"], 0);
+}

@@ -1,0 +1,218 @@
+//! Register, get, has, list and deregister: idempotency, versions, unknown names.
+
+use domain::Code;
+use domain::OrchestratorKind;
+use domain::orchestrator::{DEFAULT_DOCKER_HOST, RegisterOrchestrator};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn register_get_has_list_and_deregister_through_the_typed_client() {
+    let app = spawn_app().await;
+    app.clear().await;
+    let c = &app.registry;
+    let mut req = RegisterOrchestrator::new(OrchestratorKind::Docker);
+    req.label = Some("ci".into());
+    req.region = Some("eu-west".into());
+    let made = c.register("engine", &req).await.unwrap();
+    assert_eq!(made.name, "engine");
+    assert_eq!(made.kind, OrchestratorKind::Docker);
+    assert_eq!(made.label, "ci");
+    assert_eq!(made.region, "eu-west");
+    assert_eq!(made.config, json!({"host": DEFAULT_DOCKER_HOST}));
+    assert!(made.storage_ops);
+    assert!(!made.default);
+    assert!(made.resource_version > 0);
+    assert_eq!(c.get("engine").await.unwrap(), made);
+    assert!(c.has("engine").await.unwrap());
+    assert!(!c.has("absent").await.unwrap());
+
+    let mut k8s = RegisterOrchestrator::new(OrchestratorKind::Kubernetes);
+    k8s.default = Some(true);
+    let k = c.register("a-cluster", &k8s).await.unwrap();
+    assert!(
+        !k.storage_ops,
+        "kubernetes StorageOps are reported honestly"
+    );
+    assert!(k.default);
+    assert_eq!(c.default_orchestrator().await.unwrap().name, "a-cluster");
+
+    let names: Vec<String> = c
+        .list()
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|o| o.name)
+        .collect();
+    assert_eq!(names, ["a-cluster", "engine"], "sorted by name");
+
+    c.deregister("engine").await.unwrap();
+    assert!(!c.has("engine").await.unwrap());
+    assert!(!c.deregister_reporting("engine").await.unwrap());
+    let e = c.get("engine").await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn list_is_sorted_and_items_is_an_empty_array_when_none_is_registered() {
+    let app = spawn_app().await;
+    app.clear().await;
+    let r = app.list().await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body, json!({"items": []}));
+    for name in ["zeta", "alpha", "mid-1", "mid-0"] {
+        assert_eq!(app.put(name, json!({"kind": "nomad"})).await.status, 201);
+    }
+    let list = app.list().await.body;
+    let names: Vec<&str> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["alpha", "mid-0", "mid-1", "zeta"]);
+}
+
+#[tokio::test]
+async fn register_is_idempotent_and_a_different_body_replaces_and_bumps_the_version() {
+    let app = spawn_app().await;
+    let body = json!({"kind": "local", "label": "fast", "config": {"basePath": "/srv/vols", "capacity": "10Gi"}});
+    let first = app.put("disks", body.clone()).await;
+    assert_eq!(first.status, 201, "{}", first.body);
+    assert_eq!(first.headers["location"], "/v1/orchestrators/disks");
+    let v1 = first.body["resourceVersion"].as_u64().unwrap();
+    assert_eq!(first.etag(), format!("\"{v1}\""));
+
+    let again = app.put("disks", body.clone()).await;
+    assert_eq!(again.status, 200);
+    assert_eq!(
+        again.body, first.body,
+        "the same body again changes nothing"
+    );
+
+    // The same meaning written differently is still the same registration.
+    let same = app
+        .put(
+            "disks",
+            json!({"kind": "local", "label": "fast", "config": {"basePath": "//srv/./vols/", "capacity": "10240Mi"}}),
+        )
+        .await;
+    assert_eq!(same.body["resourceVersion"].as_u64().unwrap(), v1);
+
+    let changed = app
+        .put(
+            "disks",
+            json!({"kind": "local", "label": "slow", "config": {"basePath": "/srv/vols"}}),
+        )
+        .await;
+    assert_eq!(changed.status, 200);
+    let v2 = changed.body["resourceVersion"].as_u64().unwrap();
+    assert!(v2 > v1);
+    assert_eq!(changed.body["label"], "slow");
+    assert_eq!(changed.body["config"], json!({"basePath": "/srv/vols"}));
+    assert_eq!(app.get("disks").await.body, changed.body);
+    assert_eq!(app.get("disks").await.etag(), format!("\"{v2}\""));
+
+    // A different kind under the same name replaces it too.
+    let other = app.put("disks", json!({"kind": "docker"})).await;
+    assert_eq!(other.status, 200);
+    assert_eq!(other.body["kind"], "docker");
+    assert!(other.body["resourceVersion"].as_u64().unwrap() > v2);
+}
+
+#[tokio::test]
+async fn if_match_with_a_stale_version_is_412_with_code_9() {
+    let app = spawn_app().await;
+    let made = app.put("pinned", json!({"kind": "nomad"})).await;
+    let v1 = made.body["resourceVersion"].as_u64().unwrap();
+
+    let ok = app
+        .put_if_match(
+            "pinned",
+            json!({"kind": "nomad", "label": "a"}),
+            &format!("\"{v1}\""),
+        )
+        .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let v2 = ok.body["resourceVersion"].as_u64().unwrap();
+
+    let stale = app
+        .put_if_match(
+            "pinned",
+            json!({"kind": "nomad", "label": "b"}),
+            &format!("\"{v1}\""),
+        )
+        .await;
+    assert_eq!(stale.status, 412);
+    assert_eq!(stale.body["code"], 9);
+    assert!(
+        stale.detail().contains(&format!("at resourceVersion {v2}")),
+        "{}",
+        stale.detail()
+    );
+    assert_eq!(
+        app.get("pinned").await.body["label"],
+        "a",
+        "nothing changed"
+    );
+
+    let any = app
+        .put_if_match("pinned", json!({"kind": "nomad", "label": "c"}), "*")
+        .await;
+    assert_eq!(any.status, 200);
+    let missing = app
+        .put_if_match("nobody", json!({"kind": "nomad"}), "*")
+        .await;
+    assert_eq!(missing.status, 412);
+    assert_eq!(missing.body["code"], 9);
+    assert_eq!(app.get("nobody").await.status, 404, "nothing was created");
+
+    app.put_if_match("pinned", json!({"kind": "nomad"}), "soon")
+        .await
+        .assert_invalid("If-Match");
+}
+
+#[tokio::test]
+async fn unknown_names_are_404_with_the_maya_message_and_head_has_no_body() {
+    let app = spawn_app().await;
+    let r = app.get("ghost").await;
+    assert_eq!(r.status, 404);
+    assert_eq!(r.body["code"], 5);
+    assert_eq!(
+        r.detail(),
+        "'ghost' is not a registered orchestration provider"
+    );
+    assert_eq!(r.headers["content-type"], "application/problem+json");
+
+    let h = app.head("ghost").await;
+    assert_eq!(h.status, 404);
+    assert_eq!(h.body, Value::Null);
+    app.put("real", json!({"kind": "nomad"})).await;
+    let h = app.head("real").await;
+    assert_eq!(h.status, 200);
+    assert_eq!(h.body, Value::Null);
+    assert!(!h.etag().is_empty());
+
+    let e = app.registry.get("ghost").await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound);
+    assert_eq!(e.http_status, Some(404));
+    assert_eq!(
+        e.status.message,
+        "'ghost' is not a registered orchestration provider"
+    );
+}
+
+#[tokio::test]
+async fn deregister_is_idempotent_and_says_whether_it_existed() {
+    let app = spawn_app().await;
+    app.put("short-lived", json!({"kind": "nomad"})).await;
+    let first = app.delete("short-lived").await;
+    assert_eq!(first.status, 200);
+    assert_eq!(first.body, json!({"deleted": true}));
+    let second = app.delete("short-lived").await;
+    assert_eq!(second.status, 200);
+    assert_eq!(second.body, json!({"deleted": false}));
+    assert_eq!(app.get("short-lived").await.status, 404);
+}

@@ -1,0 +1,184 @@
+//! AddStorage: idempotent by (namespace, name) and spec; a row is written before the backend makes
+//! anything, so a crash half-way leaves something the same request (or the reconciler) finishes.
+
+use std::sync::Arc;
+
+use domain::{Volume, VolumePhase, VolumeSpec};
+use sha2::{Digest, Sha256};
+
+use super::{Ops, OpsError, reasons, to_volume};
+use crate::backend::{Backend, ObjectRef, capacity_limit};
+use crate::store::{StatusUpdate, VolumeRow, now};
+
+/// The hash of a normalised spec: two requests are "the same volume" when these are equal.
+pub fn spec_hash(spec: &VolumeSpec, orchestrator: &str) -> String {
+    let canonical = serde_json::json!({
+        "capacityBytes": spec.capacity.bytes(),
+        "replicas": spec.replicas,
+        "labels": spec.labels,
+        "parameters": spec.parameters,
+        "orchestrator": orchestrator,
+    });
+    hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+/// How `spec` differs from the stored volume, field by field; empty when it asks for the same volume.
+/// An absent orchestrator asks for "whichever it is on".
+pub fn differences(row: &VolumeRow, spec: &VolumeSpec) -> Vec<String> {
+    let mut diffs = Vec::new();
+    if spec.capacity.bytes() != row.capacity_bytes {
+        diffs.push(format!(
+            "capacity is {} (asked {})",
+            row.capacity, spec.capacity
+        ));
+    }
+    if spec.replicas != row.replicas {
+        diffs.push(format!(
+            "replicas is {} (asked {})",
+            row.replicas, spec.replicas
+        ));
+    }
+    if let Some(o) = &spec.orchestrator
+        && *o != row.orchestrator
+    {
+        diffs.push(format!(
+            "orchestrator is {:?} (asked {o:?})",
+            row.orchestrator
+        ));
+    }
+    if spec.labels != row.labels {
+        diffs.push(format!(
+            "labels are {} (asked {})",
+            serde_json::to_string(&row.labels).unwrap_or_default(),
+            serde_json::to_string(&spec.labels).unwrap_or_default()
+        ));
+    }
+    if spec.parameters != row.parameters {
+        diffs.push(format!(
+            "parameters are {} (asked {})",
+            serde_json::to_string(&row.parameters).unwrap_or_default(),
+            serde_json::to_string(&spec.parameters).unwrap_or_default()
+        ));
+    }
+    diffs
+}
+
+impl Ops {
+    /// AddStorage. `(volume, created)`: created is false when the volume was there with the same spec.
+    pub async fn add(self: &Arc<Self>, spec: VolumeSpec) -> Result<(Volume, bool), OpsError> {
+        // The capacity fits the store's signed 64-bit column: a parsed quantity is at most
+        // `domain::quantity::MAX_BYTES`, the one limit every reader of a quantity shares.
+        let this = self.clone();
+        // In its own task: a caller hanging up must not stop the work between two writes.
+        service_kit::request_id::spawn_in_request(async move { this.add_locked(spec).await })
+            .await?
+    }
+
+    async fn add_locked(&self, spec: VolumeSpec) -> Result<(Volume, bool), OpsError> {
+        let _guard = self.locks.lock(&spec.namespace, &spec.name).await;
+        if let Some(row) = self.store.get(&spec.namespace, &spec.name).await? {
+            let diffs = differences(&row, &spec);
+            if !diffs.is_empty() {
+                return Err(OpsError::SpecConflict {
+                    namespace: row.namespace,
+                    name: row.name,
+                    differences: diffs,
+                });
+            }
+            return match row.phase {
+                VolumePhase::Ready => Ok((to_volume(&row), false)),
+                VolumePhase::Deleting => Err(OpsError::BeingDeleted {
+                    namespace: row.namespace,
+                    name: row.name,
+                }),
+                // Left half-made by a crash, or Failed before: the same request finishes it.
+                VolumePhase::Pending | VolumePhase::Provisioning | VolumePhase::Failed => {
+                    let backend = self.stored_backend(&row)?;
+                    let row = self.provision(backend.as_ref(), row).await?;
+                    Ok((to_volume(&row), false))
+                }
+            };
+        }
+        let orchestrator = self.resolve(spec.orchestrator.as_deref()).await?;
+        if !orchestrator.storage_ops {
+            return Err(OpsError::NoStorageOps {
+                name: orchestrator.name,
+                kind: orchestrator.kind,
+            });
+        }
+        let backend = self
+            .backends
+            .for_orchestrator(&orchestrator.name, orchestrator.kind, &orchestrator.config)
+            .map_err(OpsError::BackendRefused)?;
+        let stamp = now();
+        let row = VolumeRow {
+            uid: uuid::Uuid::new_v4().to_string(),
+            namespace: spec.namespace.clone(),
+            name: spec.name.clone(),
+            orchestrator: orchestrator.name.clone(),
+            kind: orchestrator.kind,
+            backend_config: orchestrator.config.clone(),
+            capacity: spec.capacity.to_string(),
+            capacity_bytes: spec.capacity.bytes(),
+            replicas: spec.replicas,
+            labels: spec.labels.clone(),
+            parameters: spec.parameters.clone(),
+            spec_hash: spec_hash(&spec, &orchestrator.name),
+            phase: VolumePhase::Provisioning,
+            reason: reasons::PROVISIONING.into(),
+            message: format!("the {} backend is making it", orchestrator.kind),
+            location: String::new(),
+            created_at: stamp.clone(),
+            updated_at: stamp,
+            resource_version: 0,
+        };
+        let limit = capacity_limit(orchestrator.kind, &orchestrator.config);
+        let row = self.store.insert(row, limit).await?;
+        let row = self.provision(backend.as_ref(), row).await?;
+        tracing::info!(namespace = %row.namespace, name = %row.name, uid = %row.uid, orchestrator = %row.orchestrator, location = %row.location, "volume provisioned");
+        Ok((to_volume(&row), true))
+    }
+
+    /// Asks the backend to make `row`'s object and records the outcome: Ready, or Failed with the
+    /// backend's words (answered as the backend's code).
+    pub(super) async fn provision(
+        &self,
+        backend: &dyn Backend,
+        row: VolumeRow,
+    ) -> Result<VolumeRow, OpsError> {
+        let outcome = backend.create(&ObjectRef::of(&row)).await;
+        let update = match &outcome {
+            Ok(location) => StatusUpdate {
+                phase: VolumePhase::Ready,
+                reason: reasons::PROVISIONED.into(),
+                message: String::new(),
+                location: Some(location.clone()),
+            },
+            Err(e) => StatusUpdate {
+                phase: VolumePhase::Failed,
+                reason: reasons::BACKEND_ERROR.into(),
+                message: e.message.clone(),
+                location: None,
+            },
+        };
+        let updated = self
+            .store
+            .set_status(&row.uid, update)
+            .await?
+            .ok_or_else(|| OpsError::RemovedMeanwhile {
+                namespace: row.namespace.clone(),
+                name: row.name.clone(),
+            })?;
+        match outcome {
+            Ok(_) => Ok(updated),
+            Err(e) => {
+                tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "backend failed to make a volume");
+                Err(OpsError::ProvisionFailed {
+                    namespace: row.namespace,
+                    name: row.name,
+                    cause: e,
+                })
+            }
+        }
+    }
+}

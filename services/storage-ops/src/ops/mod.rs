@@ -1,0 +1,173 @@
+//! StorageOps: AddStorage, DeleteStorage, ReadStorage, ListStorage, stats, orphans and the reconcile
+//! pass, on top of the store, the registry and the backends.
+//!
+//! The order of writes is what makes a crash harmless: a row is written (`Provisioning`) before the
+//! backend makes anything, and removed only after the backend has removed its object (`Deleting` in
+//! between). So every backend object has had a row from before it existed, a row left half-way is
+//! finished by [`Ops::reconcile_once`], and an object without a row can only be something Berth did not
+//! make or a leftover the orphan scan reports. Work on one volume holds that volume's lock, and runs
+//! in its own task, so a caller that hangs up cannot stop it half-way.
+//!
+//! # Layout
+//! - this module: [`Ops`] (the store, the registry, the backends and the per-volume locks), the
+//!   orchestrator look-ups AddStorage and DeleteStorage share, [`to_volume`] and the [`reasons`].
+//! - `add`: AddStorage, and [`spec_hash`]/[`differences`] that make it idempotent.
+//! - `delete`: DeleteStorage.
+//! - `list`: ReadStorage, ListStorage with its signed [`ContinueTokens`], and stats.
+//! - `reconcile`: the orphan scan and the reconcile pass, under an [`OrphanPolicy`].
+//! - `error`: [`OpsError`], what all of these fail with; the API layer maps it to HTTP.
+
+use std::sync::Arc;
+
+use domain::volume::{VolumeMeta, VolumeSpecView, VolumeStatus};
+use domain::{Code, Condition, Orchestrator, Status, Volume, VolumePhase};
+
+use crate::backend::{Backend, Backends};
+use crate::locks::KeyLocks;
+use crate::store::{Store, VolumeRow};
+
+mod add;
+mod delete;
+mod error;
+mod list;
+mod reconcile;
+
+pub use add::{differences, spec_hash};
+pub use error::OpsError;
+pub use list::{ContinueTokens, ListRequest, MAX_SCAN};
+pub use reconcile::OrphanPolicy;
+
+/// Reasons written into `status.reason`.
+pub mod reasons {
+    /// The backend is making it.
+    pub const PROVISIONING: &str = "Provisioning";
+    /// The backend made it.
+    pub const PROVISIONED: &str = "Provisioned";
+    /// The backend failed; `message` has its words.
+    pub const BACKEND_ERROR: &str = "BackendError";
+    /// Being deleted, backend object too.
+    pub const DELETING: &str = "Deleting";
+    /// Being deleted, backend object kept (`reclaimPolicy: Retain`).
+    pub const RETAINING: &str = "Retaining";
+}
+
+/// The service's logic.
+pub struct Ops {
+    store: Store,
+    tokens: ContinueTokens,
+    registry: client::registry::Client,
+    backends: Backends,
+    locks: KeyLocks,
+    orphan_policy: OrphanPolicy,
+}
+
+/// The wire form of a stored volume.
+pub fn to_volume(row: &VolumeRow) -> Volume {
+    let ready = match row.phase {
+        VolumePhase::Ready => "True",
+        VolumePhase::Failed | VolumePhase::Deleting => "False",
+        VolumePhase::Pending | VolumePhase::Provisioning => "Unknown",
+    };
+    Volume {
+        metadata: VolumeMeta {
+            name: row.name.clone(),
+            namespace: row.namespace.clone(),
+            uid: row.uid.clone(),
+            labels: row.labels.clone(),
+            creation_timestamp: row.created_at.clone(),
+            resource_version: row.resource_version.to_string(),
+        },
+        spec: VolumeSpecView {
+            orchestrator: row.orchestrator.clone(),
+            capacity: row.capacity.clone(),
+            capacity_bytes: row.capacity_bytes,
+            replicas: row.replicas,
+            parameters: row.parameters.clone(),
+        },
+        status: VolumeStatus {
+            phase: row.phase,
+            reason: row.reason.clone(),
+            message: row.message.clone(),
+            location: row.location.clone(),
+            conditions: vec![Condition {
+                kind: "Ready".into(),
+                status: ready.into(),
+                reason: row.reason.clone(),
+                message: row.message.clone(),
+                last_transition_time: Some(row.updated_at.clone()),
+            }],
+        },
+    }
+}
+
+impl Ops {
+    /// The logic over `store`, resolving orchestrators through `registry` and using only the
+    /// backends `limits` allows.
+    pub fn new(
+        store: Store,
+        registry: client::registry::Client,
+        orphan_policy: OrphanPolicy,
+        limits: domain::orchestrator::OrchestratorLimits,
+    ) -> Self {
+        let backends = Backends::new(store.instance(), limits);
+        Ops {
+            tokens: ContinueTokens::new(store.continue_key()),
+            store,
+            registry,
+            backends,
+            locks: KeyLocks::default(),
+            orphan_policy,
+        }
+    }
+
+    /// The `continue` token for the position after `namespace/name`.
+    pub fn encode_continue(&self, namespace: &str, name: &str) -> String {
+        self.tokens.encode(namespace, name)
+    }
+
+    /// The position of a `continue` token this service issued; any other is a 400.
+    pub fn decode_continue(&self, token: &str) -> Result<(String, String), Status> {
+        self.tokens.decode(token)
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The registry client.
+    pub fn registry(&self) -> &client::registry::Client {
+        &self.registry
+    }
+
+    /// The orchestrator `name`, or `None` when it is not registered; [`OpsError::RegistryDown`] when
+    /// the registry fails.
+    async fn lookup(&self, name: &str) -> Result<Option<Orchestrator>, OpsError> {
+        match self.registry.get(name).await {
+            Ok(o) => Ok(Some(o)),
+            Err(e) if e.code() == Code::NotFound => Ok(None),
+            Err(e) => Err(OpsError::RegistryDown(e)),
+        }
+    }
+
+    /// The orchestrator a profile names, or the registry's default.
+    async fn resolve(&self, name: Option<&str>) -> Result<Orchestrator, OpsError> {
+        match name {
+            Some(name) => self
+                .lookup(name)
+                .await?
+                .ok_or_else(|| OpsError::UnknownOrchestrator(name.to_string())),
+            None => match self.registry.default_orchestrator().await {
+                Ok(o) => Ok(o),
+                Err(e) if e.code() == Code::NotFound => Err(OpsError::NoDefaultOrchestrator),
+                Err(e) => Err(OpsError::RegistryDown(e)),
+            },
+        }
+    }
+
+    fn stored_backend(&self, row: &VolumeRow) -> Result<Arc<dyn Backend>, OpsError> {
+        self.backends
+            .for_orchestrator(&row.orchestrator, row.kind, &row.backend_config)
+            .map_err(OpsError::BackendRefused)
+    }
+}

@@ -1,0 +1,346 @@
+//! AddStorage: idempotency, concurrent adds, bad input, capacities.
+
+use std::collections::{BTreeMap, HashSet};
+
+use client::storage::ListParams;
+use domain::{Code, VolumePhase};
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn add_read_list_delete_round_trip() {
+    let app = spawn_app().await;
+    let mut p = profile("data", "1536Mi");
+    p.labels = Some(BTreeMap::from([("app".into(), "db".into())]));
+    let response = app.post_raw(&serde_json::to_value(&p).unwrap()).await;
+    assert_eq!(response.status(), 201);
+    assert_eq!(response.headers()["location"], "/v1/volumes/team/data");
+    let created: domain::Volume = response.json().await.unwrap();
+    assert_eq!(created.status.phase, VolumePhase::Ready);
+    assert_eq!(created.spec.capacity, "1536Mi");
+    assert_eq!(created.spec.capacity_bytes, 1536 << 20);
+    assert_eq!(created.spec.orchestrator, "disk");
+    assert_eq!(created.spec.replicas, 1);
+    let uid = created.metadata.uid.clone();
+    let dir = app.base.join("team").join(format!("data-{uid}"));
+    assert_eq!(created.status.location, dir.display().to_string());
+    assert!(dir.is_dir());
+
+    // Read after create sees it, at once.
+    let read = app.storage.get("team", "data").await.unwrap();
+    assert_eq!(read, created);
+    let list = app.storage.list(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items, vec![created.clone()]);
+    assert!(list.continue_token.is_none());
+
+    let gone = app.storage.delete("team", "data").await.unwrap();
+    assert!(gone.deleted);
+    assert!(!dir.exists());
+    let again = app.storage.delete("team", "data").await.unwrap();
+    assert!(
+        !again.deleted,
+        "a repeated delete is a 200 saying there was nothing"
+    );
+    let e = app.storage.get("team", "data").await.unwrap_err();
+    assert_eq!(code(&e), Code::NotFound);
+    assert_eq!(e.http_status, Some(404));
+    let raw = app
+        .http
+        .get(format!("{}/v1/volumes", app.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(raw, r#"{"items":[]}"#);
+}
+
+#[tokio::test]
+async fn the_same_spec_again_is_200_and_a_different_one_409_naming_the_fields() {
+    let app = spawn_app().await;
+    let (first, created) = app.storage.add(&profile("data", "1Gi")).await.unwrap();
+    assert!(created);
+    // 1024Mi is 1Gi: specs compare by bytes, not by spelling; naming the orchestrator it is on is the same.
+    let mut same = profile("data", "1024Mi");
+    same.orchestrator = Some("disk".into());
+    let (again, created) = app.storage.add(&same).await.unwrap();
+    assert!(!created);
+    assert_eq!(again, first);
+
+    let mut other = profile("data", "2Gi");
+    other.replicas = Some(2);
+    let e = app.storage.add(&other).await.unwrap_err();
+    assert_eq!(code(&e), Code::AlreadyExists);
+    assert_eq!(e.http_status, Some(409));
+    assert!(
+        e.status.message.contains("capacity is 1Gi (asked 2Gi)"),
+        "{}",
+        e.status.message
+    );
+    assert!(
+        e.status.message.contains("replicas is 1 (asked 2)"),
+        "{}",
+        e.status.message
+    );
+    assert_eq!(app.storage.get("team", "data").await.unwrap(), first);
+    assert_eq!(app.objects("team").len(), 1);
+}
+
+#[tokio::test]
+async fn a_hundred_concurrent_adds_of_one_spec_make_one_directory_and_one_201() {
+    let app = spawn_app().await;
+    let calls = (0..100).map(|_| {
+        let storage = app.storage.clone();
+        async move { storage.add(&profile("shared", "1Gi")).await }
+    });
+    let results = futures::future::join_all(calls).await;
+    let mut created = 0;
+    let mut uids = HashSet::new();
+    for r in results {
+        let (v, c) = r.unwrap();
+        created += usize::from(c);
+        assert_eq!(v.status.phase, VolumePhase::Ready);
+        uids.insert(v.metadata.uid);
+    }
+    assert_eq!(created, 1, "exactly one 201, the rest 200");
+    assert_eq!(uids.len(), 1);
+    assert_eq!(app.objects("team").len(), 1);
+}
+
+#[tokio::test]
+async fn a_hundred_concurrent_adds_of_different_specs_conflict_and_leave_the_first_untouched() {
+    let app = spawn_app().await;
+    let calls = (1..=100).map(|i| {
+        let storage = app.storage.clone();
+        async move {
+            (
+                i,
+                storage.add(&profile("contested", &format!("{i}Mi"))).await,
+            )
+        }
+    });
+    let results = futures::future::join_all(calls).await;
+    let winners: Vec<_> = results.iter().filter(|(_, r)| r.is_ok()).collect();
+    assert_eq!(winners.len(), 1);
+    let (winner_i, winner) = winners[0];
+    let (first, created) = winner.as_ref().unwrap();
+    assert!(created);
+    for (_, r) in &results {
+        if let Err(e) = r {
+            assert_eq!(code(e), Code::AlreadyExists, "{e}");
+        }
+    }
+    let now = app.storage.get("team", "contested").await.unwrap();
+    assert_eq!(&now, first);
+    assert_eq!(now.spec.capacity_bytes, (*winner_i as u64) << 20);
+    assert_eq!(app.objects("team").len(), 1);
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_an_object_is_a_400_and_nothing_is_made() {
+    let app = spawn_app().await;
+    // serde reads a struct from an array by position, so this was a 201 for volume "arrayvol".
+    for body in [
+        json!(["arrayvol", null, "1Mi"]),
+        json!([["arrayvol"]]),
+        json!("arrayvol"),
+    ] {
+        let (status, p) = problem(app.post_raw(&body).await).await;
+        assert_eq!(status, 400, "{body}: {p}");
+        assert_eq!(p["code"], 3, "{p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with("body: must be a JSON object"),
+            "{body}: {detail}"
+        );
+    }
+    assert!(
+        app.storage
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(app.objects("default").is_empty());
+}
+
+#[tokio::test]
+async fn capacities_have_one_limit_and_one_wording() {
+    let app = spawn_app().await;
+    const TOO_LARGE: &str =
+        "is too large: a quantity must be less than 8Ei (at most 9223372036854775807 bytes)";
+    for capacity in [
+        "8Ei",
+        "16Ei",
+        "9223372036854775808",
+        "18446744073709551616",
+        "1e19",
+        "1e400",
+        "1e99999",
+        "9300P",
+    ] {
+        let (status, p) = problem(
+            app.post_raw(&json!({"name": "big", "capacity": capacity}))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 400, "{capacity}: {p}");
+        assert_eq!(
+            p["detail"],
+            format!("capacity: {capacity:?} {TOO_LARGE}"),
+            "{capacity}"
+        );
+    }
+    // An exponent and a unit together are not a quantity at all, whatever their size, and say why.
+    for capacity in ["1e400Gi", "1e3Gi"] {
+        let (status, p) = problem(
+            app.post_raw(&json!({"name": "big", "capacity": capacity}))
+                .await,
+        )
+        .await;
+        assert_eq!(status, 400, "{capacity}: {p}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(
+            detail.starts_with(&format!("capacity: {capacity:?} is not a quantity: ")),
+            "{detail}"
+        );
+        assert!(detail.contains("not both"), "{detail}");
+    }
+    // Just under the limit is a capacity like any other.
+    let (v, created) = app
+        .storage
+        .add(&profile("largest", "9223372036854775807"))
+        .await
+        .unwrap();
+    assert!(created);
+    assert_eq!(v.spec.capacity_bytes, i64::MAX as u64);
+    assert!(app.storage.add(&profile("big", "7Ei")).await.unwrap().1);
+}
+
+#[tokio::test]
+async fn bad_input_is_a_400_naming_the_field_and_nothing_is_made() {
+    let app = spawn_app().await;
+    let long = "a".repeat(64);
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"name": "../etc", "capacity": "1Gi"}), "name"),
+        (json!({"name": "a/b", "capacity": "1Gi"}), "name"),
+        (json!({"name": long, "capacity": "1Gi"}), "name"),
+        (
+            json!({"name": "ok", "namespace": "..", "capacity": "1Gi"}),
+            "namespace",
+        ),
+        (
+            json!({"name": "ok", "namespace": "a".repeat(64), "capacity": "1Gi"}),
+            "namespace",
+        ),
+        (json!({"name": "ok", "capacity": "5Gb"}), "capacity"),
+        (json!({"name": "ok", "capacity": "0"}), "capacity"),
+        (
+            json!({"name": "ok", "capacity": "1Gi", "replicas": 0}),
+            "replicas",
+        ),
+        (
+            json!({"name": "ok", "capacity": "1Gi", "labels": {"a": "b c"}}),
+            "labels[a]",
+        ),
+        (
+            json!({"name": "ok", "capacity": "1Gi", "parameters": {"format": "zfs"}}),
+            "parameters.format",
+        ),
+        (
+            json!({"name": "ok", "capacity": "1Gi", "size": "2"}),
+            "size: unknown field `size`",
+        ),
+        (
+            json!({"name": "ok", "capacity": "1Gi", "orchestrator": "nope"}),
+            "orchestrator",
+        ),
+    ];
+    for (body, field) in cases {
+        let (status, p) = problem(app.post_raw(&body).await).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(p["code"], 3, "{body}");
+        let detail = p["detail"].as_str().unwrap();
+        assert!(detail.starts_with(field), "{body}: {detail}");
+    }
+    // Sent byte for byte: an HTTP client library would resolve the dots before they left.
+    for path in [
+        "/v1/volumes/../x",
+        "/v1/volumes/%2E%2E/x",
+        "/v1/volumes/team/%2E%2E",
+        "/v1/volumes/team/..%2Fetc",
+        "/v1/volumes/team/..%2F..%2Fetc/stats",
+    ] {
+        assert_eq!(raw_status("GET", &app.url, path).await, 400, "GET {path}");
+        if !path.ends_with("/stats") {
+            let status = raw_status("DELETE", &app.url, path).await;
+            assert_eq!(status, 400, "DELETE {path}");
+        }
+    }
+    for path in [
+        &format!("/v1/volumes/team/{long}"),
+        "/v1/volumes?limit=0",
+        "/v1/volumes?limit=1001",
+        "/v1/volumes?continue=garbage",
+        "/v1/volumes?labelSelector=a%20in%20",
+        "/v1/volumes?namespace=Bad",
+    ] {
+        let (status, p) = problem(
+            app.http
+                .get(format!("{}{path}", app.url))
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        assert_eq!((status, p["code"].as_u64()), (400, Some(3)), "{path}: {p}");
+    }
+    let (status, p) = problem(
+        app.http
+            .delete(format!("{}/v1/volumes/team/x?reclaimPolicy=Keep", app.url))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert!(p["detail"].as_str().unwrap().starts_with("reclaimPolicy"));
+    assert!(!app.base.exists() || std::fs::read_dir(&app.base).unwrap().count() == 0);
+    assert!(
+        app.storage
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn capacity_exhaustion_is_a_429_and_leaves_nothing() {
+    let app = spawn_app().await;
+    let small = app.tmp.path().join("small");
+    register_local(&app.registry, "small", &small, Some("10Mi"), false).await;
+    let mut p = profile("one", "6Mi");
+    p.orchestrator = Some("small".into());
+    app.storage.add(&p).await.unwrap();
+    let mut q = profile("two", "6Mi");
+    q.orchestrator = Some("small".into());
+    let e = app.storage.add(&q).await.unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    assert_eq!(e.http_status, Some(429));
+    assert!(e.retry_after.is_some());
+    assert!(
+        e.status.message.contains("\"small\""),
+        "{}",
+        e.status.message
+    );
+    assert_eq!(objects_under(&small, "team").len(), 1);
+    assert!(matches!(app.storage.get("team", "two").await, Err(e) if code(&e) == Code::NotFound));
+    // Freeing space lets it in.
+    app.storage.delete("team", "one").await.unwrap();
+    app.storage.add(&q).await.unwrap();
+}
