@@ -27,8 +27,9 @@ pub struct ObjectMeta {
     /// The object's unique id, stable across its life.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
-    /// Labels.
+    /// Labels (Kubernetes' own; the driver passes them on without holding them to label rules).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
     pub labels: Labels,
     /// Annotations.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
