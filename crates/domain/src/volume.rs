@@ -46,11 +46,12 @@ pub struct VolumeProvisionerProfile {
     )]
     pub namespace: Option<String>,
     /// The capacity, as a Kubernetes quantity (`10Gi`, `500M`): a whole number of bytes, more than
-    /// 0 and less than 8Ei.
+    /// 0 and less than 8Ei (fractions and exponents that come to whole bytes, `1.5Gi`, `1e9`, are
+    /// accepted too).
     #[cfg_attr(
         feature = "openapi",
         schema(
-            pattern = "^\\+?([0-9]*[1-9][0-9]*(\\.[0-9]*)?|[0-9]*\\.[0-9]*[1-9][0-9]*)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E|[eE][+-]?[0-9]+)?$",
+            pattern = "^\\+?(0*[1-9][0-9]{0,17}|0*[1-9][0-9]{0,14}k|0*[1-9][0-9]{0,11}M|0*[1-9][0-9]{0,8}G|0*[1-9][0-9]{0,5}T|0*[1-9][0-9]{0,2}P|0*[1-9][0-9]{0,14}Ki|0*[1-9][0-9]{0,11}Mi|0*[1-9][0-9]{0,8}Gi|0*[1-9][0-9]{0,5}Ti|0*[1-9][0-9]{0,2}Pi|0*[1-9]E|0*[1-7]Ei)$",
             example = "1Gi"
         )
     )]
