@@ -133,6 +133,7 @@ pub struct MachineClass {
     pub metadata: ObjectMeta,
     /// The provider plugin (`Alicloud`, `Docker`).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(Alicloud|Docker)$"))]
     pub provider: String,
     /// The provider's own spec, decoded by the provider plugin.
     #[serde(default)]

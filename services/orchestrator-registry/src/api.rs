@@ -55,7 +55,8 @@ pub fn routes(state: AppState) -> OpenApiRouter {
 }
 
 /// OpenAPI `links` from a registration's answers to the read, existence check and deregistration of
-/// the orchestrator it made, so a client (and schemathesis' stateful phase) can follow them.
+/// the orchestrator it made, so a client (and schemathesis' stateful phase) can follow them; and
+/// `If-Match` as the string it is.
 pub(crate) fn document_links(doc: &mut Value) {
     let name = json!({"name": "$request.path.name"});
     let links = json!({
@@ -68,6 +69,16 @@ pub(crate) fn document_links(doc: &mut Value) {
             "/paths/~1v1~1orchestrators~1{{name}}/put/responses/{status}"
         )) {
             response["links"] = links.clone();
+        }
+    }
+    // An optional header is absent or a string, never `null` (utoipa writes an `Option<String>`
+    // as string-or-null, and a client would send the text "null").
+    if let Some(parameters) = doc
+        .pointer_mut("/paths/~1v1~1orchestrators~1{name}/put/parameters")
+        .and_then(Value::as_array_mut)
+    {
+        for parameter in parameters.iter_mut().filter(|p| p["in"] == "header") {
+            parameter["schema"]["type"] = json!("string");
         }
     }
 }
@@ -103,7 +114,7 @@ fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
     tag = "orchestrators",
     params(
         ("name" = String, Path, description = "The orchestrator's name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63),
-        ("If-Match" = Option<String>, Header, description = "Only register if the current resourceVersion is this one (`\"3\"`), or if it exists at all (`*`); else 412"),
+        ("If-Match" = Option<String>, Header, description = "Only register if the current resourceVersion is one of these (`\"3\"`, `W/\"3\", \"4\"`), or if it exists at all (`*`); else 412", pattern = "^[ \\t]*(\\*|(W/)?(\"[0-9]{1,19}\"|[0-9]{1,19})([ \\t]*,[ \\t]*(W/)?(\"[0-9]{1,19}\"|[0-9]{1,19}))*)[ \\t]*$"),
     ),
     request_body(
         content = RegisterOrchestrator,
