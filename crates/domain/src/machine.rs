@@ -117,9 +117,9 @@ pub struct Machine {
     /// The spec.
     #[serde(default)]
     pub spec: MachineSpec,
-    /// The status MCM keeps; drivers do not interpret it.
+    /// The status MCM keeps; drivers do not interpret it (any JSON value).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub status: serde_json::Value,
 }
 
