@@ -4,8 +4,13 @@
 //! talking HTTP to the others exactly as in production (the same wiring `berth up` does), with a
 //! shared internal credential and a tokens file of known test tokens. The tests in `tests/` drive it
 //! through the gateway, as platform tooling would.
+//!
+//! [`openapi_compat`] finds the breaking changes between a committed OpenAPI document and a served
+//! one (`tests/openapi.rs` runs it over every service's document).
 
 use std::future::Future;
+
+pub mod openapi_compat;
 
 use gateway::auth::tokens_file_line;
 use gateway::routes::Scope;

@@ -22,6 +22,8 @@ pub mod machine;
 pub mod names;
 pub mod orchestrator;
 pub mod quantity;
+#[cfg(feature = "openapi")]
+pub mod schema;
 pub mod selector;
 pub mod volume;
 

@@ -27,8 +27,9 @@ pub struct ObjectMeta {
     /// The object's unique id, stable across its life.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub uid: String,
-    /// Labels.
+    /// Labels (Kubernetes' own; the driver passes them on without holding them to label rules).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = BTreeMap<String, String>))]
     pub labels: Labels,
     /// Annotations.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -116,9 +117,9 @@ pub struct Machine {
     /// The spec.
     #[serde(default)]
     pub spec: MachineSpec,
-    /// The status MCM keeps; drivers do not interpret it.
+    /// The status MCM keeps; drivers do not interpret it (any JSON value).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub status: serde_json::Value,
 }
 
@@ -132,6 +133,7 @@ pub struct MachineClass {
     pub metadata: ObjectMeta,
     /// The provider plugin (`Alicloud`, `Docker`).
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(pattern = "^(Alicloud|Docker)$"))]
     pub provider: String,
     /// The provider's own spec, decoded by the provider plugin.
     #[serde(default)]

@@ -106,15 +106,24 @@ pub struct Orchestrator {
 /// its `resourceVersion`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterOrchestrator {
     /// Which kind to build.
     pub kind: OrchestratorKind,
-    /// A free label (maya's `Label()`); empty when omitted.
+    /// A free label (maya's `Label()`), at most 253 characters, no control characters; empty when
+    /// omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 253, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+    )]
     pub label: Option<String>,
-    /// The region it serves; empty when omitted.
+    /// The region it serves, at most 63 characters, no control characters; empty when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(max_length = 63, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+    )]
     pub region: Option<String>,
     /// Kind-specific configuration, validated by the kind (see `GET /v1/kinds`); `{}` when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]

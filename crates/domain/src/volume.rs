@@ -21,26 +21,59 @@ pub const MAX_REPLICAS: u32 = 16;
 /// AddStorage's body: what the caller wants.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(
+    feature = "openapi",
+    schema(example = json!({"name": "data-1", "capacity": "1Gi", "labels": {"app": "db"}}))
+)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VolumeProvisionerProfile {
     /// The volume's name: a DNS-1123 subdomain of at most 63 characters.
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+            min_length = 1,
+            max_length = 63,
+            example = "data-1"
+        )
+    )]
     pub name: String,
-    /// The namespace (`default` when absent).
+    /// The namespace, a DNS-1123 label (`default` when absent or empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length = 63)
+    )]
     pub namespace: Option<String>,
-    /// The capacity, as a Kubernetes quantity (`10Gi`, `500M`).
+    /// The capacity, as a Kubernetes quantity (`10Gi`, `500M`): a whole number of bytes, more than
+    /// 0 and less than 8Ei (fractions and exponents that come to whole bytes, `1.5Gi`, `1e9`, are
+    /// accepted too).
+    #[cfg_attr(
+        feature = "openapi",
+        schema(
+            pattern = "^\\+?(0*[1-9][0-9]{0,17}|0*[1-9][0-9]{0,14}k|0*[1-9][0-9]{0,11}M|0*[1-9][0-9]{0,8}G|0*[1-9][0-9]{0,5}T|0*[1-9][0-9]{0,2}P|0*[1-9][0-9]{0,14}Ki|0*[1-9][0-9]{0,11}Mi|0*[1-9][0-9]{0,8}Gi|0*[1-9][0-9]{0,5}Ti|0*[1-9][0-9]{0,2}Pi|0*[1-9]E|0*[1-7]Ei)$",
+            example = "1Gi"
+        )
+    )]
     pub capacity: String,
-    /// The orchestrator to use (the registry's default when absent).
+    /// The orchestrator to use, a DNS-1123 label (the registry's default when absent or empty).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(pattern = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length = 63)
+    )]
     pub orchestrator: Option<String>,
-    /// How many replicas (1 when absent).
+    /// How many replicas, 1 to 16 (1 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 16))]
     pub replicas: Option<u32>,
     /// Labels to select the volume by.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::Labels>))]
     pub labels: Option<Labels>,
     /// Backend parameters (`format: file|directory`, `reclaimPolicy: Delete|Retain`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<crate::schema::VolumeParameters>))]
     pub parameters: Option<BTreeMap<String, String>>,
 }
 
@@ -228,6 +261,7 @@ pub struct VolumeMeta {
     pub uid: String,
     /// Labels.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::Labels))]
     pub labels: Labels,
     /// When it was created (RFC 3339, UTC).
     pub creation_timestamp: String,
@@ -251,6 +285,7 @@ pub struct VolumeSpecView {
     pub replicas: u32,
     /// Parameters.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::schema::VolumeParameters))]
     pub parameters: BTreeMap<String, String>,
 }
 

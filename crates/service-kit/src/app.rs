@@ -22,6 +22,7 @@ pub struct ServiceApp {
     http: HttpConfig,
     openapi_route: Option<MethodRouter>,
     metric_prefixes: &'static [&'static str],
+    document_edits: Option<fn(&mut serde_json::Value)>,
 }
 
 impl ServiceApp {
@@ -34,6 +35,7 @@ impl ServiceApp {
             http: HttpConfig::default(),
             openapi_route: None,
             metric_prefixes: &[],
+            document_edits: None,
         }
     }
 
@@ -53,6 +55,13 @@ impl ServiceApp {
     /// (the gateway serves the merged document of its upstreams).
     pub fn openapi_route(mut self, route: MethodRouter) -> Self {
         self.openapi_route = Some(route);
+        self
+    }
+
+    /// Edits the finished document (after [`crate::openapi::complete`]) with what annotations cannot
+    /// say, such as the `links` from a create to the read and delete of what it made.
+    pub fn document_edits(mut self, edit: fn(&mut serde_json::Value)) -> Self {
+        self.document_edits = Some(edit);
         self
     }
 
@@ -82,11 +91,26 @@ impl ServiceApp {
         doc
     }
 
+    /// The document `/openapi.json` serves: [`ServiceApp::openapi`], completed with the stack's own
+    /// answers ([`crate::openapi::complete`]) and then `edits`.
+    pub fn served_document(
+        name: &str,
+        doc: OpenApi,
+        edits: Option<fn(&mut serde_json::Value)>,
+    ) -> serde_json::Value {
+        let mut doc = serde_json::to_value(Self::openapi(name, doc)).unwrap_or_default();
+        crate::openapi::complete(&mut doc);
+        if let Some(edit) = edits {
+            edit(&mut doc);
+        }
+        doc
+    }
+
     /// The finished router.
     pub fn into_router(self) -> Router {
         let (api, doc) = self.api.split_for_parts();
         let declared = std::sync::Arc::new(crate::query::DeclaredQuery::from_openapi(&doc));
-        let doc = std::sync::Arc::new(Self::openapi(self.name, doc));
+        let doc = std::sync::Arc::new(Self::served_document(self.name, doc, self.document_edits));
         let readiness = self.readiness;
         let (name, metric_prefixes) = (self.name, self.metric_prefixes);
         let router = api

@@ -13,6 +13,8 @@
 //!   against the operator's roots.
 //! - [`query`]: one rule for query parameters, read from the OpenAPI document: a route takes the ones
 //!   its operation declares and refuses any other.
+//! - [`openapi`]: the answers the stack gives on every route, added to each service's document, and
+//!   every error answer stated as problem+json.
 //! - [`middleware`]: the stack, outermost first: request id → trace (with `traceparent`) → metrics →
 //!   problem+json for bare error answers → internal credential → timeout → panic catching → body limit.
 //!   It wraps every router, and [`middleware::Stack::handle`] runs the same steps for a server that
@@ -37,6 +39,7 @@ pub mod extract;
 pub mod health;
 pub mod metrics;
 pub mod middleware;
+pub mod openapi;
 pub mod outbound;
 pub mod paths;
 pub mod protocol;

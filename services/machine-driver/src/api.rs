@@ -46,6 +46,54 @@ pub fn routes(state: AppState) -> OpenApiRouter {
         .with_state(state)
 }
 
+/// OpenAPI `links` from CreateMachine's answer to the calls that take the same request (status,
+/// initialise, delete), so a client (and schemathesis' stateful phase) can follow them.
+pub(crate) fn document_links(doc: &mut serde_json::Value) {
+    let links = serde_json::json!({
+        "GetMachineStatus": {"operationId": "get_machine_status", "requestBody": "$request.body", "description": "The machine just made"},
+        "InitializeMachine": {"operationId": "initialize_machine", "requestBody": "$request.body", "description": "Initialise it"},
+        "DeleteMachine": {"operationId": "delete_machine", "requestBody": "$request.body", "description": "Delete it"},
+    });
+    if let Some(response) = doc.pointer_mut("/paths/~1v1~1machines:create/post/responses/200") {
+        response["links"] = links;
+    }
+}
+
+/// The request example of every machine call: an Alicloud machine against `berth up`'s ECS emulator,
+/// its access key placeholders to be replaced with the one `berth up` prints.
+fn machine_request_example() -> serde_json::Value {
+    serde_json::json!({
+        "machine": {
+            "metadata": {"name": "worker-1", "namespace": "shoot--demo", "uid": "0d9a3c1e-7f44-4f0e-8d3b-5b6a2c1d7e01"},
+            "spec": {"class": {"kind": "MachineClass", "name": "demo-class"}}
+        },
+        "machineClass": {
+            "metadata": {"name": "demo-class", "namespace": "shoot--demo"},
+            "provider": "Alicloud",
+            "providerSpec": {
+                "apiVersion": "mcm.gardener.cloud/v1alpha1",
+                "imageID": "m-demo-image",
+                "instanceType": "ecs.g6.large",
+                "region": "cn-shanghai",
+                "zoneID": "cn-shanghai-b",
+                "securityGroupID": "sg-demo",
+                "vSwitchID": "vsw-demo",
+                "keyPairName": "demo",
+                "systemDisk": {"category": "cloud_efficiency", "size": 50},
+                "tags": {"kubernetes.io/cluster/shoot--demo": "1", "kubernetes.io/role/node": "1"}
+            }
+        },
+        "secret": {"stringData": {"alicloudAccessKeyID": "EMULATOR_ACCESS_KEY_ID", "alicloudAccessKeySecret": "EMULATOR_ACCESS_KEY_SECRET"}}
+    })
+}
+
+/// ListMachines' request example: the class and secret of [`machine_request_example`].
+fn list_request_example() -> serde_json::Value {
+    let mut example = machine_request_example();
+    example.as_object_mut().map(|o| o.remove("machine"));
+    example
+}
+
 /// Histogram of driver calls' duration, by `method` and `provider` (MCM's `driver_request_duration`).
 pub const METRIC_DURATION: &str = "berth_driver_request_duration_seconds";
 /// Counter of driver calls, by `method`, `provider` and `code` (the machine code's name, `OK` on
@@ -112,7 +160,11 @@ fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
     post,
     path = "/v1/machines:create",
     tag = "machines",
-    request_body = MachineRequest,
+    request_body(
+        content = MachineRequest,
+        description = "The machine, its class and the secret. The example is for the Alicloud provider against `berth up`'s ECS emulator: put the emulator access key `berth up` prints in place of the two placeholders (the driver refuses them as they are)",
+        example = machine_request_example
+    ),
     responses(
         (status = 200, description = "The VM exists (created now or adopted)", body = CreateMachineResponse),
         (status = 400, description = "Unknown provider, bad spec field (a region outside ECS's region-id grammar or the allowed regions included), bad providerID or UID, or missing secret key (code 3), naming it", body = Problem),
@@ -141,7 +193,7 @@ async fn create_machine(
     post,
     path = "/v1/machines:initialize",
     tag = "machines",
-    request_body = MachineRequest,
+    request_body(content = MachineRequest, description = "The machine, its class and the secret (see CreateMachine's example)", example = machine_request_example),
     responses(
         (status = 200, description = "Initialized", body = InitializeMachineResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
@@ -169,7 +221,7 @@ async fn initialize_machine(
     post,
     path = "/v1/machines:delete",
     tag = "machines",
-    request_body = MachineRequest,
+    request_body(content = MachineRequest, description = "The machine, its class and the secret (see CreateMachine's example)", example = machine_request_example),
     responses(
         (status = 200, description = "Nothing backs the machine any more", body = DeleteMachineResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
@@ -278,7 +330,7 @@ fn not_initialized(vm: &GetMachineStatusResponse) -> Option<Status> {
     post,
     path = "/v1/machines:status",
     tag = "machines",
-    request_body = MachineRequest,
+    request_body(content = MachineRequest, description = "The machine, its class and the secret (see CreateMachine's example)", example = machine_request_example),
     responses(
         (status = 200, description = "The VM, initialised", body = GetMachineStatusResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
@@ -315,7 +367,7 @@ async fn get_machine_status(
     post,
     path = "/v1/machines:list",
     tag = "machines",
-    request_body = ListMachinesRequest,
+    request_body(content = ListMachinesRequest, description = "The class and the secret (see CreateMachine's example)", example = list_request_example),
     responses(
         (status = 200, description = "The VMs", body = ListMachinesResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),

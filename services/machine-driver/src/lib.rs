@@ -148,6 +148,7 @@ pub fn providers(config: &Config) -> Result<Providers, ::alicloud::Error> {
 /// The service's router over these providers.
 pub fn router(config: &Config, providers: Providers) -> axum::Router {
     let router = ServiceApp::new(NAME, api::routes(api::AppState { providers }))
+        .document_edits(api::document_links)
         // Its own calls, and the ECS calls its Alicloud provider makes.
         .metric_prefixes(&["berth_driver_", "berth_ecs_"])
         .http_config(config.http.clone())

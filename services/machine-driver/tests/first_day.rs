@@ -538,7 +538,7 @@ async fn the_openapi_document_says_what_a_17_carries() {
             .contains("not initialised yet (code 17"),
         "{conflict}"
     );
-    let schema = conflict["content"]["application/json"]["schema"]["$ref"]
+    let schema = conflict["content"]["application/problem+json"]["schema"]["$ref"]
         .as_str()
         .unwrap()
         .rsplit('/')

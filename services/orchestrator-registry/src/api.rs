@@ -10,7 +10,7 @@ use domain::orchestrator::{
     Detection, KindInfo, LocalConfig, OrchestratorLimits, OrchestratorList, RegisterOrchestrator,
 };
 use domain::{DeleteResult, Orchestrator, OrchestratorKind, Status, names};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 use service_kit::ApiError;
 use service_kit::error::Problem;
 use service_kit::extract::{Json, Path};
@@ -54,6 +54,35 @@ pub fn routes(state: AppState) -> OpenApiRouter {
         .with_state(state)
 }
 
+/// OpenAPI `links` from a registration's answers to the read, existence check and deregistration of
+/// the orchestrator it made, so a client (and schemathesis' stateful phase) can follow them; and
+/// `If-Match` as the string it is.
+pub(crate) fn document_links(doc: &mut Value) {
+    let name = json!({"name": "$request.path.name"});
+    let links = json!({
+        "GetOrchestrator": {"operationId": "get_orchestrator", "parameters": name, "description": "The orchestrator just registered"},
+        "HasOrchestrator": {"operationId": "has_orchestrator", "parameters": name, "description": "Whether it is registered"},
+        "DeregisterOrchestrator": {"operationId": "deregister_orchestrator", "parameters": name, "description": "Deregister it"},
+    });
+    for status in ["200", "201"] {
+        if let Some(response) = doc.pointer_mut(&format!(
+            "/paths/~1v1~1orchestrators~1{{name}}/put/responses/{status}"
+        )) {
+            response["links"] = links.clone();
+        }
+    }
+    // An optional header is absent or a string, never `null` (utoipa writes an `Option<String>`
+    // as string-or-null, and a client would send the text "null").
+    if let Some(parameters) = doc
+        .pointer_mut("/paths/~1v1~1orchestrators~1{name}/put/parameters")
+        .and_then(Value::as_array_mut)
+    {
+        for parameter in parameters.iter_mut().filter(|p| p["in"] == "header") {
+            parameter["schema"]["type"] = json!("string");
+        }
+    }
+}
+
 /// maya's message for an unknown name, kept word for word.
 fn not_registered(name: &str) -> ApiError {
     ApiError::new(Status::not_found(format!(
@@ -95,13 +124,17 @@ fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
     path = "/v1/orchestrators/{name}",
     tag = "orchestrators",
     params(
-        ("name" = String, Path, description = "The orchestrator's name, a DNS-1123 label"),
-        ("If-Match" = Option<String>, Header, description = "Only register if the current resourceVersion is this one (`\"3\"`), or if it exists at all (`*`); else 412"),
+        ("name" = String, Path, description = "The orchestrator's name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63),
+        ("If-Match" = Option<String>, Header, description = "Only register if the current resourceVersion is one of these (`\"3\"`, `W/\"3\", \"4\"`), or if it exists at all (`*`); else 412", pattern = "^[ \\t]*(\\*|(W/)?(\"[0-9]{1,19}\"|[0-9]{1,19})([ \\t]*,[ \\t]*(W/)?(\"[0-9]{1,19}\"|[0-9]{1,19}))*)[ \\t]*$"),
     ),
-    request_body = RegisterOrchestrator,
+    request_body(
+        content = RegisterOrchestrator,
+        description = "What to register; the example (a nomad orchestrator, which needs no config) succeeds against a fresh `berth up`",
+        example = json!({"kind": "nomad", "label": "batch jobs", "region": "eu-1"})
+    ),
     responses(
-        (status = 201, description = "Registered", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"), ("Location" = String))),
-        (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String))),
+        (status = 201, description = "Registered", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"), ("Location" = String, description = "The orchestrator's path, /v1/orchestrators/{name}"))),
+        (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
         (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field; a basePath outside BERTH_LOCAL_ROOTS or a host outside BERTH_DOCKER_ENDPOINTS names the setting that would allow it", body = Problem),
         (status = 412, description = "If-Match did not hold (code 9)", body = Problem),
     )
@@ -266,9 +299,9 @@ fn parse_if_match(headers: &HeaderMap) -> Result<Option<Precondition>, ApiError>
     get,
     path = "/v1/orchestrators/{name}",
     tag = "orchestrators",
-    params(("name" = String, Path, description = "The orchestrator's name")),
+    params(("name" = String, Path, description = "The orchestrator's name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
     responses(
-        (status = 200, body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
+        (status = 200, description = "The orchestrator", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
         (status = 400, description = "Not a DNS-1123 label (code 3)", body = Problem),
         (status = 404, description = "'<name>' is not a registered orchestration provider (code 5)", body = Problem),
     )
@@ -286,11 +319,11 @@ async fn get_orchestrator(
     head,
     path = "/v1/orchestrators/{name}",
     tag = "orchestrators",
-    params(("name" = String, Path, description = "The orchestrator's name")),
+    params(("name" = String, Path, description = "The orchestrator's name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
     responses(
-        (status = 200, description = "Registered", headers(("ETag" = String))),
-        (status = 400, description = "Not a DNS-1123 label"),
-        (status = 404, description = "Not registered"),
+        (status = 200, description = "Registered", headers(("ETag" = String, description = "The resourceVersion, quoted"))),
+        (status = 400, description = "Not a DNS-1123 label (code 3); a HEAD answer has no body"),
+        (status = 404, description = "Not registered (code 5); a HEAD answer has no body"),
     )
 )]
 async fn has_orchestrator(
@@ -306,7 +339,7 @@ async fn has_orchestrator(
     delete,
     path = "/v1/orchestrators/{name}",
     tag = "orchestrators",
-    params(("name" = String, Path, description = "The orchestrator's name")),
+    params(("name" = String, Path, description = "The orchestrator's name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
     responses(
         (status = 200, description = "`deleted` says whether it was registered", body = DeleteResult),
         (status = 400, description = "Not a DNS-1123 label (code 3)", body = Problem),
@@ -345,7 +378,7 @@ async fn list_orchestrators(
     path = "/v1/orchestrators:default",
     tag = "orchestrators",
     responses(
-        (status = 200, body = Orchestrator, headers(("ETag" = String))),
+        (status = 200, description = "The default orchestrator", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
         (status = 404, description = "No orchestrator is the default (code 5)", body = Problem),
     )
 )]
@@ -364,7 +397,7 @@ async fn default_orchestrator(State(state): State<AppState>) -> Result<Response,
     get,
     path = "/v1/orchestrators:detect",
     tag = "orchestrators",
-    responses((status = 200, body = Detection))
+    responses((status = 200, description = "The detected kind and the rule that decided it", body = Detection))
 )]
 async fn detect_orchestrator(State(state): State<AppState>) -> Json<Detection> {
     Json(detect(&state.detection, state.probe.as_ref()).await)
@@ -375,7 +408,7 @@ async fn detect_orchestrator(State(state): State<AppState>) -> Json<Detection> {
     get,
     path = "/v1/kinds",
     tag = "kinds",
-    responses((status = 200, body = Vec<KindInfo>))
+    responses((status = 200, description = "Every kind, with its config schema", body = Vec<KindInfo>))
 )]
 async fn list_kinds() -> Json<Vec<KindInfo>> {
     Json(

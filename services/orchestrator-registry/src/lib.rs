@@ -135,6 +135,7 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
         probe: config.docker_probe.clone(),
     };
     ServiceApp::new(NAME, api::routes(state))
+        .document_edits(api::document_links)
         .http_config(config.http.clone())
         .readiness(Check::new("db", move || {
             let store = store.clone();

@@ -14,6 +14,7 @@ use domain::{
     VolumeStats, names,
 };
 use serde::Deserialize;
+use serde_json::json;
 use service_kit::ApiError;
 use service_kit::error::Problem;
 use service_kit::extract::{Json, Path, Query};
@@ -81,6 +82,27 @@ impl From<OpsError> for ApiError {
     }
 }
 
+/// OpenAPI `links` from AddStorage's answers to the read, stats and delete of the volume it made,
+/// so a client (and schemathesis' stateful phase) can follow them.
+pub(crate) fn document_links(doc: &mut serde_json::Value) {
+    let key = json!({
+        "namespace": "$response.body#/metadata/namespace",
+        "name": "$response.body#/metadata/name",
+    });
+    let links = json!({
+        "ReadStorage": {"operationId": "read_storage", "parameters": key, "description": "The volume just made"},
+        "VolumeStats": {"operationId": "volume_stats", "parameters": key, "description": "What it uses"},
+        "DeleteStorage": {"operationId": "delete_storage", "parameters": key, "description": "Delete it"},
+    });
+    for status in ["200", "201"] {
+        if let Some(response) =
+            doc.pointer_mut(&format!("/paths/~1v1~1volumes/post/responses/{status}"))
+        {
+            response["links"] = links.clone();
+        }
+    }
+}
+
 fn valid_key(namespace: &str, name: &str) -> Result<(), ApiError> {
     names::validate_dns1123_label("namespace", namespace)?;
     names::validate_volume_name("name", name)?;
@@ -92,9 +114,13 @@ fn valid_key(namespace: &str, name: &str) -> Result<(), ApiError> {
     post,
     path = "/v1/volumes",
     tag = "volumes",
-    request_body = VolumeProvisionerProfile,
+    request_body(
+        content = VolumeProvisionerProfile,
+        description = "The volume wanted; the example succeeds against a fresh `berth up` (its default orchestrator is local)",
+        example = json!({"name": "data-1", "capacity": "1Gi", "labels": {"app": "db"}})
+    ),
     responses(
-        (status = 201, description = "Made; Ready", body = Volume, headers(("Location" = String))),
+        (status = 201, description = "Made; Ready", body = Volume, headers(("Location" = String, description = "The volume's path, /v1/volumes/{namespace}/{name}"))),
         (status = 200, description = "It was there already with the same spec", body = Volume),
         (status = 400, description = "A field breaks a rule, or the body is not a JSON object (code 3), naming the field; or the orchestrator is not registered", body = Problem),
         (status = 409, description = "The name is taken by a volume with a different spec (code 6), saying which fields differ; or it is being deleted (code 10)", body = Problem),
@@ -130,13 +156,18 @@ async fn add_storage(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
-    /// Only this namespace (every namespace when absent or empty).
+    /// Only this namespace, a DNS-1123 label (every namespace when absent or empty).
+    #[param(pattern = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length = 63)]
     namespace: Option<String>,
     /// A label selector (`app=db,tier in (a,b),!legacy`).
     #[serde(rename = "labelSelector")]
-    #[param(rename = "labelSelector")]
+    #[param(
+        rename = "labelSelector",
+        pattern = "^(\\s*|\\s*(!\\s*([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(\\s*(!=|==|=)\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?|\\s+(in|notin)\\s*\\(\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?(\\s*,\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)+)\\s*\\))?)\\s*(,\\s*(!\\s*([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(\\s*(!=|==|=)\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?|\\s+(in|notin)\\s*\\(\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?(\\s*,\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)+)\\s*\\))?)\\s*)*)$"
+    )]
     label_selector: Option<String>,
     /// Page size, 1 to 1000 (100 when absent).
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<u32>,
     /// The `continue` token of the previous page.
     #[serde(rename = "continue")]
@@ -201,8 +232,8 @@ async fn list_storage(
     path = "/v1/volumes/{namespace}/{name}",
     tag = "volumes",
     params(
-        ("namespace" = String, Path, description = "A DNS-1123 label"),
-        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters"),
+        ("namespace" = String, Path, description = "A DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63),
+        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", min_length = 1, max_length = 63),
     ),
     responses(
         (status = 200, description = "The volume", body = Volume),
@@ -223,10 +254,10 @@ async fn read_storage(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct DeleteQuery {
-    /// `Delete` removes the backend object, `Retain` keeps it; absent means the volume's own
-    /// `parameters.reclaimPolicy` (default `Delete`).
+    /// `Delete` removes the backend object, `Retain` keeps it; absent or empty means the volume's
+    /// own `parameters.reclaimPolicy` (default `Delete`).
     #[serde(rename = "reclaimPolicy")]
-    #[param(rename = "reclaimPolicy")]
+    #[param(rename = "reclaimPolicy", pattern = "^(Delete|Retain)?$")]
     reclaim_policy: Option<String>,
 }
 
@@ -237,8 +268,8 @@ struct DeleteQuery {
     path = "/v1/volumes/{namespace}/{name}",
     tag = "volumes",
     params(
-        ("namespace" = String, Path, description = "A DNS-1123 label"),
-        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters"),
+        ("namespace" = String, Path, description = "A DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63),
+        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", min_length = 1, max_length = 63),
         DeleteQuery,
     ),
     responses(
@@ -274,8 +305,8 @@ async fn delete_storage(
     path = "/v1/volumes/{namespace}/{name}/stats",
     tag = "volumes",
     params(
-        ("namespace" = String, Path, description = "A DNS-1123 label"),
-        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters"),
+        ("namespace" = String, Path, description = "A DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63),
+        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", min_length = 1, max_length = 63),
     ),
     responses(
         (status = 200, description = "The figures", body = VolumeStats),

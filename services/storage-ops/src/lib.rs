@@ -183,6 +183,7 @@ pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
     let db = ops.clone();
     let registry = ops.clone();
     ServiceApp::new(NAME, api::routes(ops))
+        .document_edits(api::document_links)
         .http_config(config.http.clone())
         // Readiness answers say what is wrong, never where (no internal host, port or path): the
         // details go to the log.
