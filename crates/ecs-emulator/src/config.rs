@@ -119,15 +119,25 @@ impl Default for Faults {
     }
 }
 
+/// A fault rate outside `[0, 1]`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{field} must be between 0 and 1, got {rate}")]
+pub struct FaultsError {
+    /// The field (`throttleRate`, `serverErrorRate`).
+    pub field: &'static str,
+    /// What it was set to.
+    pub rate: f64,
+}
+
 impl Faults {
     /// Rejects rates outside `[0, 1]`.
-    pub fn validate(&self) -> Result<(), String> {
-        for (name, rate) in [
+    pub fn validate(&self) -> Result<(), FaultsError> {
+        for (field, rate) in [
             ("throttleRate", self.throttle_rate),
             ("serverErrorRate", self.server_error_rate),
         ] {
             if !(0.0..=1.0).contains(&rate) {
-                return Err(format!("{name} must be between 0 and 1, got {rate}"));
+                return Err(FaultsError { field, rate });
             }
         }
         Ok(())
@@ -224,6 +234,12 @@ mod tests {
             throttle_rate: 1.5,
             ..Faults::default()
         };
-        assert!(f.validate().is_err());
+        assert_eq!(
+            f.validate(),
+            Err(FaultsError {
+                field: "throttleRate",
+                rate: 1.5
+            })
+        );
     }
 }

@@ -62,11 +62,44 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 pub use actions::{ACTIONS, Seed};
-pub use config::{AccessKey, Config, Faults, Lifecycle};
+pub use config::{AccessKey, Config, Faults, FaultsError, Lifecycle};
 pub use persist::{StateError, stored_access_key};
 
 use auth::{Incoming, NonceStore};
 use wire::EcsError;
+
+/// Why an admin change (`/_emulator/...`, or the same methods called in a test) was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// A fault rate out of range.
+    #[error(transparent)]
+    Faults(#[from] FaultsError),
+    /// A status ECS does not have.
+    #[error("unknown status {0:?}")]
+    UnknownStatus(String),
+    /// No instance has this id.
+    #[error("no instance {0}")]
+    NoInstance(String),
+    /// A seed request that cannot be carried out (the words of the seeding code).
+    #[error("{0}")]
+    BadSeed(String),
+    /// The change was made but could not be written to the state directory.
+    #[error("the change could not be saved: {0}")]
+    Persist(#[from] StateError),
+}
+
+impl AdminError {
+    /// The status the admin API answers it with.
+    fn http_status(&self) -> StatusCode {
+        match self {
+            AdminError::NoInstance(_) => StatusCode::NOT_FOUND,
+            AdminError::Persist(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            AdminError::Faults(_) | AdminError::UnknownStatus(_) | AdminError::BadSeed(_) => {
+                StatusCode::BAD_REQUEST
+            }
+        }
+    }
+}
 
 /// Counts of what the emulator answered since start or the last reset.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -212,12 +245,8 @@ impl Emulator {
     }
 
     /// Writes a change made outside an ECS call (admin), now.
-    fn save_now(snapshot: Option<Snapshot>) -> Result<(), String> {
-        snapshot
-            .map(Snapshot::save)
-            .transpose()
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    fn save_now(snapshot: Option<Snapshot>) -> Result<(), StateError> {
+        snapshot.map(Snapshot::save).transpose().map(|_| ())
     }
 
     /// The HTTP router (ECS on `/`, admin under `/_emulator/`).
@@ -236,7 +265,7 @@ impl Emulator {
     }
 
     /// Replaces the faults.
-    pub fn set_faults(&self, faults: Faults) -> Result<(), String> {
+    pub fn set_faults(&self, faults: Faults) -> Result<(), AdminError> {
         faults.validate()?;
         lock(&self.inner.knobs).faults = faults;
         Ok(())
@@ -253,44 +282,45 @@ impl Emulator {
     }
 
     /// Sets an instance's status and pins it there until [`Emulator::unpin`].
-    pub fn pin_status(&self, instance_id: &str, status: &str) -> Result<(), String> {
-        let status =
-            state::Status::parse(status).ok_or_else(|| format!("unknown status {status:?}"))?;
+    pub fn pin_status(&self, instance_id: &str, status: &str) -> Result<(), AdminError> {
+        let status = state::Status::parse(status)
+            .ok_or_else(|| AdminError::UnknownStatus(status.to_string()))?;
         let mut s = lock(&self.inner.state);
         let i = s
             .instances
             .get_mut(instance_id)
-            .ok_or_else(|| format!("no instance {instance_id}"))?;
+            .ok_or_else(|| AdminError::NoInstance(instance_id.to_string()))?;
         i.set_status(status, tokio::time::Instant::now());
         i.pinned = true;
         let snapshot = self.snapshot_of(&s);
         drop(s);
-        Emulator::save_now(snapshot)
+        Ok(Emulator::save_now(snapshot)?)
     }
 
     /// Lets a pinned instance continue its lifecycle from now.
-    pub fn unpin(&self, instance_id: &str) -> Result<(), String> {
+    pub fn unpin(&self, instance_id: &str) -> Result<(), AdminError> {
         let mut s = lock(&self.inner.state);
         let i = s
             .instances
             .get_mut(instance_id)
-            .ok_or_else(|| format!("no instance {instance_id}"))?;
+            .ok_or_else(|| AdminError::NoInstance(instance_id.to_string()))?;
         i.pinned = false;
         i.since = tokio::time::Instant::now();
         let snapshot = self.snapshot_of(&s);
         drop(s);
-        Emulator::save_now(snapshot)
+        Ok(Emulator::save_now(snapshot)?)
     }
 
     /// Creates instances in bulk; returns their ids.
-    pub fn seed(&self, seed: &Seed) -> Result<Vec<String>, String> {
+    pub fn seed(&self, seed: &Seed) -> Result<Vec<String>, AdminError> {
         let mut s = lock(&self.inner.state);
         let ids = actions::seed(
             &mut s,
             tokio::time::Instant::now(),
             &self.inner.config.default_region,
             seed,
-        )?;
+        )
+        .map_err(AdminError::BadSeed)?;
         let snapshot = self.snapshot_of(&s);
         drop(s);
         Emulator::save_now(snapshot)?;
@@ -551,7 +581,7 @@ async fn admin_set_faults(State(emu): State<Emulator>, body: Bytes) -> Response 
     };
     match emu.set_faults(faults) {
         Ok(()) => axum::Json(emu.faults()).into_response(),
-        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => admin_error(e.http_status(), e.to_string()),
     }
 }
 
@@ -581,7 +611,7 @@ async fn admin_seed(State(emu): State<Emulator>, body: Bytes) -> Response {
             "lastInstanceId": ids.last(),
         }))
         .into_response(),
-        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => admin_error(e.http_status(), e.to_string()),
     }
 }
 
@@ -597,15 +627,14 @@ async fn admin_pin(State(emu): State<Emulator>, Path(id): Path<String>, body: By
     };
     match emu.pin_status(&id, &pin.status) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) if e.starts_with("no instance") => admin_error(StatusCode::NOT_FOUND, e),
-        Err(e) => admin_error(StatusCode::BAD_REQUEST, e),
+        Err(e) => admin_error(e.http_status(), e.to_string()),
     }
 }
 
 async fn admin_unpin(State(emu): State<Emulator>, Path(id): Path<String>) -> Response {
     match emu.unpin(&id) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => admin_error(StatusCode::NOT_FOUND, e),
+        Err(e) => admin_error(e.http_status(), e.to_string()),
     }
 }
 

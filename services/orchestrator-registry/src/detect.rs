@@ -52,13 +52,20 @@ impl DetectionEnv {
     /// The Engine address to probe and to register a detected `docker` orchestrator with: `DOCKER_HOST`
     /// normalised, or the local socket. `Err` says why a `DOCKER_HOST` cannot be used (an `ssh://` one,
     /// say, which Berth does not speak).
-    pub fn docker_host(&self) -> Result<String, String> {
+    pub fn docker_host(&self) -> Result<String, UnusableDockerHost> {
         match &self.docker_host {
             None => Ok(DEFAULT_DOCKER_HOST.to_string()),
-            Some(h) => validate_docker_host(DOCKER_HOST, h).map_err(|s| s.message),
+            Some(h) => {
+                validate_docker_host(DOCKER_HOST, h).map_err(|s| UnusableDockerHost(s.message))
+            }
         }
     }
 }
+
+/// Why `DOCKER_HOST` cannot be used, in the domain's words (which name the variable and the rule).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnusableDockerHost(String);
 
 /// Says whether a Docker Engine answers at an address (`unix:///path` or `tcp://host:port`).
 pub trait EngineProbe: Send + Sync + fmt::Debug {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use domain::OrchestratorKind;
 use domain::orchestrator::{DockerConfig, LocalConfig, OrchestratorLimits};
 use service_kit::config::{ConfigError, absolute_base_path, listen_addr, vars};
-use service_kit::health::Check;
+use service_kit::health::{Check, NotReady};
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
 
@@ -37,6 +37,13 @@ use crate::store::{Registration, Store};
 pub const NAME: &str = "orchestrator-registry";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8082;
+
+/// Variables besides `BERTH_*` and `OTEL_*` the registry reads: detection's inputs.
+pub const OTHER_ENV_VARS: &[&str] = &[
+    detect::KUBERNETES_SERVICE_HOST,
+    detect::NOMAD_ADDR,
+    detect::DOCKER_HOST,
+];
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -95,7 +102,7 @@ impl Config {
             absolute_base_path(base_var, &base_text).map_err(|problem| ConfigError {
                 var: base_var.to_string(),
                 value: base_text.display().to_string(),
-                problem,
+                problem: problem.to_string(),
             })?;
         let limits = service_kit::config::orchestrator_limits(env)?;
         // The first start's own registration must be one the registry would accept.
@@ -142,7 +149,7 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
                 // What is wrong, not where: the database's path and error go to the log.
                 store.ping().await.map_err(|e| {
                     tracing::warn!(error = %e, "readiness: the database does not answer");
-                    "the database does not answer".to_string()
+                    NotReady::new("the database does not answer")
                 })
             }
         }))
