@@ -12,7 +12,8 @@
 //! a test) links no web server, telemetry exporter or allocator of the services'.
 //!
 //! # Layout
-//! - [`ServiceClient`], [`ClientOptions`], [`Propagation`], [`ClientError`]: the shared plumbing.
+//! - [`ServiceClient`], [`ClientOptions`], [`Propagation`], [`ClientError`], [`pooled_http_client`]:
+//!   the shared plumbing.
 //! - [`registry`]: the orchestrator-registry API.
 //! - [`storage`]: the storage-ops API.
 //! - [`machines`]: the machine-driver API.
@@ -136,6 +137,18 @@ impl From<ClientError> for Status {
     }
 }
 
+/// The one setup of a pooled HTTP client for calls between Berth's programs: `timeout` per call,
+/// at most 5 s of it to connect, idle connections kept a minute. Every [`ServiceClient`] has one,
+/// and so has service-kit's outbound client.
+pub fn pooled_http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(5)))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+        .expect("a client with a TLS backend builds")
+}
+
 /// The shared client of one service.
 #[derive(Debug, Clone)]
 pub struct ServiceClient {
@@ -149,12 +162,7 @@ pub struct ServiceClient {
 impl ServiceClient {
     /// A client for the service at `base_url` (`http://127.0.0.1:8082`).
     pub fn new(base_url: &str, options: ClientOptions) -> Self {
-        let http = reqwest::Client::builder()
-            .timeout(options.timeout)
-            .connect_timeout(options.timeout.min(Duration::from_secs(5)))
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()
-            .expect("a client with a TLS backend builds");
+        let http = pooled_http_client(options.timeout);
         // A credential that is not a valid header value cannot be sent; the call then goes without
         // one and the service answers 401, which says more than a panic here would.
         let bearer = options.bearer.as_ref().and_then(|token| {

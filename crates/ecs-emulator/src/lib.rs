@@ -37,7 +37,8 @@
 //! - `state`: the account's resources in ordered maps, ids, lifecycle, filters.
 //! - `actions`: the ECS actions ([`ACTIONS`]) and seeding.
 //! - [`persist`]: the state directory: crash-safe writes, loading, the stored access key.
-//! - this file: [`Emulator`], [`router`] and the HTTP handlers.
+//! - this file: [`Emulator`], [`AdminError`] (why an admin change was refused, and the status it
+//!   answers), [`router`] and the HTTP handlers.
 
 mod actions;
 mod auth;

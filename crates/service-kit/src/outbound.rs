@@ -23,12 +23,7 @@ impl HttpClient {
     /// A client whose calls time out after `timeout` and carry `bearer` (the internal credential, or a
     /// user's token in the CLI).
     pub fn new(timeout: Duration, bearer: Option<SecretString>) -> Self {
-        let inner = reqwest::Client::builder()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .pool_idle_timeout(Duration::from_secs(60))
-            .build()
-            .expect("a client with a TLS backend builds");
+        let inner = client::pooled_http_client(timeout);
         HttpClient { inner, bearer }
     }
 

@@ -7,11 +7,13 @@
 //! Docker Engine).
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables.
+//! - [`Config`]: settings from `BERTH_*` variables ([`OTHER_ENV_VARS`] names the one it reads
+//!   besides them, `DOCKER_HOST`).
 //! - [`provider`]: the [`provider::Provider`] trait and the [`provider::Providers`] registry.
 //! - [`alicloud`]: the `Alicloud` plugin and its provider spec.
 //! - [`docker`]: the `Docker` plugin, its provider spec and its operator settings.
-//! - [`api`]: the HTTP handlers and their OpenAPI descriptions.
+//! - [`api`]: the HTTP handlers and their OpenAPI descriptions, and the driver's call metrics
+//!   (`metric-families` families, served on `/metrics` with the ECS client's).
 //! - [`router`]: the HTTP API, a pure function of its state so tests can drive it with `oneshot`.
 //! - [`build`]: binds the listener and assembles the [`Application`] that `main` (or `berth up`) runs.
 

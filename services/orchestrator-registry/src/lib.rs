@@ -6,7 +6,8 @@
 //! and exactly one of them may be the default that storage-ops falls back on.
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables (and the three detection variables).
+//! - [`Config`]: settings from `BERTH_*` variables, and the three detection variables, which
+//!   [`OTHER_ENV_VARS`] declares so the binary reads them from the process environment.
 //! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
 //! - [`store`]: the SQLite store (WAL, `BEGIN IMMEDIATE` writes, one-default index).
 //! - [`detect`]: which kind the environment implies; the Docker Engine probe is injectable.

@@ -7,7 +7,8 @@
 //! reports (or removes) backend objects no volume owns.
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]).
+//! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]), and `DOCKER_HOST`
+//!   ([`OTHER_ENV_VARS`]).
 //! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
 //! - [`ops`]: the logic: AddStorage, DeleteStorage, ReadStorage, ListStorage, stats, orphans, reconcile.
 //! - [`store`]: SQLite (WAL, `synchronous = FULL`, one writer with group commit, a reader pool).
