@@ -275,6 +275,20 @@ fn random_credential() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `DOCKER_HOST` is set to an address Berth cannot use (an `ssh://` Engine, say, which Berth does
+/// not speak); the text says why, in words that name the variable. One type for every service that
+/// reads Docker's variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnusableDockerHost(String);
+
+impl UnusableDockerHost {
+    /// Why `DOCKER_HOST` cannot be used.
+    pub fn new(why: impl Into<String>) -> Self {
+        UnusableDockerHost(why.into())
+    }
+}
+
 /// Where state lives when `BERTH_DATA_DIR` is unset.
 pub const DEFAULT_DATA_DIR: &str = "./berth-data";
 

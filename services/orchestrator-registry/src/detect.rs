@@ -18,6 +18,7 @@ use std::time::Duration;
 use domain::OrchestratorKind;
 use domain::orchestrator::{DEFAULT_DOCKER_HOST, Detection, DetectionRule, validate_docker_host};
 use service_kit::Env;
+use service_kit::config::UnusableDockerHost;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The variable that says the registry runs inside a Kubernetes pod.
@@ -56,16 +57,11 @@ impl DetectionEnv {
         match &self.docker_host {
             None => Ok(DEFAULT_DOCKER_HOST.to_string()),
             Some(h) => {
-                validate_docker_host(DOCKER_HOST, h).map_err(|s| UnusableDockerHost(s.message))
+                validate_docker_host(DOCKER_HOST, h).map_err(|s| UnusableDockerHost::new(s.message))
             }
         }
     }
 }
-
-/// Why `DOCKER_HOST` cannot be used, in the domain's words (which name the variable and the rule).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct UnusableDockerHost(String);
 
 /// Says whether a Docker Engine answers at an address (`unix:///path` or `tcp://host:port`).
 pub trait EngineProbe: Send + Sync + fmt::Debug {

@@ -12,7 +12,7 @@ use std::path::Path;
 use domain::orchestrator::{DEFAULT_DOCKER_HOST, normalize_base_path, validate_docker_host};
 use domain::{Code, Status};
 use service_kit::Env;
-use service_kit::config::ConfigError;
+use service_kit::config::{ConfigError, UnusableDockerHost};
 
 /// `DOCKER_HOST`: the Engine machines go to when a class's secret names none (default: the local
 /// socket), as the Docker CLI reads it.
@@ -31,13 +31,6 @@ pub const ENV_REGISTRIES: &str = "BERTH_DOCKER_REGISTRIES";
 
 /// The registry of an image reference without one.
 pub const DOCKER_HUB: &str = "docker.io";
-
-/// `DOCKER_HOST` is set to an address the driver cannot use (`ssh://`, say).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{ENV_DOCKER_HOST} is not an Engine address the machine driver can use (unix:///path or tcp://host:port)"
-)]
-pub struct UnusableDockerHost;
 
 /// The rule a mount's host path broke ([`Settings::admit_host_path`]); its text completes a
 /// sentence that starts with the field.
@@ -140,8 +133,11 @@ impl Settings {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let mut s = Settings::default();
         if let Some(host) = env.get(ENV_DOCKER_HOST) {
-            s.default_host =
-                validate_docker_host(ENV_DOCKER_HOST, host).map_err(|_| UnusableDockerHost);
+            s.default_host = validate_docker_host(ENV_DOCKER_HOST, host).map_err(|_| {
+                UnusableDockerHost::new(format!(
+                    "{ENV_DOCKER_HOST} is not an Engine address the machine driver can use (unix:///path or tcp://host:port)"
+                ))
+            });
         }
         if let Some(hosts) = entries(env, ENV_HOSTS) {
             s.allowed_hosts = hosts
