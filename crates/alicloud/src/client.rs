@@ -11,7 +11,9 @@ use tracing::Instrument as _;
 use crate::config::{EcsConfig, SignatureVersion};
 use crate::credentials::Credentials;
 use crate::endpoint::Region;
-use crate::error::{ApiError, Error, parse_time_left};
+use metric_families::{Counter, DurationHistogram, Family};
+
+use crate::error::{EcsApiError, Error, parse_time_left};
 use crate::model::{
     DescribeDisks, DescribeInstances, DescribeNetworkInterfaces, Disk, Instance, NetworkInterface,
     Page, RunInstances, RunInstancesResponse, wire,
@@ -34,19 +36,21 @@ pub const METRIC_REQUESTS: &str = "berth_ecs_requests_total";
 /// Counter of retries, by `action` and `reason`.
 pub const METRIC_RETRIES: &str = "berth_ecs_retries_total";
 
-/// Gives the ECS client's metrics their `# HELP` lines, in whatever recorder is installed.
-pub fn describe_metrics() {
-    metrics::describe_histogram!(
-        METRIC_DURATION,
-        metrics::Unit::Seconds,
-        "Time one HTTP attempt to ECS took, by action."
-    );
-    metrics::describe_counter!(
-        METRIC_REQUESTS,
-        "HTTP attempts to ECS by action and result (ok, or the ECS error code or failure kind)."
-    );
-    metrics::describe_counter!(METRIC_RETRIES, "Retried ECS calls by action and reason.");
-}
+static ATTEMPT_DURATION: Family<DurationHistogram> = Family::new(
+    METRIC_DURATION,
+    "Time one HTTP attempt to ECS took, by action.",
+    &["action"],
+);
+static ATTEMPTS: Family<Counter> = Family::new(
+    METRIC_REQUESTS,
+    "HTTP attempts to ECS by action and result (ok, or the ECS error code or failure kind).",
+    &["action", "result"],
+);
+static RETRIES: Family<Counter> = Family::new(
+    METRIC_RETRIES,
+    "Retried ECS calls by action and reason.",
+    &["action", "reason"],
+);
 
 /// The shared part: one pooled HTTP client, the configuration and the rate limiters.
 ///
@@ -511,14 +515,14 @@ impl EcsClient {
                 .min(deadline.saturating_duration_since(now));
             let started = std::time::Instant::now();
             let result = self.attempt::<T>(action, &params, timeout).await;
-            let elapsed = started.elapsed().as_secs_f64();
+            let elapsed = started.elapsed();
             let label = match &result {
                 Ok(_) => "ok".to_owned(),
                 Err(e) => e.metric_result(),
             };
-            metrics::histogram!(METRIC_DURATION, "action" => action.to_owned()).record(elapsed);
-            metrics::counter!(METRIC_REQUESTS, "action" => action.to_owned(), "result" => label)
-                .increment(1);
+            // A series lookup takes a lock: nothing next to an HTTP round trip to ECS.
+            ATTEMPT_DURATION.series(&[action]).record(elapsed);
+            ATTEMPTS.series(&[action, &label]).increment(1);
             let err = match result {
                 Ok(v) => return Ok(v),
                 Err(e) => e,
@@ -554,8 +558,7 @@ impl EcsClient {
                 wait_ms = wait.as_millis() as u64,
                 "retrying ECS call"
             );
-            metrics::counter!(METRIC_RETRIES, "action" => action.to_owned(), "reason" => reason)
-                .increment(1);
+            RETRIES.series(&[action, &reason]).increment(1);
             tokio::time::sleep(wait).await;
         }
     }
@@ -737,7 +740,7 @@ fn decode_error(action: &str, status: u16, headers: &http::HeaderMap, body: &[u8
         .iter()
         .filter_map(|h| headers.get(*h).and_then(|v| v.to_str().ok()))
         .find_map(parse_time_left);
-    Error::Api(Box::new(ApiError {
+    Error::Api(Box::new(EcsApiError {
         action: action.to_owned(),
         code,
         message: field("Message", "message").unwrap_or_default(),

@@ -2,40 +2,9 @@
 
 use std::fmt;
 
-/// A string that must not be printed: its `Debug` and `Display` say `[redacted]`.
-///
-/// The only way to read it is [`Secret::expose`], which makes every use greppable.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret itself; call only to sign or to send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Whether the secret is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-impl fmt::Display for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
+/// The secret and the token are Berth's one secret type: `Debug` and `Display` say `[REDACTED]`,
+/// and [`SecretString::expose`] is the only way to read one, which makes every use greppable.
+pub use domain::SecretString;
 
 /// An Alibaba Cloud access key pair, optionally with an STS security token.
 ///
@@ -44,8 +13,8 @@ impl fmt::Display for Secret {
 #[derive(Clone, PartialEq, Eq)]
 pub struct Credentials {
     access_key_id: String,
-    access_key_secret: Secret,
-    security_token: Option<Secret>,
+    access_key_secret: SecretString,
+    security_token: Option<SecretString>,
 }
 
 impl Credentials {
@@ -53,7 +22,7 @@ impl Credentials {
     pub fn new(access_key_id: impl Into<String>, access_key_secret: impl Into<String>) -> Self {
         Credentials {
             access_key_id: access_key_id.into().trim().to_owned(),
-            access_key_secret: Secret::new(access_key_secret.into().trim()),
+            access_key_secret: SecretString::new(access_key_secret.into().trim()),
             security_token: None,
         }
     }
@@ -61,7 +30,7 @@ impl Credentials {
     /// Adds an STS security token (sent as `SecurityToken` / `x-acs-security-token`).
     pub fn with_security_token(mut self, token: impl Into<String>) -> Self {
         let token = token.into().trim().to_owned();
-        self.security_token = (!token.is_empty()).then(|| Secret::new(token));
+        self.security_token = (!token.is_empty()).then(|| SecretString::new(token));
         self
     }
 
@@ -71,12 +40,12 @@ impl Credentials {
     }
 
     /// The access key secret.
-    pub fn access_key_secret(&self) -> &Secret {
+    pub fn access_key_secret(&self) -> &SecretString {
         &self.access_key_secret
     }
 
     /// The STS token, if any.
-    pub fn security_token(&self) -> Option<&Secret> {
+    pub fn security_token(&self) -> Option<&SecretString> {
         self.security_token.as_ref()
     }
 }
@@ -111,7 +80,7 @@ mod tests {
             assert!(!text.contains("t0ken"), "{text}");
             assert!(text.contains("AKID"), "{text}");
         }
-        assert_eq!(format!("{}", c.access_key_secret()), "[redacted]");
+        assert_eq!(format!("{}", c.access_key_secret()), "[REDACTED]");
     }
 
     #[test]

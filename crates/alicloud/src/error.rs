@@ -94,7 +94,7 @@ pub fn machine_code_for(ecs_code: &str, http_status: u16) -> Code {
 
 /// An error answer from ECS: `{RequestId, HostId, Code, Message, Recommend}` plus the HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub struct EcsApiError {
     /// The action that failed.
     pub action: String,
     /// ECS's `Code`, e.g. `OperationDenied.NoStock`.
@@ -116,7 +116,7 @@ pub struct ApiError {
 pub enum Error {
     /// ECS answered with an error.
     #[error("ECS {} failed: {} ({}) [RequestId {}, HTTP {}]", .0.action, .0.code, .0.message, .0.request_id, .0.http_status)]
-    Api(Box<ApiError>),
+    Api(Box<EcsApiError>),
     /// One attempt took longer than its timeout and no retry was possible.
     #[error("ECS {action}: request timed out after {after:?}")]
     Timeout {
@@ -182,7 +182,7 @@ impl Error {
     }
 
     /// The API error, if ECS answered with one.
-    pub fn api(&self) -> Option<&ApiError> {
+    pub fn api(&self) -> Option<&EcsApiError> {
         match self {
             Error::Api(e) => Some(e),
             _ => None,
@@ -275,7 +275,7 @@ mod tests {
     use super::*;
 
     fn api(code: &str, status: u16) -> Error {
-        Error::Api(Box::new(ApiError {
+        Error::Api(Box::new(EcsApiError {
             action: "RunInstances".into(),
             code: code.into(),
             message: "m".into(),

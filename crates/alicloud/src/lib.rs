@@ -7,7 +7,8 @@
 //! every call has a deadline, retryable failures are retried with jittered exponential backoff
 //! (honouring ECS's `TimeLeft` throttling hint), calls are rate-limited per (access key, region) by
 //! a token bucket, and each HTTP attempt is measured (`berth_ecs_request_duration_seconds{action}`,
-//! `berth_ecs_requests_total{action,result}`).
+//! `berth_ecs_requests_total{action,result}`, declared as `metric-families` families like every
+//! Berth metric, so whoever serves the page renders them).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), alicloud::Error> {
@@ -37,7 +38,7 @@
 //! - [`sign`]: V1 and V3 signing and RFC 3986 percent-encoding, tested against Alibaba's examples.
 //! - [`error`]: [`Error`], [`machine_code_for`] and the ResourceExhausted code list.
 //! - [`config`]: [`EcsConfig`], [`RetryPolicy`], the `BERTH_ALICLOUD_*` variables.
-//! - [`credentials`]: [`Credentials`] and [`Secret`], which never print their secret.
+//! - [`credentials`]: [`Credentials`], which never print their secret ([`SecretString`], domain's).
 //! - [`endpoint`]: [`Region`] (the region-id grammar, the only way a region reaches a URL) and
 //!   regional endpoint resolution.
 //! - [`ratelimit`]: the token bucket.
@@ -52,11 +53,11 @@ pub mod params;
 pub mod ratelimit;
 pub mod sign;
 
-pub use client::{API_VERSION, Ecs, EcsClient, deadline_in, describe_metrics};
-pub use config::{ConfigError, EcsConfig, RetryPolicy, SignatureVersion};
-pub use credentials::{Credentials, Secret};
+pub use client::{API_VERSION, Ecs, EcsClient, deadline_in};
+pub use config::{EcsConfig, EcsConfigError, RetryPolicy, SignatureVersion};
+pub use credentials::{Credentials, SecretString};
 pub use endpoint::{Region, RegionError};
-pub use error::{ApiError, Error, RESOURCE_EXHAUSTED_CODES, machine_code_for};
+pub use error::{EcsApiError, Error, RESOURCE_EXHAUSTED_CODES, machine_code_for};
 pub use model::{
     DataDisk, DescribeDisks, DescribeInstances, DescribeNetworkInterfaces, Disk, Instance,
     InstanceNetworkInterface, InstanceStatus, NetworkInterface, Page, RunInstances,

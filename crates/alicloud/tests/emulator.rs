@@ -4,7 +4,6 @@
 //! delays are zero and backoffs a few milliseconds, so nothing here sleeps for long.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use alicloud::{
@@ -639,12 +638,6 @@ async fn the_rate_limit_is_shared_per_key_and_region() {
 
 #[tokio::test]
 async fn metrics_are_recorded_per_action_and_result() {
-    static HANDLE: OnceLock<metrics_exporter_prometheus::PrometheusHandle> = OnceLock::new();
-    let handle = HANDLE.get_or_init(|| {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("install recorder")
-    });
     let h = spawn_default().await;
     let c = client(&h, SignatureVersion::V1);
     c.describe_instances(&DescribeInstances::default(), deadline())
@@ -657,7 +650,7 @@ async fn metrics_are_recorded_per_action_and_result() {
     let _ = bad
         .describe_instances(&DescribeInstances::default(), deadline())
         .await;
-    let text = handle.render();
+    let text = metric_families::render();
     assert!(
         text.contains(r#"berth_ecs_requests_total{action="DescribeInstances",result="ok"}"#),
         "{text}"

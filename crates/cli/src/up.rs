@@ -198,6 +198,7 @@ async fn orchestrator_lines(built: &Built) -> Vec<String> {
             timeout: Duration::from_secs(5),
             bearer: Some(service_kit::SecretString::new(built.internal_token.clone())),
             attempts: 3,
+            propagation: None,
         },
     ));
     let mut lines = Vec::new();
@@ -234,6 +235,7 @@ async fn until_gateway_accepts(gateway_url: &str, token: &str) {
             timeout: Duration::from_secs(2),
             bearer: Some(service_kit::SecretString::new(token)),
             attempts: 1,
+            propagation: None,
         },
     ));
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
@@ -308,7 +310,15 @@ pub fn configure(
 
 /// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
 pub async fn run(args: UpArgs) -> ExitCode {
-    let env = Env::from_process();
+    // One process runs every service, so it reads what any of them reads.
+    let others: Vec<&str> = [
+        gateway::OTHER_ENV_VARS,
+        machine_driver::OTHER_ENV_VARS,
+        orchestrator_registry::OTHER_ENV_VARS,
+        storage_ops::OTHER_ENV_VARS,
+    ]
+    .concat();
+    let env = Env::from_process(&others);
     let _telemetry = match service_kit::telemetry::init("berth", &env) {
         Ok(g) => g,
         Err(e) => {

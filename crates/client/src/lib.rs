@@ -3,25 +3,29 @@
 //! Used by storage-ops (to reach the registry), by the gateway's tests, by the CLI and by the contract
 //! tests, so each client is the consumer side of its service's contract. All of them are thin layers
 //! over [`ServiceClient`], which knows the base URL, the bearer credential and the timeouts, stamps
-//! every call with trace context and request id (through service-kit's outbound client), retries
-//! idempotent calls on connection failures, and decodes problem+json answers back into
+//! every call with the headers its builder's [`Propagation`] adds (a service hands in service-kit's
+//! `traceparent` and `x-request-id` injector; the CLI hands in nothing), retries idempotent calls on
+//! connection failures, and decodes problem+json answers ([`domain::Problem`]) back into
 //! [`domain::Status`].
 //!
+//! It depends on `domain` and reqwest only, not on service-kit: a program that calls Berth (the CLI,
+//! a test) links no web server, telemetry exporter or allocator of the services'.
+//!
 //! # Layout
-//! - [`ServiceClient`], [`ClientError`]: the shared plumbing.
+//! - [`ServiceClient`], [`ClientOptions`], [`Propagation`], [`ClientError`], [`pooled_http_client`]:
+//!   the shared plumbing.
 //! - [`registry`]: the orchestrator-registry API.
 //! - [`storage`]: the storage-ops API.
 //! - [`machines`]: the machine-driver API.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use domain::{Code, Status};
+use domain::{Code, Problem, SecretString, Status};
 use reqwest::Method;
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use service_kit::SecretString;
-use service_kit::error::Problem;
-use service_kit::outbound::HttpClient;
 
 pub mod machines;
 pub mod registry;
@@ -36,6 +40,27 @@ pub struct ClientOptions {
     pub bearer: Option<SecretString>,
     /// Attempts for idempotent calls that fail to connect (1 = no retry).
     pub attempts: u32,
+    /// Adds the caller's context (trace, request id) to every call; none by default.
+    pub propagation: Option<Propagation>,
+}
+
+/// What a client adds to every call's headers before sending it: a service hands in its trace
+/// context and request id injector (service-kit's `outbound::inject_propagation`), so a call that
+/// crosses services is one trace and one request id. Called once per request, attempt by attempt.
+#[derive(Clone)]
+pub struct Propagation(Arc<dyn Fn(&mut HeaderMap) + Send + Sync>);
+
+impl Propagation {
+    /// Propagation by `inject`, which adds its headers to the map it is given.
+    pub fn new(inject: impl Fn(&mut HeaderMap) + Send + Sync + 'static) -> Self {
+        Propagation(Arc::new(inject))
+    }
+}
+
+impl std::fmt::Debug for Propagation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Propagation(..)")
+    }
 }
 
 impl Default for ClientOptions {
@@ -44,6 +69,7 @@ impl Default for ClientOptions {
             timeout: Duration::from_secs(30),
             bearer: None,
             attempts: 3,
+            propagation: None,
         }
     }
 }
@@ -111,22 +137,58 @@ impl From<ClientError> for Status {
     }
 }
 
+/// The one setup of a pooled HTTP client for calls between Berth's programs: `timeout` per call,
+/// at most 5 s of it to connect, idle connections kept a minute. Every [`ServiceClient`] has one,
+/// and so has service-kit's outbound client.
+pub fn pooled_http_client(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(5)))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .build()
+        .expect("a client with a TLS backend builds")
+}
+
 /// The shared client of one service.
 #[derive(Debug, Clone)]
 pub struct ServiceClient {
     base: String,
-    http: HttpClient,
+    http: reqwest::Client,
+    bearer: Option<HeaderValue>,
+    propagation: Option<Propagation>,
     attempts: u32,
 }
 
 impl ServiceClient {
     /// A client for the service at `base_url` (`http://127.0.0.1:8082`).
     pub fn new(base_url: &str, options: ClientOptions) -> Self {
+        let http = pooled_http_client(options.timeout);
+        // A credential that is not a valid header value cannot be sent; the call then goes without
+        // one and the service answers 401, which says more than a panic here would.
+        let bearer = options.bearer.as_ref().and_then(|token| {
+            let mut v = HeaderValue::from_str(&format!("Bearer {}", token.expose())).ok()?;
+            v.set_sensitive(true);
+            Some(v)
+        });
         ServiceClient {
             base: base_url.trim_end_matches('/').to_string(),
-            http: HttpClient::new(options.timeout, options.bearer),
+            http,
+            bearer,
+            propagation: options.propagation,
             attempts: options.attempts.max(1),
         }
+    }
+
+    /// The headers every call carries: the propagated context and the bearer credential.
+    fn headers(&self) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(Propagation(inject)) = &self.propagation {
+            inject(&mut headers);
+        }
+        if let Some(bearer) = &self.bearer {
+            headers.insert(AUTHORIZATION, bearer.clone());
+        }
+        headers
     }
 
     /// The base URL.
@@ -164,7 +226,10 @@ impl ServiceClient {
         );
         let mut attempt = 1;
         loop {
-            let mut request = self.http.request(method.clone(), &url);
+            let mut request = self
+                .http
+                .request(method.clone(), &url)
+                .headers(self.headers());
             if let Some(body) = body {
                 request = request.json(body);
             }

@@ -117,7 +117,8 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         };
     }
-    let env = service_kit::Env::from_process();
+    // Only its logging and tracing settings: the emulator's own are its flags.
+    let env = service_kit::Env::from_process(&[]);
     let _telemetry = match service_kit::telemetry::init("ecs-emulator", &env) {
         Ok(g) => g,
         Err(e) => {

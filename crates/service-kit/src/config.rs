@@ -1,6 +1,7 @@
 //! Typed configuration from `BERTH_*` variables.
 //!
-//! Settings are read once at start from an [`Env`] map: [`Env::from_process`] in a binary, a literal
+//! Settings are read once at start from an [`Env`] map: [`Env::from_process`] in a binary (given the
+//! variables beyond `BERTH_*` and `OTEL_*` the service reads), a literal
 //! map in tests, so no test ever mutates the process environment. A value that does not parse stops
 //! the service with a message naming the variable and the expected form.
 
@@ -59,11 +60,13 @@ pub struct ConfigError {
 pub struct Env(BTreeMap<String, String>);
 
 impl Env {
-    /// The process environment (only `BERTH_*` and `OTEL_*` variables are kept).
-    pub fn from_process() -> Self {
+    /// The process environment: its `BERTH_*` and `OTEL_*` variables, and those named in `others`,
+    /// the variables of other programs a service reads (the registry's detection inputs, say:
+    /// `KUBERNETES_SERVICE_HOST`). Each service declares its own; the kit knows none of them.
+    pub fn from_process(others: &[&str]) -> Self {
         Env(std::env::vars()
             .filter(|(k, _)| {
-                k.starts_with("BERTH_") || k.starts_with("OTEL_") || is_detection_var(k)
+                k.starts_with("BERTH_") || k.starts_with("OTEL_") || others.contains(&k.as_str())
             })
             .collect())
     }
@@ -114,7 +117,10 @@ impl Env {
             Some(v) => parse_duration(v).ok_or_else(|| ConfigError {
                 var: key.to_string(),
                 value: v.to_string(),
-                problem: "is not a duration: expected a number with ms, s, m or h, like 30s".into(),
+                problem: format!(
+                    "is not a duration: expected {}",
+                    domain::duration::DURATION_FORM
+                ),
             }),
         }
     }
@@ -145,62 +151,10 @@ impl Env {
     }
 }
 
-/// The environment variables the registry's detection reads besides `BERTH_*`.
-fn is_detection_var(k: &str) -> bool {
-    matches!(k, "KUBERNETES_SERVICE_HOST" | "NOMAD_ADDR" | "DOCKER_HOST")
-}
+/// Parses `250ms`, `30s`, `5m`, `1h` or a plain number of seconds (domain's one duration form).
+pub use domain::duration::parse_duration;
 
-/// Parses `250ms`, `30s`, `5m`, `1h` or a plain number of seconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number.parse().ok()?;
-    let seconds = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return None,
-    };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
-}
-
-/// A string that must never be printed: tokens, access keys. `Debug` and `Display` show `[REDACTED]`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretString(String);
-
-impl SecretString {
-    /// Wraps a secret.
-    pub fn new(value: impl Into<String>) -> Self {
-        SecretString(value.into())
-    }
-
-    /// The secret itself, for the one place that must send or compare it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    /// Compares with `other` in time independent of where they differ.
-    pub fn ct_eq(&self, other: &[u8]) -> bool {
-        use subtle::ConstantTimeEq;
-        self.0.len() == other.len() && bool::from(self.0.as_bytes().ct_eq(other))
-    }
-}
-
-impl fmt::Debug for SecretString {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[REDACTED]")
-    }
-}
-
-impl fmt::Display for SecretString {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("[REDACTED]")
-    }
-}
+pub use domain::SecretString;
 
 /// The HTTP settings every service has.
 #[derive(Debug, Clone)]
@@ -321,6 +275,20 @@ fn random_credential() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// `DOCKER_HOST` is set to an address Berth cannot use (an `ssh://` Engine, say, which Berth does
+/// not speak); the text says why, in words that name the variable. One type for every service that
+/// reads Docker's variable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct UnusableDockerHost(String);
+
+impl UnusableDockerHost {
+    /// Why `DOCKER_HOST` cannot be used.
+    pub fn new(why: impl Into<String>) -> Self {
+        UnusableDockerHost(why.into())
+    }
+}
+
 /// Where state lives when `BERTH_DATA_DIR` is unset.
 pub const DEFAULT_DATA_DIR: &str = "./berth-data";
 
@@ -332,10 +300,9 @@ pub fn data_dir(env: &Env) -> std::path::PathBuf {
 /// `path` made absolute against the working directory, with `.` and `..` resolved lexically (the
 /// operator meant the directory the text names), then held to the rules of a `basePath`
 /// ([`domain::orchestrator::normalize_base_path`]): `field` names it in the refusal.
-pub fn absolute_base_path(field: &str, path: &std::path::Path) -> Result<String, String> {
+pub fn absolute_base_path(field: &str, path: &std::path::Path) -> Result<String, BasePathError> {
     use std::path::{Component, PathBuf};
-    let absolute =
-        std::path::absolute(path).map_err(|e| format!("cannot be made absolute: {e}"))?;
+    let absolute = std::path::absolute(path).map_err(BasePathError::NotAbsolute)?;
     let mut out = PathBuf::from("/");
     for component in absolute.components() {
         match component {
@@ -346,8 +313,24 @@ pub fn absolute_base_path(field: &str, path: &std::path::Path) -> Result<String,
             Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
         }
     }
-    let text = out.to_str().ok_or("is not valid UTF-8")?;
-    domain::orchestrator::normalize_base_path(field, text).map_err(|s| s.message)
+    let text = out.to_str().ok_or(BasePathError::NotUtf8)?;
+    domain::orchestrator::normalize_base_path(field, text)
+        .map_err(|s| BasePathError::Rule(s.message))
+}
+
+/// Why a directory cannot be a `basePath` ([`absolute_base_path`]); the text completes a sentence
+/// that starts with the variable or field.
+#[derive(Debug, thiserror::Error)]
+pub enum BasePathError {
+    /// The working directory could not be read to make it absolute.
+    #[error("cannot be made absolute: {0}")]
+    NotAbsolute(#[source] std::io::Error),
+    /// The path is not UTF-8, so it cannot be stored or compared as text.
+    #[error("is not valid UTF-8")]
+    NotUtf8,
+    /// It breaks a rule of a `basePath` (the domain's words, naming the field).
+    #[error("{0}")]
+    Rule(String),
 }
 
 /// Where registered orchestrators may point (`BERTH_LOCAL_ROOTS`, `BERTH_DOCKER_ENDPOINTS`). The
@@ -371,7 +354,7 @@ pub fn orchestrator_limits(
                 .filter(|r| !r.is_empty())
                 .map(|r| absolute_base_path(vars::LOCAL_ROOTS, std::path::Path::new(r)))
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|problem| bad(vars::LOCAL_ROOTS, list, problem))?;
+                .map_err(|problem| bad(vars::LOCAL_ROOTS, list, problem.to_string()))?;
             if roots.is_empty() {
                 return Err(bad(
                     vars::LOCAL_ROOTS,
@@ -384,14 +367,17 @@ pub fn orchestrator_limits(
         None => {
             let mut roots = Vec::new();
             let default = data_dir(env).join("volumes");
-            roots.push(
-                absolute_base_path(vars::DATA_DIR, &default)
-                    .map_err(|p| bad(vars::DATA_DIR, &default.display().to_string(), p))?,
-            );
+            roots.push(absolute_base_path(vars::DATA_DIR, &default).map_err(|p| {
+                bad(
+                    vars::DATA_DIR,
+                    &default.display().to_string(),
+                    p.to_string(),
+                )
+            })?);
             if let Some(base) = env.get(vars::LOCAL_BASE_PATH) {
                 roots.push(
                     absolute_base_path(vars::LOCAL_BASE_PATH, std::path::Path::new(base))
-                        .map_err(|p| bad(vars::LOCAL_BASE_PATH, base, p))?,
+                        .map_err(|p| bad(vars::LOCAL_BASE_PATH, base, p.to_string()))?,
                 );
             }
             roots
@@ -435,17 +421,6 @@ pub fn listen_addr(env: &Env, default_port: u16) -> Result<std::net::SocketAddr,
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse_in_common_units() {
-        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
-        assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
-        assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
-        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
-        assert_eq!(parse_duration("5x"), None);
-        assert_eq!(parse_duration("-5s"), None);
-    }
 
     #[test]
     fn an_internal_token_file_is_read_or_made_once() {
@@ -578,14 +553,5 @@ mod tests {
             let e = orchestrator_limits(&Env::default().with(var, value)).unwrap_err();
             assert_eq!(e.var, var, "{e}");
         }
-    }
-
-    #[test]
-    fn secrets_do_not_print() {
-        let s = SecretString::new("tok-123");
-        assert_eq!(format!("{s:?} {s}"), "[REDACTED] [REDACTED]");
-        assert!(s.ct_eq(b"tok-123"));
-        assert!(!s.ct_eq(b"tok-124"));
-        assert!(!s.ct_eq(b"tok"));
     }
 }

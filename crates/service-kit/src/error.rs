@@ -10,13 +10,15 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use domain::problem::about_blank;
 use domain::{Code, Status};
-use serde::{Deserialize, Serialize};
 
 use crate::request_id;
 
-/// The media type of every error answer.
-pub const PROBLEM_JSON: &str = "application/problem+json";
+/// The media type of every error answer (defined in `domain`, beside [`Problem`]).
+pub use domain::PROBLEM_JSON;
+/// The problem+json body (defined in `domain`, which the typed client shares).
+pub use domain::Problem;
 
 /// How long callers are told to wait on 429/503 when nothing better is known.
 pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
@@ -29,34 +31,6 @@ pub struct ApiError {
     machine_codes_error: bool,
     http_status: Option<StatusCode>,
     cause: Option<Box<dyn std::error::Error + Send + Sync>>,
-}
-
-/// The problem+json body, for clients that decode it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct Problem {
-    /// Always `about:blank`: the code says what kind of problem this is.
-    #[serde(rename = "type", default = "about_blank")]
-    pub kind: String,
-    /// The code's name (`NotFound`).
-    pub title: String,
-    /// The HTTP status.
-    pub status: u16,
-    /// What happened.
-    #[serde(default)]
-    pub detail: String,
-    /// The machine code (0–17), the source of truth.
-    pub code: u32,
-    /// The request's id, to find it in the logs.
-    #[serde(default)]
-    pub request_id: String,
-    /// The MCM status string (machine-driver answers only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub machine_codes_error: Option<String>,
-}
-
-fn about_blank() -> String {
-    "about:blank".into()
 }
 
 impl ApiError {

@@ -4,11 +4,24 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+/// Why a dependency is not ready, in words `/readyz` may show anyone: what is wrong, never where
+/// (no internal host, port or path; the check logs those itself).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotReady(String);
+
+impl NotReady {
+    /// A reason the caller may read.
+    pub fn new(reason: impl Into<String>) -> Self {
+        NotReady(reason.into())
+    }
+}
+
 /// One readiness check: a name and an async probe that says why it is not ready.
 #[derive(Clone)]
 pub struct Check {
     name: &'static str,
-    probe: Arc<dyn Fn() -> BoxFuture<'static, Result<(), String>> + Send + Sync>,
+    probe: Arc<dyn Fn() -> BoxFuture<'static, Result<(), NotReady>> + Send + Sync>,
 }
 
 impl Check {
@@ -16,7 +29,7 @@ impl Check {
     pub fn new<F, Fut>(name: &'static str, probe: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+        Fut: std::future::Future<Output = Result<(), NotReady>> + Send + 'static,
     {
         Check {
             name,

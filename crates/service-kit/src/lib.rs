@@ -6,8 +6,10 @@
 //!
 //! # Layout
 //! - [`config`]: typed settings from `BERTH_*` variables (read from a map, so tests never touch the
-//!   process environment) and [`config::SecretString`], which cannot be printed.
-//! - [`error`]: [`ApiError`], the problem+json answer every non-2xx response uses.
+//!   process environment; a service names the other programs' variables it reads, the kit knows
+//!   none), with domain's duration form and [`SecretString`] (re-exported from `domain`).
+//! - [`error`]: [`ApiError`], the problem+json answer every non-2xx response uses; its body,
+//!   [`error::Problem`], is defined in `domain` so the typed client can read it without this kit.
 //! - [`extract`]: `Json`, `Path` and `Query` extractors whose rejections are [`ApiError`]s.
 //! - [`paths`]: where a caller-named directory really leads, symbolic links resolved, checked
 //!   against the operator's roots.
@@ -22,15 +24,18 @@
 //! - [`request_id`]: `x-request-id` handling and the task-local that carries it to logs, errors and
 //!   outgoing calls.
 //! - [`telemetry`]: logging (human or JSON), OpenTelemetry export over OTLP, W3C trace context.
-//! - [`metrics`]: the Prometheus recorder and the HTTP metrics.
-//! - [`health`]: liveness and readiness.
-//! - [`outbound`]: the reqwest client wrapper that injects `traceparent`, `x-request-id` and the internal
-//!   credential into every service-to-service call.
+//! - [`metrics`]: the HTTP metrics and the `/metrics` page, declared and recorded the one way every
+//!   Berth metric is (`metric-families`, re-exported there).
+//! - [`health`]: liveness and readiness ([`health::NotReady`] says why not).
+//! - [`outbound`]: [`outbound::inject_propagation`], which adds `traceparent` and `x-request-id` to a
+//!   service-to-service call (the typed client `client` is handed it by the services that build
+//!   one), and a reqwest wrapper that also adds the internal credential, for the gateway's own calls.
 //! - [`protocol`]: problem+json in place of the bare 400/414/431 hyper writes for requests it cannot
 //!   parse, by wrapping each connection's socket.
 //! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, by
 //!   axum's server or by an engine of the service's own ([`server::Engine`]).
-//! - [`testing`]: spawning any router on `127.0.0.1:0` and quiet-by-default test logs.
+//! - `testing` (cargo feature `testing`, which only dev-dependencies turn on): spawning any router on
+//!   `127.0.0.1:0` and quiet-by-default test logs.
 
 pub mod app;
 pub mod config;
@@ -47,6 +52,7 @@ pub mod query;
 pub mod request_id;
 pub mod server;
 pub mod telemetry;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use app::ServiceApp;

@@ -45,9 +45,6 @@ pub struct Stack {
 impl Stack {
     /// The stack of `service` with `config`'s timeout, body limit and internal credential.
     pub fn new(service: &'static str, config: &HttpConfig) -> Arc<Self> {
-        // The recorder goes in before the service can record anything: a metric recorded with no
-        // recorder installed counts into nothing.
-        let _ = metrics::handle();
         Arc::new(Stack {
             service,
             timeout: config.request_timeout,

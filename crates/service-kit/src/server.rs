@@ -66,21 +66,60 @@ pub async fn healthcheck(addr: SocketAddr) -> bool {
     probe(addr).await.is_ok()
 }
 
+/// Why the health probe failed, in words for the operator who ran `healthcheck`.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// No HTTP client could be made (no TLS backend, say).
+    #[error("could not build an HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The service answered, but not 200.
+    #[error("{url} answered {status}")]
+    Answered {
+        /// The URL probed.
+        url: String,
+        /// What it answered.
+        status: reqwest::StatusCode,
+    },
+    /// The service did not answer in time.
+    #[error("{url} did not answer within 3s")]
+    Timeout {
+        /// The URL probed.
+        url: String,
+    },
+    /// Nothing listens there.
+    #[error(
+        "nothing answers at {addr} (is the service running, and is BERTH_LISTEN the same here?)"
+    )]
+    Unreachable {
+        /// The address probed.
+        addr: SocketAddr,
+    },
+    /// Any other transport failure.
+    #[error("{url} failed: {source}")]
+    Failed {
+        /// The URL probed.
+        url: String,
+        /// What reqwest said.
+        source: reqwest::Error,
+    },
+}
+
 /// [`healthcheck`], saying what went wrong when it fails.
-pub async fn probe(addr: SocketAddr) -> Result<(), String> {
+pub async fn probe(addr: SocketAddr) -> Result<(), ProbeError> {
     let url = format!("http://{addr}/healthz");
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(3))
         .build()
-        .map_err(|e| format!("could not build an HTTP client: {e}"))?;
+        .map_err(ProbeError::Client)?;
     match client.get(&url).send().await {
         Ok(r) if r.status().is_success() => Ok(()),
-        Ok(r) => Err(format!("{url} answered {}", r.status())),
-        Err(e) if e.is_timeout() => Err(format!("{url} did not answer within 3s")),
-        Err(e) if e.is_connect() => Err(format!(
-            "nothing answers at {addr} (is the service running, and is BERTH_LISTEN the same here?)"
-        )),
-        Err(e) => Err(format!("{url} failed: {e}")),
+        Ok(r) => Err(ProbeError::Answered {
+            url,
+            status: r.status(),
+        }),
+        Err(e) if e.is_timeout() => Err(ProbeError::Timeout { url }),
+        Err(e) if e.is_connect() => Err(ProbeError::Unreachable { addr }),
+        Err(source) => Err(ProbeError::Failed { url, source }),
     }
 }
 
@@ -198,10 +237,12 @@ impl Application {
 }
 
 /// The whole `main` of a service binary: `healthcheck` subcommand, telemetry, build, serve until
-/// SIGINT/SIGTERM. `build` gets the process's `BERTH_*` variables.
+/// SIGINT/SIGTERM. `build` gets the process's `BERTH_*` and `OTEL_*` variables, and the other
+/// programs' variables the service names in `other_vars` (`DOCKER_HOST`, say).
 pub async fn run_binary<F, Fut>(
     name: &'static str,
     default_port: u16,
+    other_vars: &[&str],
     build: F,
 ) -> std::process::ExitCode
 where
@@ -209,7 +250,7 @@ where
     Fut: Future<Output = Result<Application, Box<dyn std::error::Error + Send + Sync>>>,
 {
     use std::process::ExitCode;
-    let env = crate::Env::from_process();
+    let env = crate::Env::from_process(other_vars);
     match invocation(std::env::args().skip(1)) {
         Invocation::Serve | Invocation::Healthcheck => {}
         Invocation::Help => {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use domain::{Code, Status};
-use service_kit::health::Check;
+use service_kit::health::{Check, NotReady};
 use service_kit::outbound::HttpClient;
 use service_kit::testing::spawn;
 use service_kit::{ApiError, HttpConfig, SecretString, ServiceApp};
@@ -37,7 +37,11 @@ fn test_app(http: HttpConfig, ready: bool) -> axum::Router {
     ServiceApp::new("test", api)
         .http_config(http)
         .readiness(Check::new("db", move || async move {
-            if ready { Ok(()) } else { Err("closed".into()) }
+            if ready {
+                Ok(())
+            } else {
+                Err(NotReady::new("closed"))
+            }
         }))
         .into_router()
 }

@@ -133,8 +133,56 @@ pub fn ensure_admin_token(path: &Path) -> std::io::Result<Option<String>> {
     }
 }
 
+/// A line of a tokens file that does not parse: which line, and what is wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {problem}")]
+pub struct TokenLineError {
+    /// The line, counted from 1.
+    pub line: usize,
+    /// What is wrong with it.
+    pub problem: TokenLineProblem,
+}
+
+/// What is wrong with a line of a tokens file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenLineProblem {
+    /// Not three fields.
+    #[error("expected `<name> sha256:<hex> <scope>[,<scope>…]`")]
+    Shape,
+    /// The hash field is not `sha256:` and 64 hex digits.
+    #[error("the hash must be sha256: and 64 hex digits")]
+    Hash,
+    /// A scope no route knows.
+    #[error("unknown scope {0:?}")]
+    UnknownScope(String),
+}
+
+/// Why the tokens file cannot be used. The file holds hashes only, so no message carries a token.
+#[derive(Debug, thiserror::Error)]
+pub enum TokensFileError {
+    /// It exists but cannot be read.
+    #[error("{path}: {source}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A line does not parse.
+    #[error("{path}: {source}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// Which line and why.
+        source: TokenLineError,
+    },
+    /// The thread that watches it for changes could not be started.
+    #[error("starting the tokens file watch: {0}")]
+    Watch(#[source] std::io::Error),
+}
+
 /// Parses a tokens file; the error names the line and what is wrong with it.
-pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, String> {
+pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, TokenLineError> {
     let mut entries = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
@@ -143,19 +191,27 @@ pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, String> {
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
         let [name, hash, scopes] = fields[..] else {
-            return Err(format!(
-                "line {}: expected `<name> sha256:<hex> <scope>[,<scope>…]`",
-                i + 1
-            ));
+            return Err(TokenLineError {
+                line: i + 1,
+                problem: TokenLineProblem::Shape,
+            });
         };
         let hash = hash
             .strip_prefix("sha256:")
             .and_then(|h| hex::decode(h).ok())
             .and_then(|h| <[u8; 32]>::try_from(h).ok())
-            .ok_or_else(|| format!("line {}: the hash must be sha256: and 64 hex digits", i + 1))?;
+            .ok_or(TokenLineError {
+                line: i + 1,
+                problem: TokenLineProblem::Hash,
+            })?;
         let scopes = scopes
             .split(',')
-            .map(|s| Scope::parse(s).ok_or_else(|| format!("line {}: unknown scope {s:?}", i + 1)))
+            .map(|s| {
+                Scope::parse(s).ok_or_else(|| TokenLineError {
+                    line: i + 1,
+                    problem: TokenLineProblem::UnknownScope(s.to_string()),
+                })
+            })
             .collect::<Result<Vec<_>, _>>()?;
         entries.push(TokenEntry {
             name: name.to_string(),
@@ -183,7 +239,7 @@ const RELOAD_CHECK: Duration = Duration::from_secs(1);
 impl TokenStore {
     /// Loads `path`. A missing file means no tokens (every call is refused); a malformed one is an error
     /// at start.
-    pub fn load(path: &Path) -> Result<Self, String> {
+    pub fn load(path: &Path) -> Result<Self, TokensFileError> {
         let (entries, modified) = read(path)?;
         Ok(TokenStore {
             path: path.to_path_buf(),
@@ -194,7 +250,7 @@ impl TokenStore {
 
     /// Loads `path` and keeps the tokens in step with it: a thread checks the file once a second,
     /// for as long as the store is in use, so no call pays for the check.
-    pub fn watch(path: &Path) -> Result<Arc<Self>, String> {
+    pub fn watch(path: &Path) -> Result<Arc<Self>, TokensFileError> {
         let store = Arc::new(TokenStore::load(path)?);
         let watched = Arc::downgrade(&store);
         std::thread::Builder::new()
@@ -208,7 +264,7 @@ impl TokenStore {
                     }
                 }
             })
-            .map_err(|e| format!("starting the tokens file watch: {e}"))?;
+            .map_err(TokensFileError::Watch)?;
         Ok(store)
     }
 
@@ -317,14 +373,20 @@ fn stamp(path: &Path) -> Option<Stamp> {
     Some((metadata.modified().ok()?, metadata.len()))
 }
 
-fn read(path: &Path) -> Result<Loaded, String> {
+fn read(path: &Path) -> Result<Loaded, TokensFileError> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
-            let entries = parse_tokens(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let entries = parse_tokens(&text).map_err(|source| TokensFileError::Malformed {
+                path: path.to_path_buf(),
+                source,
+            })?;
             Ok((Arc::new(entries), stamp(path)))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Arc::default(), None)),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(TokensFileError::Unreadable {
+            path: path.to_path_buf(),
+            source,
+        }),
     }
 }
 
@@ -362,14 +424,14 @@ mod tests {
 
     #[test]
     fn malformed_lines_are_named() {
-        assert!(parse_tokens("a b").unwrap_err().starts_with("line 1"));
-        assert!(
-            parse_tokens("a md5:00 admin")
-                .unwrap_err()
-                .contains("sha256")
-        );
+        let e = parse_tokens("a b").unwrap_err();
+        assert_eq!((e.line, &e.problem), (1, &TokenLineProblem::Shape));
+        assert!(e.to_string().starts_with("line 1: expected"), "{e}");
+        let e = parse_tokens("# c\na md5:00 admin").unwrap_err();
+        assert_eq!((e.line, &e.problem), (2, &TokenLineProblem::Hash));
+        assert!(e.to_string().contains("sha256"), "{e}");
         let e = parse_tokens(&format!("a sha256:{} root", "0".repeat(64))).unwrap_err();
-        assert!(e.contains("unknown scope \"root\""), "{e}");
+        assert!(e.to_string().contains("unknown scope \"root\""), "{e}");
     }
 
     #[test]

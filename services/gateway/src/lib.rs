@@ -40,7 +40,7 @@ use std::time::Duration;
 use axum::routing::get;
 use service_kit::config::{ConfigError, listen_addr, vars};
 use service_kit::extract::Json;
-use service_kit::health::Check;
+use service_kit::health::{Check, NotReady};
 use service_kit::outbound::HttpClient;
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, SecretString, ServiceApp};
@@ -56,6 +56,9 @@ use crate::routes::UpstreamId;
 pub const NAME: &str = "gateway";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8080;
+
+/// Variables besides `BERTH_*` and `OTEL_*` the gateway reads: none.
+pub const OTHER_ENV_VARS: &[&str] = &[];
 
 /// Variable names the gateway reads besides the shared ones.
 pub mod env_vars {
@@ -196,9 +199,18 @@ impl Config {
     }
 }
 
+/// Why the gateway cannot be assembled from its configuration.
+#[derive(Debug, thiserror::Error)]
+enum AssembleError {
+    #[error(transparent)]
+    Upstream(#[from] proxy::UpstreamUrlError),
+    #[error(transparent)]
+    Tokens(#[from] auth::TokensFileError),
+}
+
 /// The gateway's state and the router of its own routes (probes, metrics, OpenAPI). Fails when an
 /// upstream URL or the tokens file is malformed.
-fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
+fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), AssembleError> {
     let mut upstreams = Vec::new();
     for (id, url) in UpstreamId::ALL.into_iter().zip(&config.upstream_urls) {
         let timeout = if id == UpstreamId::MachineDriver {
@@ -241,7 +253,9 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
             let paused = gateway.upstream(id).breaker.is_open();
             async move {
                 if paused {
-                    return Err("calls to it are paused: its circuit breaker is open".to_string());
+                    return Err(NotReady::new(
+                        "calls to it are paused: its circuit breaker is open",
+                    ));
                 }
                 match http
                     .request(reqwest::Method::GET, &url)
@@ -250,16 +264,18 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), String> {
                     .await
                 {
                     Ok(r) if r.status().is_success() => Ok(()),
-                    Ok(r) => Err(format!("answered {}", r.status().as_u16())),
+                    Ok(r) => Err(NotReady::new(format!("answered {}", r.status().as_u16()))),
                     // Say what was seen: a service that is up but slow (its own dependency hanging)
                     // is not one that cannot be reached.
                     Err(e) if e.is_timeout() => {
-                        Err("timed out after 2s waiting for its /readyz".to_string())
+                        Err(NotReady::new("timed out after 2s waiting for its /readyz"))
                     }
                     Err(e) if e.is_connect() => {
-                        Err("unreachable (connection refused or failed)".to_string())
+                        Err(NotReady::new("unreachable (connection refused or failed)"))
                     }
-                    Err(_) => Err("unreachable (the connection failed mid-answer)".to_string()),
+                    Err(_) => Err(NotReady::new(
+                        "unreachable (the connection failed mid-answer)",
+                    )),
                 }
             }
         }));

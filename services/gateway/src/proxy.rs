@@ -66,6 +66,29 @@ static UPSTREAM_RESPONSES: Family<Counter> = Family::new(
     &["upstream", "status"],
 );
 
+/// Why an upstream's configured URL cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpstreamUrlError {
+    /// It does not parse as a URI.
+    #[error("{upstream}: {base:?} is not a URL: {source}")]
+    NotAUrl {
+        /// Which upstream.
+        upstream: &'static str,
+        /// The URL given.
+        base: String,
+        /// Why.
+        source: http::uri::InvalidUri,
+    },
+    /// It is not `http://` with a host.
+    #[error("{upstream}: {base} must be an http:// URL with a host")]
+    NotHttp {
+        /// Which upstream.
+        upstream: &'static str,
+        /// The URL given.
+        base: String,
+    },
+}
+
 impl Upstream {
     /// An upstream at `base` (`http://127.0.0.1:8081`).
     pub(crate) fn new(
@@ -73,17 +96,19 @@ impl Upstream {
         base: &str,
         timeout: Duration,
         breaker: BreakerConfig,
-    ) -> Result<Self, String> {
-        let parsed: Uri = base
-            .parse()
-            .map_err(|e| format!("{}: {base:?} is not a URL: {e}", id.name()))?;
+    ) -> Result<Self, UpstreamUrlError> {
+        let parsed: Uri = base.parse().map_err(|source| UpstreamUrlError::NotAUrl {
+            upstream: id.name(),
+            base: base.to_string(),
+            source,
+        })?;
         let authority = match (parsed.scheme_str(), parsed.authority()) {
             (Some("http"), Some(authority)) => authority.clone(),
             _ => {
-                return Err(format!(
-                    "{}: {base} must be an http:// URL with a host",
-                    id.name()
-                ));
+                return Err(UpstreamUrlError::NotHttp {
+                    upstream: id.name(),
+                    base: base.to_string(),
+                });
             }
         };
         let label = id.name();
@@ -91,8 +116,13 @@ impl Upstream {
             id,
             host: authority.host().trim_matches(['[', ']']).to_string(),
             port: authority.port_u16().unwrap_or(80),
-            host_header: HeaderValue::from_str(authority.as_str())
-                .map_err(|e| format!("{}: {base}: {e}", id.name()))?,
+            // An authority that parsed as part of a URI is a valid header value.
+            host_header: HeaderValue::from_str(authority.as_str()).map_err(|_| {
+                UpstreamUrlError::NotHttp {
+                    upstream: id.name(),
+                    base: base.to_string(),
+                }
+            })?,
             timeout,
             // A trial call may take the upstream's whole time, and a caller's body a little more.
             breaker: Breaker::new(breaker, timeout + Duration::from_secs(5)),

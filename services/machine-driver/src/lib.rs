@@ -7,13 +7,15 @@
 //! Docker Engine).
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables.
+//! - [`Config`]: settings from `BERTH_*` variables ([`OTHER_ENV_VARS`] names the one it reads
+//!   besides them, `DOCKER_HOST`).
 //! - [`provider`]: the [`provider::Provider`] trait and the [`provider::Providers`] registry; the
 //!   calls every plugin answers the same way (GetVolumeIDs, ListMachines) are the trait's own, over
 //!   the one piece each plugin supplies (`volume_id`, `machines`).
 //! - [`alicloud`]: the `Alicloud` plugin and its provider spec.
 //! - [`docker`]: the `Docker` plugin, its provider spec and its operator settings.
-//! - [`api`]: the HTTP handlers and their OpenAPI descriptions.
+//! - [`api`]: the HTTP handlers and their OpenAPI descriptions, and the driver's call metrics
+//!   (`metric-families` families, served on `/metrics` with the ECS client's).
 //! - [`router`]: the HTTP API, a pure function of its state so tests can drive it with `oneshot`.
 //! - [`build`]: binds the listener and assembles the [`Application`] that `main` (or `berth up`) runs.
 
@@ -37,6 +39,10 @@ pub const NAME: &str = "machine-driver";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8081;
 
+/// Variables besides `BERTH_*` and `OTEL_*` the machine driver reads: Docker's own `DOCKER_HOST`,
+/// the Engine of machines whose secret names none.
+pub const OTHER_ENV_VARS: &[&str] = &[service_kit::config::vars::DOCKER_HOST];
+
 /// `BERTH_ALICLOUD_CSI_DRIVERS`: comma-separated CSI driver names whose `volumeHandle` is an ECS disk
 /// id, besides `diskplugin.csi.alibabacloud.com`.
 pub const ENV_CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
@@ -47,13 +53,7 @@ pub const ENV_CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
 pub const ENV_REGIONS: &str = "BERTH_ALICLOUD_REGIONS";
 
 /// The `BERTH_ALICLOUD_*` variables the ECS client reads (its own parser decides what they mean).
-const ECS_VARS: [&str; 5] = [
-    ::alicloud::config::ENV_ENDPOINT,
-    ::alicloud::config::ENV_QPS,
-    ::alicloud::config::ENV_SIGNATURE,
-    ::alicloud::config::ENV_TIMEOUT_MS,
-    ::alicloud::config::ENV_MAX_ATTEMPTS,
-];
+const ECS_VARS: [&str; 6] = ::alicloud::config::ENV_VARS;
 
 /// How much of the request timeout a driver call leaves for answering: a call that runs out of
 /// time says so itself (DeadlineExceeded, with what it was doing) instead of being cut off by the
@@ -67,8 +67,8 @@ pub struct Config {
     pub listen: std::net::SocketAddr,
     /// Timeouts, body limit, internal credential.
     pub http: HttpConfig,
-    /// The ECS client's settings (`BERTH_ALICLOUD_ENDPOINT`, `_QPS`, `_SIGNATURE`, `_TIMEOUT_MS`,
-    /// `_MAX_ATTEMPTS`).
+    /// The ECS client's settings (`BERTH_ALICLOUD_ENDPOINT`, `_QPS`, `_SIGNATURE`, `_TIMEOUT`
+    /// (or the deprecated `_TIMEOUT_MS`), `_MAX_ATTEMPTS`).
     pub ecs: ::alicloud::EcsConfig,
     /// Extra CSI driver names mapped by GetVolumeIDs (`BERTH_ALICLOUD_CSI_DRIVERS`).
     pub csi_drivers: Vec<String>,
@@ -147,16 +147,12 @@ pub fn providers(config: &Config) -> Result<Providers, ::alicloud::Error> {
 
 /// The service's router over these providers.
 pub fn router(config: &Config, providers: Providers) -> axum::Router {
-    let router = ServiceApp::new(NAME, api::routes(api::AppState { providers }))
+    ServiceApp::new(NAME, api::routes(api::AppState { providers }))
         .document_edits(api::document_links)
         // Its own calls, and the ECS calls its Alicloud provider makes.
         .metric_prefixes(&["berth_driver_", "berth_ecs_"])
         .http_config(config.http.clone())
-        .into_router();
-    // After the router: making it installs the recorder, which keeps the descriptions.
-    api::describe_metrics();
-    ::alicloud::describe_metrics();
-    router
+        .into_router()
 }
 
 /// Binds the listener and builds the application.

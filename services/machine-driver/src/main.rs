@@ -12,6 +12,7 @@ async fn main() -> std::process::ExitCode {
     service_kit::server::run_binary(
         machine_driver::NAME,
         machine_driver::DEFAULT_PORT,
+        machine_driver::OTHER_ENV_VARS,
         |env| async move { machine_driver::build(machine_driver::Config::from_env(&env)?).await },
     )
     .await

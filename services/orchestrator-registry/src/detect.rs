@@ -18,6 +18,7 @@ use std::time::Duration;
 use domain::OrchestratorKind;
 use domain::orchestrator::{DEFAULT_DOCKER_HOST, Detection, DetectionRule, validate_docker_host};
 use service_kit::Env;
+use service_kit::config::UnusableDockerHost;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The variable that says the registry runs inside a Kubernetes pod.
@@ -52,10 +53,12 @@ impl DetectionEnv {
     /// The Engine address to probe and to register a detected `docker` orchestrator with: `DOCKER_HOST`
     /// normalised, or the local socket. `Err` says why a `DOCKER_HOST` cannot be used (an `ssh://` one,
     /// say, which Berth does not speak).
-    pub fn docker_host(&self) -> Result<String, String> {
+    pub fn docker_host(&self) -> Result<String, UnusableDockerHost> {
         match &self.docker_host {
             None => Ok(DEFAULT_DOCKER_HOST.to_string()),
-            Some(h) => validate_docker_host(DOCKER_HOST, h).map_err(|s| s.message),
+            Some(h) => {
+                validate_docker_host(DOCKER_HOST, h).map_err(|s| UnusableDockerHost::new(s.message))
+            }
         }
     }
 }

@@ -6,7 +6,8 @@
 //! and exactly one of them may be the default that storage-ops falls back on.
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables (and the three detection variables).
+//! - [`Config`]: settings from `BERTH_*` variables, and the three detection variables, which
+//!   [`OTHER_ENV_VARS`] declares so the binary reads them from the process environment.
 //! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
 //! - [`store`]: the SQLite store (WAL, `BEGIN IMMEDIATE` writes, one-default index).
 //! - [`detect`]: which kind the environment implies; the Docker Engine probe is injectable.
@@ -21,7 +22,7 @@ use std::time::Duration;
 use domain::OrchestratorKind;
 use domain::orchestrator::{DockerConfig, LocalConfig, OrchestratorLimits};
 use service_kit::config::{ConfigError, absolute_base_path, listen_addr, vars};
-use service_kit::health::Check;
+use service_kit::health::{Check, NotReady};
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
 
@@ -37,6 +38,13 @@ use crate::store::{Registration, Store};
 pub const NAME: &str = "orchestrator-registry";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8082;
+
+/// Variables besides `BERTH_*` and `OTEL_*` the registry reads: detection's inputs.
+pub const OTHER_ENV_VARS: &[&str] = &[
+    detect::KUBERNETES_SERVICE_HOST,
+    detect::NOMAD_ADDR,
+    detect::DOCKER_HOST,
+];
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -95,7 +103,7 @@ impl Config {
             absolute_base_path(base_var, &base_text).map_err(|problem| ConfigError {
                 var: base_var.to_string(),
                 value: base_text.display().to_string(),
-                problem,
+                problem: problem.to_string(),
             })?;
         let limits = service_kit::config::orchestrator_limits(env)?;
         // The first start's own registration must be one the registry would accept.
@@ -143,7 +151,7 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
                 // What is wrong, not where: the database's path and error go to the log.
                 store.ping().await.map_err(|e| {
                     tracing::warn!(error = %e, "readiness: the database does not answer");
-                    "the database does not answer".to_string()
+                    NotReady::new("the database does not answer")
                 })
             }
         }))

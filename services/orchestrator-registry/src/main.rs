@@ -12,6 +12,7 @@ async fn main() -> std::process::ExitCode {
     service_kit::server::run_binary(
         orchestrator_registry::NAME,
         orchestrator_registry::DEFAULT_PORT,
+        orchestrator_registry::OTHER_ENV_VARS,
         |env| async move {
             orchestrator_registry::build(orchestrator_registry::Config::from_env(&env)?).await
         },

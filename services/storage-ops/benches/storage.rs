@@ -7,7 +7,7 @@
 //!    busy timeout, foreign keys) and schema: single-row transactions, then 64-row transactions.
 //! 2. The same single-row inserts through sqlx on one connection (sqlx's own cost).
 //! 3. storage-ops' store (one writer, group commit): 1 caller, then 64 concurrent callers.
-//! 4. AddStorage over HTTP with the local backend (registry lookup, two commits, mkdir and fsyncs per
+//! 4. AddStorage over HTTP with the local backend (lookup in a fake in-memory registry, two commits, mkdir and fsyncs per
 //!    volume): 1 client, then 32 concurrent clients.
 //! 5. ListStorage page latency over HTTP at 1 000 and at 100 000 volumes: first page, a page from the
 //!    middle via `continue`, a 1000-item page, and a label-selector page.
@@ -25,6 +25,9 @@ use service_kit::Env;
 use sqlx::sqlite::SqliteSynchronous;
 use sqlx::{Connection, Executor};
 use storage_ops::store::{Store, VolumeRow, now};
+
+#[path = "../tests/fake_registry/mod.rs"]
+mod fake_registry;
 
 const SCHEMA: &str = include_str!("../migrations/0001_volumes.sql");
 const RAW_ROWS: usize = 2000;
@@ -164,24 +167,9 @@ struct Stack {
 }
 
 async fn start_stack(dir: &Path) -> Stack {
-    let env = Env::default()
-        .with("BERTH_LISTEN", "127.0.0.1:0")
-        .with("BERTH_DATA_DIR", dir.display().to_string())
-        .with(
-            "BERTH_REGISTRY_DB",
-            dir.join("registry.db").display().to_string(),
-        )
-        .with(
-            "BERTH_LOCAL_BASE_PATH",
-            dir.join("default").display().to_string(),
-        )
-        .with("BERTH_LOCAL_ROOTS", dir.display().to_string());
-    let registry =
-        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env).unwrap())
-            .await
-            .unwrap();
-    let registry_url = format!("http://{}", registry.local_addr());
-    tokio::spawn(registry.run_until(std::future::pending()));
+    // The registry's API, faked in memory: this measures storage-ops, and keeps the crate from
+    // linking the registry service.
+    let registry_url = fake_registry::spawn().await;
     client::registry::Client::new(ServiceClient::new(&registry_url, ClientOptions::default()))
         .register(
             "disk",

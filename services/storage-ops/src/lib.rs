@@ -7,7 +7,8 @@
 //! reports (or removes) backend objects no volume owns.
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]).
+//! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]), and `DOCKER_HOST`
+//!   ([`OTHER_ENV_VARS`]).
 //! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
 //! - [`ops`]: the logic, one module per idea (add, delete, list and read, reconcile), failing with a
 //!   typed [`ops::OpsError`] that [`api`] alone turns into an HTTP answer.
@@ -24,7 +25,7 @@ use std::time::Duration;
 
 use client::{ClientOptions, ServiceClient};
 use service_kit::config::{ConfigError, listen_addr, vars};
-use service_kit::health::Check;
+use service_kit::health::{Check, NotReady};
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
 
@@ -41,6 +42,10 @@ use crate::store::Store;
 pub const NAME: &str = "storage-ops";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8083;
+
+/// Variables besides `BERTH_*` and `OTEL_*` storage-ops reads: `DOCKER_HOST`, one of the Engines
+/// `docker` orchestrators may use when `BERTH_DOCKER_ENDPOINTS` is unset.
+pub const OTHER_ENV_VARS: &[&str] = &[service_kit::config::vars::DOCKER_HOST];
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -192,7 +197,7 @@ pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
             async move {
                 ops.store().ping().await.map_err(|e| {
                     tracing::warn!(error = %e, "readiness: the database does not answer");
-                    "the database does not answer".to_string()
+                    NotReady::new("the database does not answer")
                 })
             }
         }))
@@ -201,10 +206,10 @@ pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
             async move {
                 ops.registry().service().ready().await.map_err(|e| {
                     tracing::warn!(error = %e, "readiness: the orchestrator registry is not ready");
-                    format!(
+                    NotReady::new(format!(
                         "the orchestrator registry is not ready ({})",
                         e.public_reason()
-                    )
+                    ))
                 })
             }
         }))
@@ -240,6 +245,10 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
             timeout: config.registry_timeout,
             bearer: config.http.internal_token.clone(),
             attempts: REGISTRY_ATTEMPTS,
+            // The registry's log and trace show the request that caused the call.
+            propagation: Some(client::Propagation::new(
+                service_kit::outbound::inject_propagation,
+            )),
         },
     ));
     Ok(Arc::new(Ops::new(

@@ -193,6 +193,7 @@ impl Ctx {
                 timeout: connection.request_timeout,
                 bearer: Some(SecretString::new(token)),
                 attempts: 3,
+                propagation: None,
             },
         );
         Ok(Ctx { server, client })

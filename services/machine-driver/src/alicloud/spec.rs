@@ -651,23 +651,34 @@ pub struct RegionPolicy {
     pub known_only: bool,
 }
 
+/// The rule a region broke ([`RegionPolicy::admit`]); its text completes a sentence that starts
+/// with the field, and never holds the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegionRefusal {
+    /// Not a region id at all.
+    #[error(transparent)]
+    Malformed(#[from] ::alicloud::RegionError),
+    /// Not on the operator's allow-list.
+    #[error("is not a region this driver is allowed to use (the operator's allow-list)")]
+    NotAllowed,
+    /// Not a region ECS is known to serve, and no allow-list names it.
+    #[error(
+        "is not a region ECS is known to serve (an operator can allow it with the driver's region allow-list)"
+    )]
+    NotKnown,
+}
+
 impl RegionPolicy {
     /// Parses `value` and checks it against the policy; the error is the rule that failed, without
     /// the value.
-    pub fn admit(&self, value: &str) -> Result<Region, String> {
-        let region = Region::parse(value).map_err(|e| e.to_string())?;
+    pub fn admit(&self, value: &str) -> Result<Region, RegionRefusal> {
+        let region = Region::parse(value)?;
         if !self.allowed.is_empty() {
             if !self.allowed.contains(&region) {
-                return Err(
-                    "is not a region this driver is allowed to use (the operator's allow-list)"
-                        .into(),
-                );
+                return Err(RegionRefusal::NotAllowed);
             }
         } else if self.known_only && !region.is_known() {
-            return Err(
-                "is not a region ECS is known to serve (an operator can allow it with the driver's region allow-list)"
-                    .into(),
-            );
+            return Err(RegionRefusal::NotKnown);
         }
         Ok(region)
     }

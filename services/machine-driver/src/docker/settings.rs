@@ -12,7 +12,7 @@ use std::path::Path;
 use domain::orchestrator::{DEFAULT_DOCKER_HOST, normalize_base_path, validate_docker_host};
 use domain::{Code, Status};
 use service_kit::Env;
-use service_kit::config::ConfigError;
+use service_kit::config::{ConfigError, UnusableDockerHost};
 
 /// `DOCKER_HOST`: the Engine machines go to when a class's secret names none (default: the local
 /// socket), as the Docker CLI reads it.
@@ -32,13 +32,33 @@ pub const ENV_REGISTRIES: &str = "BERTH_DOCKER_REGISTRIES";
 /// The registry of an image reference without one.
 pub const DOCKER_HUB: &str = "docker.io";
 
+/// The rule a mount's host path broke ([`Settings::admit_host_path`]); its text completes a
+/// sentence that starts with the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostPathRefusal {
+    /// Not an absolute, normalisable path (the domain's words).
+    #[error("{0}")]
+    NotAPath(String),
+    /// The operator allows no mounts.
+    #[error("no host directory may be mounted: the operator allows them with {ENV_MOUNT_PATHS}")]
+    NoneAllowed,
+    /// Outside every allowed root.
+    #[error("{0:?} is outside the host directories {ENV_MOUNT_PATHS} allows")]
+    Outside(String),
+    /// Inside a root by its text, outside once symbolic links are followed.
+    #[error(
+        "{0:?} leads (through a symbolic link) outside the host directories {ENV_MOUNT_PATHS} allows"
+    )]
+    LinksOutside(String),
+}
+
 /// The Docker provider's operator settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// The Engine used when a class's secret names none (`DOCKER_HOST`, else the local socket), or
     /// why `DOCKER_HOST` cannot be used. That is not fatal: the variable is usually set for the
     /// Docker CLI (an `ssh://` Engine, say), and the driver's other providers must still start.
-    pub default_host: Result<String, String>,
+    pub default_host: Result<String, UnusableDockerHost>,
     /// Engine addresses a secret may name besides [`Settings::default_host`].
     pub allowed_hosts: BTreeSet<String>,
     /// Host directories mounts may come from, normalised (`/a/b`, no trailing slash).
@@ -114,9 +134,9 @@ impl Settings {
         let mut s = Settings::default();
         if let Some(host) = env.get(ENV_DOCKER_HOST) {
             s.default_host = validate_docker_host(ENV_DOCKER_HOST, host).map_err(|_| {
-                format!(
+                UnusableDockerHost::new(format!(
                     "{ENV_DOCKER_HOST} is not an Engine address the machine driver can use (unix:///path or tcp://host:port)"
-                )
+                ))
             });
         }
         if let Some(hosts) = entries(env, ENV_HOSTS) {
@@ -205,23 +225,25 @@ impl Settings {
     /// can be seen from here (`resolve_locally`, for an Engine on this host), still inside one once
     /// symbolic links are followed, so a link planted under an allowed root cannot reach out of it.
     /// `Err` is the rule that failed, for the caller to prefix with the field.
-    pub fn admit_host_path(&self, text: &str, resolve_locally: bool) -> Result<String, String> {
+    pub fn admit_host_path(
+        &self,
+        text: &str,
+        resolve_locally: bool,
+    ) -> Result<String, HostPathRefusal> {
         let path = normalize_base_path("hostPath", text).map_err(|e| {
-            e.message
-                .strip_prefix("hostPath: ")
-                .unwrap_or(&e.message)
-                .to_owned()
+            HostPathRefusal::NotAPath(
+                e.message
+                    .strip_prefix("hostPath: ")
+                    .unwrap_or(&e.message)
+                    .to_owned(),
+            )
         })?;
         if self.mount_roots.is_empty() {
-            return Err(format!(
-                "no host directory may be mounted: the operator allows them with {ENV_MOUNT_PATHS}"
-            ));
+            return Err(HostPathRefusal::NoneAllowed);
         }
         let inside = |p: &str, roots: &[String]| roots.iter().any(|r| is_within(p, r));
         if !inside(&path, &self.mount_roots) {
-            return Err(format!(
-                "{path:?} is outside the host directories {ENV_MOUNT_PATHS} allows"
-            ));
+            return Err(HostPathRefusal::Outside(path));
         }
         if resolve_locally && let Ok(real) = std::fs::canonicalize(Path::new(&path)) {
             let roots: Vec<String> = self
@@ -234,9 +256,7 @@ impl Settings {
                 })
                 .collect();
             if !inside(&real.display().to_string(), &roots) {
-                return Err(format!(
-                    "{path:?} leads (through a symbolic link) outside the host directories {ENV_MOUNT_PATHS} allows"
-                ));
+                return Err(HostPathRefusal::LinksOutside(path));
             }
         }
         Ok(path)
@@ -351,15 +371,19 @@ mod tests {
         let e = s
             .admit_host_path(&format!("{r}/../secret"), true)
             .unwrap_err();
-        assert!(e.contains(".."), "{e}");
+        assert!(matches!(e, HostPathRefusal::NotAPath(_)), "{e}");
+        assert!(e.to_string().contains(".."), "{e}");
         let e = s.admit_host_path("/etc", true).unwrap_err();
+        assert_eq!(e, HostPathRefusal::Outside("/etc".into()));
         assert!(
-            e.contains("outside the host directories BERTH_DOCKER_MOUNT_PATHS allows"),
+            e.to_string()
+                .contains("outside the host directories BERTH_DOCKER_MOUNT_PATHS allows"),
             "{e}"
         );
         assert!(s.admit_host_path(&format!("{r}-sibling"), true).is_err());
         let e = s.admit_host_path(&format!("{r}/escape"), true).unwrap_err();
-        assert!(e.contains("symbolic link"), "{e}");
+        assert!(matches!(e, HostPathRefusal::LinksOutside(_)), "{e}");
+        assert!(e.to_string().contains("symbolic link"), "{e}");
         // Without a local view of the Engine's host, the lexical rule is all there is.
         assert!(s.admit_host_path(&format!("{r}/escape"), false).is_ok());
         assert!(s.admit_host_path("relative", false).is_err());

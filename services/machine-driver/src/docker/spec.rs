@@ -213,14 +213,28 @@ fn has_control(s: &str) -> bool {
     s.chars().any(char::is_control)
 }
 
+/// Why a text is not an image reference ([`parse_image`]); the text completes a sentence that
+/// starts with the field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ImageRefError {
+    /// Empty.
+    #[error("is required")]
+    Required,
+    /// Not of the form the Engine reads.
+    #[error(
+        "must be an image reference: [registry/]name[:tag][@sha256:digest], the name in lower-case letters, digits, '.', '_', '-' and '/'"
+    )]
+    Malformed,
+}
+
 /// Parses and checks an image reference: `[registry/]path[:tag][@digest]`, as the Engine reads it.
-pub fn parse_image(text: &str) -> Result<ImageRef, String> {
-    const RULE: &str = "must be an image reference: [registry/]name[:tag][@sha256:digest], the name in lower-case letters, digits, '.', '_', '-' and '/'";
+pub fn parse_image(text: &str) -> Result<ImageRef, ImageRefError> {
+    const RULE: ImageRefError = ImageRefError::Malformed;
     if text.is_empty() {
-        return Err("is required".to_owned());
+        return Err(ImageRefError::Required);
     }
     if text.len() > 512 || has_control(text) {
-        return Err(RULE.to_owned());
+        return Err(RULE);
     }
     let (rest, digest) = match text.split_once('@') {
         Some((r, d)) => (r, Some(d)),
@@ -236,7 +250,7 @@ pub fn parse_image(text: &str) -> Result<ImageRef, String> {
                 && hex.bytes().all(|b| b.is_ascii_hexdigit())
         });
         if !ok {
-            return Err(RULE.to_owned());
+            return Err(RULE);
         }
     }
     let last_slash = rest.rfind('/').map_or(0, |i| i + 1);
@@ -252,7 +266,7 @@ pub fn parse_image(text: &str) -> Result<ImageRef, String> {
                 .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
             && !tag.starts_with(['.', '-']);
         if !ok {
-            return Err(RULE.to_owned());
+            return Err(RULE);
         }
     }
     let mut parts: Vec<&str> = path.split('/').collect();
@@ -260,7 +274,7 @@ pub fn parse_image(text: &str) -> Result<ImageRef, String> {
     {
         let host = parts.remove(0);
         if !is_registry_host(host) {
-            return Err(RULE.to_owned());
+            return Err(RULE);
         }
         host.to_ascii_lowercase()
     } else {
@@ -275,7 +289,7 @@ pub fn parse_image(text: &str) -> Result<ImageRef, String> {
             && c.as_bytes()[c.len() - 1].is_ascii_alphanumeric()
     };
     if !parts.iter().all(|c| component_ok(c)) {
-        return Err(RULE.to_owned());
+        return Err(RULE);
     }
     Ok(ImageRef {
         reference: text.to_owned(),

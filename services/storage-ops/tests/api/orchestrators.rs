@@ -1,14 +1,12 @@
 //! The registry and the operator's allow-lists: orchestrators that cannot serve, a registry
-//! that is down or hung, what a 5xx may name, the internal credential.
+//! that is down or hung and what a 5xx may name.
 
 use std::time::Duration;
 
 use client::storage::ListParams;
-use client::{ClientOptions, ServiceClient};
 use domain::orchestrator::RegisterOrchestrator;
 use domain::{Code, OrchestratorKind, VolumePhase};
-use serde_json::{Value, json};
-use service_kit::Env;
+use serde_json::json;
 use storage_ops::env_vars;
 
 use crate::support::*;
@@ -258,149 +256,4 @@ async fn a_hung_registry_is_a_503_within_the_gateways_upstream_timeout() {
         took < Duration::from_secs(2),
         "answered after {took:?}: the gateway would have given up first (504, no Retry-After)"
     );
-}
-
-#[tokio::test]
-async fn storage_ops_uses_no_orchestrator_outside_what_its_operator_allows() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    // The registry allows all of the test's directory and a TCP Engine; storage-ops, as if it had
-    // been configured more narrowly since (or the registry's database held older registrations),
-    // only `allowed/` and the local socket.
-    let registry_url = spawn_registry_with(
-        dir,
-        &[(
-            "BERTH_DOCKER_ENDPOINTS",
-            "unix:///var/run/docker.sock,tcp://127.0.0.1:9",
-        )],
-    )
-    .await;
-    let registry = registry_client(&registry_url);
-    let allowed_root = dir.join("allowed");
-    let allowed_root_text = allowed_root.display().to_string();
-    let url = spawn_storage(
-        &dir.join("storage.db"),
-        &registry_url,
-        &[
-            ("BERTH_LOCAL_ROOTS", allowed_root_text.as_str()),
-            ("BERTH_DOCKER_ENDPOINTS", "unix:///var/run/docker.sock"),
-        ],
-    )
-    .await;
-    let storage = storage_client(&url);
-    register_local(&registry, "inside", &allowed_root.join("vols"), None, false).await;
-    register_local(&registry, "elsewhere", &dir.join("elsewhere"), None, false).await;
-    // Registered while nothing was there; a link planted afterwards leads outside.
-    register_local(&registry, "linked", &allowed_root.join("link"), None, false).await;
-    std::fs::create_dir_all(&allowed_root).unwrap();
-    std::fs::create_dir_all(dir.join("outside")).unwrap();
-    std::os::unix::fs::symlink(dir.join("outside"), allowed_root.join("link")).unwrap();
-    registry
-        .register(
-            "remote",
-            &RegisterOrchestrator {
-                config: Some(json!({"host": "tcp://127.0.0.1:9"})),
-                ..RegisterOrchestrator::new(OrchestratorKind::Docker)
-            },
-        )
-        .await
-        .unwrap();
-    for (orchestrator, setting) in [
-        ("elsewhere", "BERTH_LOCAL_ROOTS"),
-        ("linked", "symbolic link"),
-        ("remote", "BERTH_DOCKER_ENDPOINTS"),
-    ] {
-        let mut p = profile(&format!("on-{orchestrator}"), "1Gi");
-        p.orchestrator = Some(orchestrator.into());
-        let e = storage.add(&p).await.unwrap_err();
-        assert_eq!(e.http_status, Some(412), "{orchestrator}: {e}");
-        assert!(e.status.message.contains(setting), "{orchestrator}: {e}");
-        assert!(
-            !e.status
-                .message
-                .contains(&dir.join("outside").display().to_string()),
-            "{e}"
-        );
-    }
-    assert!(
-        !dir.join("elsewhere").exists(),
-        "nothing made outside the roots"
-    );
-    assert_eq!(std::fs::read_dir(dir.join("outside")).unwrap().count(), 0);
-    assert!(
-        storage
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .len()
-            <= 1,
-        "at most a Failed record of the linked one"
-    );
-    let mut p = profile("fine", "1Gi");
-    p.orchestrator = Some("inside".into());
-    let (v, created) = storage.add(&p).await.unwrap();
-    assert!(created && v.status.phase == VolumePhase::Ready);
-    assert!(v.status.location.starts_with(&allowed_root_text));
-}
-
-#[tokio::test]
-async fn the_internal_credential_is_required_and_presented_to_the_registry() {
-    let tmp = tempfile::tempdir().unwrap();
-    let env = Env::default()
-        .with("BERTH_LISTEN", "127.0.0.1:0")
-        .with("BERTH_DATA_DIR", tmp.path().display().to_string())
-        .with("BERTH_LOCAL_ROOTS", tmp.path().display().to_string())
-        .with("BERTH_INTERNAL_TOKEN", "s3cret");
-    let registry =
-        orchestrator_registry::build(orchestrator_registry::Config::from_env(&env).unwrap())
-            .await
-            .unwrap();
-    let registry_url = format!("http://{}", registry.local_addr());
-    tokio::spawn(registry.run_until(std::future::pending()));
-    let with_token = |url: &str| {
-        ServiceClient::new(
-            url,
-            ClientOptions {
-                bearer: Some(service_kit::SecretString::new("s3cret")),
-                ..ClientOptions::default()
-            },
-        )
-    };
-    register_local(
-        &client::registry::Client::new(with_token(&registry_url)),
-        "disk",
-        &tmp.path().join("vols"),
-        None,
-        true,
-    )
-    .await;
-    let url = spawn_storage(
-        &tmp.path().join("storage.db"),
-        &registry_url,
-        &[("BERTH_INTERNAL_TOKEN", "s3cret")],
-    )
-    .await;
-    let e = storage_client(&url)
-        .add(&profile("data", "1Gi"))
-        .await
-        .unwrap_err();
-    assert_eq!(code(&e), Code::Unauthenticated);
-    let storage = client::storage::Client::new(with_token(&url));
-    let (v, created) = storage.add(&profile("data", "1Gi")).await.unwrap();
-    assert!(created && v.status.phase == VolumePhase::Ready);
-    // Under `berth up` the credential is random and never shown: each service's own document must
-    // still be readable without it, like the probes.
-    for service in [&url, &registry_url] {
-        let r = reqwest::get(format!("{service}/openapi.json"))
-            .await
-            .unwrap();
-        assert_eq!(
-            r.status(),
-            200,
-            "{service}/openapi.json without the credential"
-        );
-        let doc: Value = r.json().await.unwrap();
-        assert!(doc["paths"].is_object(), "{doc}");
-    }
 }
