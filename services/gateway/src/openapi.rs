@@ -1,7 +1,7 @@
 //! The merged OpenAPI document: the three services' documents, fetched with the internal credential,
 //! joined, and annotated with the scope each operation needs and the answers the gateway itself gives
-//! on every operation (401, 403, 408, 413, 429, 503, 504, as shared `components/responses`). Cached; refetched when stale or when an
-//! upstream was missing from the last merge.
+//! on every operation (400, 401, 403, 408, 413, 429, 503, 504, as shared `components/responses`).
+//! Cached; refetched when stale or when an upstream was missing from the last merge.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
