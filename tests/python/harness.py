@@ -5,10 +5,6 @@ harness.py fetch URL PATH
 harness.py accepted URL TOKEN
     Waits (5 s at most) until the gateway at URL accepts TOKEN: it re-reads its tokens file once a
     second, and a token just added must work before the flows use it.
-harness.py emulator-key DOCUMENT EMULATOR_DIR
-    When the document's example machine request carries an Alibaba Cloud access key, gives the ECS
-    emulator that key (its key file in EMULATOR_DIR, before `berth up` starts), so the example the
-    document offers is one that succeeds against the stack.
 harness.py summarize REPORT_DIR DOCUMENT GATEWAY_DOCUMENT
     Reads schemathesis' NDJSON and JSON reports and prints, per operation, how many cases ran and
     how many were answered 2xx, then one verdict line per check (`ok: …` or `FAILED: …`), the
@@ -53,48 +49,6 @@ def accepted(url: str, token: str) -> int:
             print(f"the gateway at {url} did not accept a new token within 5s", file=sys.stderr)
             return 1
         time.sleep(0.1)
-
-
-def _examples_of(node):
-    """Every example value found under `node` (OpenAPI `example`, `examples` maps and lists)."""
-    if isinstance(node, dict):
-        if "example" in node:
-            yield node["example"]
-        examples = node.get("examples")
-        if isinstance(examples, dict):
-            for value in examples.values():
-                if isinstance(value, dict) and "value" in value:
-                    yield value["value"]
-        elif isinstance(examples, list):
-            yield from examples
-        for key, value in node.items():
-            if key not in ("example", "examples"):
-                yield from _examples_of(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _examples_of(value)
-
-
-def emulator_key(document: str, emulator_dir: str) -> None:
-    with open(document, encoding="utf-8") as f:
-        doc = json.load(f)
-    operation = doc.get("paths", {}).get("/v1/machines:create", {}).get("post", {})
-    for example in _examples_of(operation.get("requestBody", {})):
-        if not isinstance(example, dict):
-            continue
-        secret = example.get("secret") or {}
-        data = secret.get("stringData") or {}
-        key_id, key_secret = data.get("alicloudAccessKeyID"), data.get("alicloudAccessKeySecret")
-        if isinstance(key_id, str) and isinstance(key_secret, str) and key_id and key_secret:
-            os.makedirs(emulator_dir, mode=0o700, exist_ok=True)
-            path = os.path.join(emulator_dir, "access-key.json")
-            if not os.path.exists(path):
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as out:
-                    json.dump({"id": key_id, "secret": key_secret}, out)
-            print(f"   the emulator takes the key of the document's example machine request ({key_id})")
-            return
-    print("   the document's example machine request has no access key: the emulator makes its own")
 
 
 def _write_scopes(gateway_document: str) -> dict[tuple[str, str], bool]:
@@ -224,9 +178,6 @@ def main(argv: list[str]) -> int:
         return 0
     if len(argv) == 3 and argv[0] == "accepted":
         return accepted(argv[1], argv[2])
-    if len(argv) == 3 and argv[0] == "emulator-key":
-        emulator_key(argv[1], argv[2])
-        return 0
     if len(argv) == 4 and argv[0] == "summarize":
         return summarize(argv[1], argv[2], argv[3])
     print(__doc__, file=sys.stderr)

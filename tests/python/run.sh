@@ -89,12 +89,6 @@ documents="$work/documents"
 mkdir -p "$documents"
 committed_gateway_doc="$repo/openapi/gateway.json"
 
-# When the document's example machine request carries an access key, the emulator is given that key,
-# so the example the document offers (and schemathesis sends) is one that succeeds.
-if [ -r "$committed_gateway_doc" ]; then
-  "$py" tests/python/harness.py emulator-key "$committed_gateway_doc" "$data/ecs-emulator" || true
-fi
-
 # Volumes go to local directories under the temporary data directory, never to a Docker Engine this
 # machine may have: fuzzing makes and drops many, and none may outlive the run. (A socket nobody
 # listens on makes the registry's detection choose `local`.)
@@ -198,7 +192,11 @@ schemathesis() { # name url token
   st_started=$(date +%s)
   # Run from the reports directory: schemathesis keeps a cache (`.schemathesis/`) in its working
   # directory, which must not land in the repository.
-  (cd "$reports" && "$venv/bin/schemathesis" run "${doc_of[$name]}" --url "$url" \
+  # The hooks put this stack's emulator key where the documents' machine example has placeholders;
+  # the config names the answers to valid input that depend on state (both files say why).
+  (cd "$reports" && PYTHONPATH="$repo/tests/python" SCHEMATHESIS_HOOKS=schemathesis_hooks \
+    "$venv/bin/schemathesis" --config-file "$repo/tests/python/schemathesis.toml" \
+    run "${doc_of[$name]}" --url "$url" \
     -H "Authorization: Bearer $token" \
     --checks all --phases examples,coverage,fuzzing,stateful \
     --max-examples "$max_examples" --seed "$seed" --workers 1 --continue-on-failure \

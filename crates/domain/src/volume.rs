@@ -64,7 +64,11 @@ pub struct VolumeProvisionerProfile {
     )]
     pub orchestrator: Option<String>,
     /// How many replicas, 1 to 16 (1 when absent).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "whole_number"
+    )]
     #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 16))]
     pub replicas: Option<u32>,
     /// Labels to select the volume by.
@@ -401,9 +405,67 @@ pub struct OrphanList {
     pub unscanned: Vec<String>,
 }
 
+/// `replicas` as JSON Schema counts integers: `2` and `2.0` are the same whole number (a generated
+/// client or a JSON library may well send the second); `2.5`, a negative or an oversized number is
+/// refused with the expected type, never echoing the value.
+fn whole_number<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u32>, D::Error> {
+    struct WholeNumber;
+    impl serde::de::Visitor<'_> for WholeNumber {
+        type Value = Option<u32>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a whole number")
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            u32::try_from(v)
+                .map(Some)
+                .map_err(|_| E::custom("a whole number up to 4294967295"))
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            u64::try_from(v)
+                .map_err(|_| E::custom("a whole number, not negative"))
+                .and_then(|v| self.visit_u64(v))
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            if v.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&v) {
+                // Whole and in range: the cast is exact.
+                #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+                Ok(Some(v as u32))
+            } else {
+                Err(E::custom("a whole number"))
+            }
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(WholeNumber)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_take_any_whole_json_number() {
+        let read = |replicas: &str| {
+            serde_json::from_str::<VolumeProvisionerProfile>(&format!(
+                r#"{{"name": "v", "capacity": "1Gi", "replicas": {replicas}}}"#
+            ))
+            .map(|p| p.replicas)
+        };
+        assert_eq!(read("2").unwrap(), Some(2));
+        assert_eq!(read("2.0").unwrap(), Some(2));
+        assert_eq!(read("null").unwrap(), None);
+        for bad in ["2.5", "-1", "1e10", "\"2\""] {
+            let e = read(bad).unwrap_err().to_string();
+            assert!(e.contains("whole number"), "{bad}: {e}");
+        }
+    }
     use crate::code::Code;
 
     fn profile() -> VolumeProvisionerProfile {

@@ -62,8 +62,8 @@ impl From<OpsError> for ApiError {
             OpsError::RegistryDown(e) => ApiError::from_code(Code::Unavailable, detail)
                 .with_retry_after(e.retry_after.unwrap_or(Duration::from_secs(1)))
                 .with_cause(e),
-            OpsError::UnknownOrchestrator(_) => ApiError::from_code(Code::InvalidArgument, detail),
-            OpsError::NoDefaultOrchestrator
+            OpsError::UnknownOrchestrator(_)
+            | OpsError::NoDefaultOrchestrator
             | OpsError::NoStorageOps { .. }
             | OpsError::NotReady { .. } => ApiError::from_code(Code::FailedPrecondition, detail),
             OpsError::BackendRefused(status) => ApiError::new(status),
@@ -122,9 +122,9 @@ fn valid_key(namespace: &str, name: &str) -> Result<(), ApiError> {
     responses(
         (status = 201, description = "Made; Ready", body = Volume, headers(("Location" = String, description = "The volume's path, /v1/volumes/{namespace}/{name}"))),
         (status = 200, description = "It was there already with the same spec", body = Volume),
-        (status = 400, description = "A field breaks a rule, or the body is not a JSON object (code 3), naming the field; or the orchestrator is not registered", body = Problem),
+        (status = 400, description = "A field breaks a rule, or the body is not a JSON object (code 3), naming the field", body = Problem),
         (status = 409, description = "The name is taken by a volume with a different spec (code 6), saying which fields differ; or it is being deleted (code 10)", body = Problem),
-        (status = 412, description = "The orchestrator's kind has no StorageOps, there is no default orchestrator, or the orchestrator points outside what this service's operator allows (BERTH_LOCAL_ROOTS, BERTH_DOCKER_ENDPOINTS) (code 9)", body = Problem),
+        (status = 412, description = "The orchestrator named is not registered, its kind has no StorageOps, there is no default orchestrator, or the orchestrator points outside what this service's operator allows (BERTH_LOCAL_ROOTS, BERTH_DOCKER_ENDPOINTS) (code 9)", body = Problem),
         (status = 429, description = "The orchestrator's capacity would be exceeded (code 8)", body = Problem),
         (status = 500, description = "The backend failed; the volume is kept as Failed with its message", body = Problem),
         (status = 501, description = "StorageOps are not implemented for this kind (kubernetes, nomad) (code 12)", body = Problem),

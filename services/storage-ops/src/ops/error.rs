@@ -22,8 +22,8 @@ pub enum OpsError {
         .0.public_reason()
     )]
     RegistryDown(ClientError),
-    /// The profile names an orchestrator the registry does not know: `InvalidArgument` on
-    /// `orchestrator`.
+    /// The profile names an orchestrator the registry does not know: `FailedPrecondition` (the
+    /// name is well formed; what is missing is a registration, state the schema cannot know).
     #[error("orchestrator: '{0}' is not a registered orchestration provider")]
     UnknownOrchestrator(String),
     /// No orchestrator named and no default registered: `FailedPrecondition`.
