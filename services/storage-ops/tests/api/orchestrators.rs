@@ -33,7 +33,7 @@ async fn orchestrators_that_cannot_serve_are_refused_with_their_reason() {
 
     p.orchestrator = Some("ghost".into());
     let e = app.storage.add(&p).await.unwrap_err();
-    assert_eq!(code(&e), Code::InvalidArgument);
+    assert_eq!(code(&e), Code::FailedPrecondition);
     assert!(
         e.status
             .message

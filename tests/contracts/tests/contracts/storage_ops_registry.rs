@@ -122,7 +122,7 @@ async fn consumer_storage_ops_resolves_orchestrators_through_the_registry() {
         )
         .await
         .unwrap();
-        assert_eq!(missing.status(), 400);
+        assert_eq!(missing.status(), 412);
         let problem: serde_json::Value = missing.json().await.unwrap();
         assert!(
             problem["detail"]
