@@ -677,6 +677,16 @@ mod tests {
             .unwrap()
     }
 
+    /// [`v1_get`] sent, answered.
+    async fn send_v1(
+        emu: &Emulator,
+        action: &str,
+        extra: &[(&str, &str)],
+        nonce: &str,
+    ) -> (StatusCode, Value) {
+        send(emu, v1_get(action, extra, nonce)).await
+    }
+
     /// A `PUT` of the JSON `body` to `path`, answered.
     async fn put(emu: &Emulator, path: &str, body: &str) -> (StatusCode, Value) {
         send(emu, json_req("PUT", path, body)).await
@@ -765,9 +775,11 @@ mod tests {
     #[tokio::test]
     async fn v1_get_with_lowercase_json_format_works() {
         let emu = emulator();
-        let (status, v) = send(
+        let (status, v) = send_v1(
             &emu,
-            v1_get("DescribeInstances", &[("RegionId", "cn-shanghai")], "n1"),
+            "DescribeInstances",
+            &[("RegionId", "cn-shanghai")],
+            "n1",
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{v}");
@@ -778,19 +790,17 @@ mod tests {
     #[tokio::test]
     async fn xml_format_unknown_action_and_version_are_refused() {
         let emu = emulator();
-        let (status, v) = send(
-            &emu,
-            v1_get("DescribeInstances", &[("Format", "XML")], "n1"),
-        )
-        .await;
+        let (status, v) = send_v1(&emu, "DescribeInstances", &[("Format", "XML")], "n1").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(v["Code"], "InvalidParameter.Format");
-        let (status, v) = send(&emu, v1_get("Nope", &[], "n2")).await;
+        let (status, v) = send_v1(&emu, "Nope", &[], "n2").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(v["Code"], "InvalidAction.NotFound");
-        let (_, v) = send(
+        let (_, v) = send_v1(
             &emu,
-            v1_get("DescribeInstances", &[("Version", "2016-01-01")], "n3"),
+            "DescribeInstances",
+            &[("Version", "2016-01-01")],
+            "n3",
         )
         .await;
         assert_eq!(v["Code"], "InvalidVersion");
