@@ -2,7 +2,8 @@
 //!
 //! Both algorithms are pure functions of the request parts, so they are tested against Alibaba's
 //! published examples rather than against our own emulator: a bug shared by client and emulator
-//! would otherwise pass unnoticed.
+//! would otherwise pass unnoticed. The lines the emulator's `auth` module repeats from here are
+//! repeated on purpose (it signs independently): do not merge the two.
 
 use std::collections::BTreeMap;
 

@@ -13,11 +13,13 @@
 //!
 //! # Layout
 //! - [`ServiceClient`], [`ClientOptions`], [`Propagation`], [`ClientError`], [`pooled_http_client`]:
-//!   the shared plumbing.
+//!   the shared plumbing; [`ApiClient`], the one shape of the typed clients below, each of which
+//!   is `ApiClient<that API>` with the API's calls.
 //! - [`registry`]: the orchestrator-registry API.
 //! - [`storage`]: the storage-ops API.
 //! - [`machines`]: the machine-driver API.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +32,39 @@ use serde::de::DeserializeOwned;
 pub mod machines;
 pub mod registry;
 pub mod storage;
+
+/// A typed client of the API `A` (a marker named in its module, e.g. [`machines::MachineDriverApi`]):
+/// [`ServiceClient`] underneath, and that API's calls, implemented in its module.
+#[derive(Debug)]
+pub struct ApiClient<A> {
+    inner: ServiceClient,
+    api: PhantomData<fn() -> A>,
+}
+
+// By hand: a derive would ask the marker, never made, to be `Clone` too.
+impl<A> Clone for ApiClient<A> {
+    fn clone(&self) -> Self {
+        ApiClient {
+            inner: self.inner.clone(),
+            api: PhantomData,
+        }
+    }
+}
+
+impl<A> ApiClient<A> {
+    /// Wraps a [`ServiceClient`] pointed at the service (or at the gateway).
+    pub fn new(inner: ServiceClient) -> Self {
+        ApiClient {
+            inner,
+            api: PhantomData,
+        }
+    }
+
+    /// The shared client underneath.
+    pub fn service(&self) -> &ServiceClient {
+        &self.inner
+    }
+}
 
 /// How a client connects.
 #[derive(Debug, Clone)]

@@ -21,27 +21,18 @@ use domain::machine::{
 use reqwest::Method;
 use serde::Serialize;
 
-use crate::{ClientError, ServiceClient};
+use crate::{ApiClient, ClientError};
 
 pub use domain::machine::{ProviderInfo, ProviderList};
 
 /// A typed client of this API.
-#[derive(Debug, Clone)]
-pub struct Client {
-    inner: ServiceClient,
-}
+pub type Client = ApiClient<MachineDriverApi>;
+
+/// Names the machine-driver API in [`ApiClient`]'s type; never made.
+#[derive(Debug)]
+pub enum MachineDriverApi {}
 
 impl Client {
-    /// Wraps a [`ServiceClient`] pointed at the service (or at the gateway).
-    pub fn new(inner: ServiceClient) -> Self {
-        Client { inner }
-    }
-
-    /// The shared client underneath.
-    pub fn service(&self) -> &ServiceClient {
-        &self.inner
-    }
-
     /// CreateMachine: creates the VM backing `req.machine`, or adopts the one that already does.
     /// Safe to call again after any failure, including a lost answer.
     pub async fn create(&self, req: &MachineRequest) -> Result<CreateMachineResponse, ClientError> {

@@ -15,25 +15,16 @@ use domain::orchestrator::{Detection, KindInfo, OrchestratorList, RegisterOrches
 use domain::{Code, DeleteResult, Orchestrator};
 use reqwest::Method;
 
-use crate::{ClientError, ServiceClient};
+use crate::{ApiClient, ClientError};
 
 /// A typed client of this API.
-#[derive(Debug, Clone)]
-pub struct Client {
-    inner: ServiceClient,
-}
+pub type Client = ApiClient<RegistryApi>;
+
+/// Names the orchestrator-registry API in [`ApiClient`]'s type; never made.
+#[derive(Debug)]
+pub enum RegistryApi {}
 
 impl Client {
-    /// Wraps a [`ServiceClient`] pointed at the service (or at the gateway).
-    pub fn new(inner: ServiceClient) -> Self {
-        Client { inner }
-    }
-
-    /// The shared client underneath.
-    pub fn service(&self) -> &ServiceClient {
-        &self.inner
-    }
-
     /// Registers (or replaces) the orchestrator `name`; the same request again changes nothing.
     /// Bad input is a [`Code::InvalidArgument`] naming the field.
     pub async fn register(

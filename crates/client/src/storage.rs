@@ -13,13 +13,14 @@ use domain::volume::ReclaimPolicy;
 use domain::{DeleteResult, OrphanList, Volume, VolumeList, VolumeProvisionerProfile, VolumeStats};
 use reqwest::{Method, StatusCode};
 
-use crate::{ClientError, ServiceClient};
+use crate::{ApiClient, ClientError};
 
 /// A typed client of this API.
-#[derive(Debug, Clone)]
-pub struct Client {
-    inner: ServiceClient,
-}
+pub type Client = ApiClient<StorageOpsApi>;
+
+/// Names the storage-ops API in [`ApiClient`]'s type; never made.
+#[derive(Debug)]
+pub enum StorageOpsApi {}
 
 /// ListStorage's parameters; every one is optional.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -35,16 +36,6 @@ pub struct ListParams {
 }
 
 impl Client {
-    /// Wraps a [`ServiceClient`] pointed at the service (or at the gateway).
-    pub fn new(inner: ServiceClient) -> Self {
-        Client { inner }
-    }
-
-    /// The shared client underneath.
-    pub fn service(&self) -> &ServiceClient {
-        &self.inner
-    }
-
     /// AddStorage: `(volume, created)`, where `created` is true for a 201 (made now) and false for a
     /// 200 (there already with the same spec). A different spec under the name is
     /// [`domain::Code::AlreadyExists`].

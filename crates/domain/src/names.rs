@@ -158,6 +158,21 @@ mod tests {
     use super::*;
     use crate::code::Code;
 
+    /// `validate` refuses every one of `bad` as invalid input, its message starting with `field` (or a part of it: `labels key prefix`) and saying `rule`.
+    fn assert_rejects(
+        validate: fn(&str, &str) -> Result<(), Status>,
+        field: &str,
+        bad: &[&str],
+        rule: &str,
+    ) {
+        for bad in bad {
+            let e = validate(field, bad).unwrap_err();
+            assert_eq!(e.code, Code::InvalidArgument, "{bad}");
+            assert!(e.message.starts_with(field), "{bad}: {}", e.message);
+            assert!(e.message.contains(rule), "{bad}: {}", e.message);
+        }
+    }
+
     #[test]
     fn dns1123_labels() {
         for ok in ["a", "vol-1", "0abc", &"a".repeat(63)] {
@@ -175,10 +190,7 @@ mod tests {
             ("ü", "DNS-1123 label"),
         ];
         for (bad, rule) in cases {
-            let e = validate_dns1123_label("name", bad).unwrap_err();
-            assert_eq!(e.code, Code::InvalidArgument);
-            assert!(e.message.starts_with("name: "), "{}", e.message);
-            assert!(e.message.contains(rule), "{bad}: {}", e.message);
+            assert_rejects(validate_dns1123_label, "name", &[bad], rule);
         }
         let e = validate_dns1123_label("name", &"a".repeat(64)).unwrap_err();
         assert!(e.message.contains("64 characters long"), "{}", e.message);
@@ -187,7 +199,7 @@ mod tests {
     #[test]
     fn volume_names_allow_dots_but_not_traversal_or_length() {
         validate_volume_name("name", "data.v1").unwrap();
-        for bad in [
+        let bad = [
             "..",
             "../etc",
             "a..b",
@@ -196,14 +208,8 @@ mod tests {
             "a/b",
             "/abs",
             &"a".repeat(64),
-        ] {
-            let e = validate_volume_name("name", bad).unwrap_err();
-            assert!(
-                e.message.contains("DNS-1123 subdomain"),
-                "{bad}: {}",
-                e.message
-            );
-        }
+        ];
+        assert_rejects(validate_volume_name, "name", &bad, "DNS-1123 subdomain");
         let long = "a".repeat(10_000);
         let e = validate_volume_name("name", &long).unwrap_err();
         assert!(e.message.len() < 400, "message echoes the whole input");
@@ -214,7 +220,7 @@ mod tests {
         for ok in ["app", "app.kubernetes.io/name", "a_b.c-d", "example.com/X"] {
             validate_label_key("labels key", ok).unwrap();
         }
-        for bad in [
+        let bad = [
             "",
             "-a",
             "a-",
@@ -223,21 +229,18 @@ mod tests {
             "Example.com/a",
             "a/b/c",
             &"a".repeat(64),
-        ] {
-            let e = validate_label_key("labels key", bad).unwrap_err();
-            assert!(e.message.starts_with("labels key"), "{bad}: {}", e.message);
-        }
+        ];
+        assert_rejects(validate_label_key, "labels key", &bad, "");
         for ok in ["", "v1", "a.b_c-d", &"x".repeat(63)] {
             validate_label_value("labels[app]", ok).unwrap();
         }
-        for bad in ["-x", "x-", "a b", "a/b", &"x".repeat(64)] {
-            let e = validate_label_value("labels[app]", bad).unwrap_err();
-            assert!(
-                e.message.contains("not a valid label value"),
-                "{}",
-                e.message
-            );
-        }
+        let bad = ["-x", "x-", "a b", "a/b", &"x".repeat(64)];
+        assert_rejects(
+            validate_label_value,
+            "labels[app]",
+            &bad,
+            "not a valid label value",
+        );
         let mut labels = Labels::new();
         labels.insert("tier".into(), "bad value".into());
         let e = validate_labels("labels", &labels).unwrap_err();

@@ -668,6 +668,30 @@ mod tests {
         (status, v)
     }
 
+    fn json_req(method: &str, uri: &str, body: &str) -> Request<Body> {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_owned()))
+            .unwrap()
+    }
+
+    /// [`v1_get`] sent, answered.
+    async fn send_v1(
+        emu: &Emulator,
+        action: &str,
+        extra: &[(&str, &str)],
+        nonce: &str,
+    ) -> (StatusCode, Value) {
+        send(emu, v1_get(action, extra, nonce)).await
+    }
+
+    /// A `PUT` of the JSON `body` to `path`, answered.
+    async fn put(emu: &Emulator, path: &str, body: &str) -> (StatusCode, Value) {
+        send(emu, json_req("PUT", path, body)).await
+    }
+
     fn now() -> String {
         chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
     }
@@ -746,21 +770,16 @@ mod tests {
         b.body(Body::empty()).unwrap()
     }
 
-    const ALL_SIGNED: [&str; 6] = [
-        "host",
-        "x-acs-action",
-        "x-acs-content-sha256",
-        "x-acs-date",
-        "x-acs-signature-nonce",
-        "x-acs-version",
-    ];
+    const ALL_SIGNED: [&str; 6] = auth::REQUIRED_SIGNED_HEADERS;
 
     #[tokio::test]
     async fn v1_get_with_lowercase_json_format_works() {
         let emu = emulator();
-        let (status, v) = send(
+        let (status, v) = send_v1(
             &emu,
-            v1_get("DescribeInstances", &[("RegionId", "cn-shanghai")], "n1"),
+            "DescribeInstances",
+            &[("RegionId", "cn-shanghai")],
+            "n1",
         )
         .await;
         assert_eq!(status, StatusCode::OK, "{v}");
@@ -771,19 +790,17 @@ mod tests {
     #[tokio::test]
     async fn xml_format_unknown_action_and_version_are_refused() {
         let emu = emulator();
-        let (status, v) = send(
-            &emu,
-            v1_get("DescribeInstances", &[("Format", "XML")], "n1"),
-        )
-        .await;
+        let (status, v) = send_v1(&emu, "DescribeInstances", &[("Format", "XML")], "n1").await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(v["Code"], "InvalidParameter.Format");
-        let (status, v) = send(&emu, v1_get("Nope", &[], "n2")).await;
+        let (status, v) = send_v1(&emu, "Nope", &[], "n2").await;
         assert_eq!(status, StatusCode::NOT_FOUND);
         assert_eq!(v["Code"], "InvalidAction.NotFound");
-        let (_, v) = send(
+        let (_, v) = send_v1(
             &emu,
-            v1_get("DescribeInstances", &[("Version", "2016-01-01")], "n3"),
+            "DescribeInstances",
+            &[("Version", "2016-01-01")],
+            "n3",
         )
         .await;
         assert_eq!(v["Code"], "InvalidVersion");
@@ -846,14 +863,6 @@ mod tests {
     #[tokio::test]
     async fn admin_endpoints_seed_pin_state_faults_and_reset() {
         let emu = emulator();
-        let json_req = |method: &str, uri: &str, body: &str| {
-            Request::builder()
-                .method(method)
-                .uri(uri)
-                .header(header::CONTENT_TYPE, "application/json")
-                .body(Body::from(body.to_owned()))
-                .unwrap()
-        };
         let (status, v) = send(
             &emu,
             json_req("POST", "/_emulator/seed", r#"{"count":3,"tags":{"a":"b"}}"#),
@@ -862,13 +871,10 @@ mod tests {
         assert_eq!(status, StatusCode::OK);
         assert_eq!(v["created"], 3);
         let id = v["firstInstanceId"].as_str().unwrap().to_owned();
-        let (status, _) = send(
+        let (status, _) = put(
             &emu,
-            json_req(
-                "PUT",
-                &format!("/_emulator/instances/{id}/status"),
-                r#"{"status":"Pending"}"#,
-            ),
+            &format!("/_emulator/instances/{id}/status"),
+            r#"{"status":"Pending"}"#,
         )
         .await;
         assert_eq!(status, StatusCode::NO_CONTENT);
@@ -876,44 +882,31 @@ mod tests {
         assert_eq!(state["instances"].as_array().unwrap().len(), 3);
         assert_eq!(state["instances"][0]["Status"], "Pending");
         assert_eq!(state["instances"][0]["Pinned"], true);
-        let (status, _) = send(
+        let (status, _) = put(
             &emu,
-            json_req(
-                "PUT",
-                "/_emulator/instances/i-missing/status",
-                r#"{"status":"Pending"}"#,
-            ),
+            "/_emulator/instances/i-missing/status",
+            r#"{"status":"Pending"}"#,
         )
         .await;
         assert_eq!(status, StatusCode::NOT_FOUND);
-        let (status, f) = send(
+        let (status, f) = put(
             &emu,
-            json_req(
-                "PUT",
-                "/_emulator/faults",
-                r#"{"throttleRate":0.5,"noStockZones":["z"]}"#,
-            ),
+            "/_emulator/faults",
+            r#"{"throttleRate":0.5,"noStockZones":["z"]}"#,
         )
         .await;
         assert_eq!(status, StatusCode::OK);
         assert_eq!(f["throttleRate"], 0.5);
-        let (status, _) = send(
-            &emu,
-            json_req("PUT", "/_emulator/faults", r#"{"throttleRate":2}"#),
-        )
-        .await;
+        let (status, _) = put(&emu, "/_emulator/faults", r#"{"throttleRate":2}"#).await;
         assert_eq!(status, StatusCode::BAD_REQUEST);
         let (status, _) = send(&emu, json_req("POST", "/_emulator/reset", "")).await;
         assert_eq!(status, StatusCode::NO_CONTENT);
         assert_eq!(emu.instance_count(), 0);
         assert_eq!(emu.faults(), Faults::default());
-        let (status, l) = send(
+        let (status, l) = put(
             &emu,
-            json_req(
-                "PUT",
-                "/_emulator/lifecycle",
-                r#"{"pendingMs":5,"startingMs":6,"stoppingMs":7}"#,
-            ),
+            "/_emulator/lifecycle",
+            r#"{"pendingMs":5,"startingMs":6,"stoppingMs":7}"#,
         )
         .await;
         assert_eq!(status, StatusCode::OK);

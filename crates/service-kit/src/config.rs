@@ -410,6 +410,43 @@ pub fn orchestrator_limits(
     })
 }
 
+/// The settings of a service that keeps its state in one SQLite file (the registry, storage-ops):
+/// read here once, so the two services name, default and document them alike.
+#[derive(Debug, Clone)]
+pub struct SqliteServiceConfig {
+    /// Where to listen (`BERTH_LISTEN`, default `127.0.0.1:<the service's port>`).
+    pub listen: std::net::SocketAddr,
+    /// Timeouts, body limit, internal credential.
+    pub http: HttpConfig,
+    /// Where state lives (`BERTH_DATA_DIR`, default `./berth-data`).
+    pub data_dir: std::path::PathBuf,
+    /// The SQLite file (the service's own variable, default `<data dir>/<the service's file>`).
+    pub db_path: std::path::PathBuf,
+}
+
+impl SqliteServiceConfig {
+    /// Reads the settings: `db_var` names the database file, `db_file` its name in the data
+    /// directory when `db_var` is unset.
+    pub fn from_env(
+        env: &Env,
+        default_port: u16,
+        db_var: &str,
+        db_file: &str,
+    ) -> Result<Self, ConfigError> {
+        let data_dir = data_dir(env);
+        let db_path = env
+            .get(db_var)
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| data_dir.join(db_file));
+        Ok(SqliteServiceConfig {
+            listen: listen_addr(env, default_port)?,
+            http: HttpConfig::from_env(env)?,
+            data_dir,
+            db_path,
+        })
+    }
+}
+
 /// The listen address from `BERTH_LISTEN`, or `127.0.0.1:<default_port>`.
 pub fn listen_addr(env: &Env, default_port: u16) -> Result<std::net::SocketAddr, ConfigError> {
     env.parse_or(

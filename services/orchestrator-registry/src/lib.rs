@@ -21,10 +21,10 @@ use std::time::Duration;
 
 use domain::OrchestratorKind;
 use domain::orchestrator::{DockerConfig, LocalConfig, OrchestratorLimits};
-use service_kit::config::{ConfigError, absolute_base_path, listen_addr, vars};
+use service_kit::config::{ConfigError, SqliteServiceConfig, absolute_base_path, vars};
 use service_kit::health::{Check, NotReady};
 use service_kit::server::Application;
-use service_kit::{Env, HttpConfig, ServiceApp};
+use service_kit::{Env, ServiceApp};
 
 pub mod api;
 pub mod detect;
@@ -66,14 +66,9 @@ pub const DEFAULT_DOCKER_PING_TIMEOUT: Duration = Duration::from_millis(500);
 /// The service's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Where to listen (`BERTH_LISTEN`, default `127.0.0.1:8082`).
-    pub listen: std::net::SocketAddr,
-    /// Timeouts, body limit, internal credential.
-    pub http: HttpConfig,
-    /// Where state lives (`BERTH_DATA_DIR`, default `./berth-data`).
-    pub data_dir: PathBuf,
-    /// The SQLite file (`BERTH_REGISTRY_DB`, default `<data dir>/registry.db`).
-    pub db_path: PathBuf,
+    /// Listen address (port 8082 by default), HTTP settings, data directory and the SQLite file
+    /// (`BERTH_REGISTRY_DB`, default `<data dir>/registry.db`).
+    pub service: SqliteServiceConfig,
     /// The `basePath` of the `local` orchestrator a first start registers (`BERTH_LOCAL_BASE_PATH`,
     /// default `<data dir>/volumes`), made absolute and normalised.
     pub local_base_path: String,
@@ -90,11 +85,9 @@ pub struct Config {
 impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let data_dir = service_kit::config::data_dir(env);
-        let db_path = env
-            .get(env_vars::REGISTRY_DB)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| data_dir.join("registry.db"));
+        let service =
+            SqliteServiceConfig::from_env(env, DEFAULT_PORT, env_vars::REGISTRY_DB, "registry.db")?;
+        let data_dir = &service.data_dir;
         let (base_var, base_text) = match env.get(env_vars::LOCAL_BASE_PATH) {
             Some(p) => (env_vars::LOCAL_BASE_PATH, PathBuf::from(p)),
             None => (vars::DATA_DIR, data_dir.join("volumes")),
@@ -120,10 +113,7 @@ impl Config {
         let ping_timeout =
             env.duration_or(env_vars::DOCKER_PING_TIMEOUT, DEFAULT_DOCKER_PING_TIMEOUT)?;
         Ok(Config {
-            listen: listen_addr(env, DEFAULT_PORT)?,
-            http: HttpConfig::from_env(env)?,
-            data_dir,
-            db_path,
+            service,
             local_base_path,
             limits,
             detection: DetectionEnv::from_env(env),
@@ -144,7 +134,7 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
     };
     ServiceApp::new(NAME, api::routes(state))
         .document_edits(api::document_links)
-        .http_config(config.http.clone())
+        .http_config(config.service.http.clone())
         .readiness(Check::new("db", move || {
             let store = store.clone();
             async move {
@@ -222,9 +212,9 @@ pub async fn bootstrap(
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
-    let store = Store::open(&config.db_path).await?;
+    let store = Store::open(&config.service.db_path).await?;
     bootstrap(&config, &store).await?;
-    let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
+    let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
     Ok(Application::new(router(&config, store), listener))
 }
 
@@ -236,12 +226,15 @@ mod tests {
     fn defaults_live_under_the_data_directory() {
         let c =
             Config::from_env(&Env::default().with(vars::DATA_DIR, "/srv/berth/./x/..")).unwrap();
-        assert_eq!(c.db_path, PathBuf::from("/srv/berth/./x/../registry.db"));
+        assert_eq!(
+            c.service.db_path,
+            PathBuf::from("/srv/berth/./x/../registry.db")
+        );
         assert_eq!(c.local_base_path, "/srv/berth/volumes");
         let c = Config::from_env(&Env::default()).unwrap();
         assert!(c.local_base_path.starts_with('/'));
         assert!(c.local_base_path.ends_with("/berth-data/volumes"));
-        assert_eq!(c.db_path, PathBuf::from("./berth-data/registry.db"));
+        assert_eq!(c.service.db_path, PathBuf::from("./berth-data/registry.db"));
     }
 
     #[test]
@@ -251,7 +244,7 @@ mod tests {
             .with(env_vars::LOCAL_BASE_PATH, "/mnt/vols/")
             .with("DOCKER_HOST", "tcp://d:2375");
         let c = Config::from_env(&env).unwrap();
-        assert_eq!(c.db_path, PathBuf::from("/tmp/r.db"));
+        assert_eq!(c.service.db_path, PathBuf::from("/tmp/r.db"));
         assert_eq!(c.local_base_path, "/mnt/vols");
         assert_eq!(c.detection.docker_host.as_deref(), Some("tcp://d:2375"));
         let e = Config::from_env(&Env::default().with(env_vars::LOCAL_BASE_PATH, "/")).unwrap_err();

@@ -19,12 +19,11 @@
 //! - [`build`]: opens the database, binds the listener, starts the reconciler, and assembles the
 //!   [`Application`] that `main` (or `berth up`) runs.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use client::{ClientOptions, ServiceClient};
-use service_kit::config::{ConfigError, listen_addr, vars};
+use service_kit::config::{ConfigError, SqliteServiceConfig, vars};
 use service_kit::health::{Check, NotReady};
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
@@ -77,14 +76,10 @@ pub const REGISTRY_ATTEMPTS: u32 = 2;
 /// The service's settings.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// Where to listen (`BERTH_LISTEN`, default `127.0.0.1:8083`).
-    pub listen: std::net::SocketAddr,
-    /// Timeouts, body limit, internal credential (also presented to the registry).
-    pub http: HttpConfig,
-    /// Where state lives (`BERTH_DATA_DIR`, default `./berth-data`).
-    pub data_dir: PathBuf,
-    /// The SQLite file (`BERTH_STORAGE_DB`, default `<data dir>/storage.db`).
-    pub db_path: PathBuf,
+    /// Listen address (port 8083 by default), HTTP settings (the internal credential is also
+    /// presented to the registry), data directory and the SQLite file (`BERTH_STORAGE_DB`, default
+    /// `<data dir>/storage.db`).
+    pub service: SqliteServiceConfig,
     /// The registry (`BERTH_REGISTRY_URL`, default `http://127.0.0.1:8082`).
     pub registry_url: String,
     /// One registry call's limit (`BERTH_REGISTRY_TIMEOUT`). Every attempt of a call together
@@ -109,12 +104,8 @@ pub struct Config {
 impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let http = HttpConfig::from_env(env)?;
-        let data_dir = service_kit::config::data_dir(env);
-        let db_path = env
-            .get(env_vars::STORAGE_DB)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| data_dir.join("storage.db"));
+        let service =
+            SqliteServiceConfig::from_env(env, DEFAULT_PORT, env_vars::STORAGE_DB, "storage.db")?;
         let registry_url = env
             .get(env_vars::REGISTRY_URL)
             .unwrap_or(DEFAULT_REGISTRY_URL)
@@ -127,7 +118,7 @@ impl Config {
                 problem: "must be an http:// or https:// URL".into(),
             });
         }
-        let registry_timeout = registry_timeout(env, &http)?;
+        let registry_timeout = registry_timeout(env, &service.http)?;
         let reconcile_interval =
             env.duration_or(env_vars::RECONCILE_INTERVAL, DEFAULT_RECONCILE_INTERVAL)?;
         if reconcile_interval.is_zero() {
@@ -141,10 +132,7 @@ impl Config {
         let limits = service_kit::config::orchestrator_limits(env)?;
         Ok(Config {
             limits,
-            listen: listen_addr(env, DEFAULT_PORT)?,
-            http,
-            data_dir,
-            db_path,
+            service,
             registry_url,
             registry_timeout,
             reconcile_interval,
@@ -189,7 +177,7 @@ pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
     let registry = ops.clone();
     ServiceApp::new(NAME, api::routes(ops))
         .document_edits(api::document_links)
-        .http_config(config.http.clone())
+        .http_config(config.service.http.clone())
         // Readiness answers say what is wrong, never where (no internal host, port or path): the
         // details go to the log.
         .readiness(Check::new("db", move || {
@@ -219,6 +207,7 @@ pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
 /// Opens the store and wires the logic to the registry at `config.registry_url`.
 pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error + Send + Sync>> {
     if let Some(dir) = config
+        .service
         .db_path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -226,16 +215,16 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
         std::fs::create_dir_all(dir).map_err(|e| {
             format!(
                 "cannot make the directory of {} ({e}); set {} or {}",
-                config.db_path.display(),
+                config.service.db_path.display(),
                 vars::DATA_DIR,
                 env_vars::STORAGE_DB
             )
         })?;
     }
-    let store = Store::open(&config.db_path).await.map_err(|e| {
+    let store = Store::open(&config.service.db_path).await.map_err(|e| {
         format!(
             "cannot open the database {} ({e}); set {}",
-            config.db_path.display(),
+            config.service.db_path.display(),
             env_vars::STORAGE_DB
         )
     })?;
@@ -243,7 +232,7 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
         &config.registry_url,
         ClientOptions {
             timeout: config.registry_timeout,
-            bearer: config.http.internal_token.clone(),
+            bearer: config.service.http.internal_token.clone(),
             attempts: REGISTRY_ATTEMPTS,
             // The registry's log and trace show the request that caused the call.
             propagation: Some(client::Propagation::new(
@@ -272,7 +261,7 @@ pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     let ops = ops(&config).await?;
-    let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
+    let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
     let mut app = Application::new(router(&config, ops.clone()), listener);
     app.background.push(tokio::spawn(reconcile_forever(
         ops,
@@ -288,7 +277,10 @@ mod tests {
     #[test]
     fn defaults_and_bad_values() {
         let c = Config::from_env(&Env::default()).unwrap();
-        assert_eq!(c.db_path, PathBuf::from("./berth-data/storage.db"));
+        assert_eq!(
+            c.service.db_path,
+            std::path::PathBuf::from("./berth-data/storage.db")
+        );
         assert_eq!(c.registry_url, DEFAULT_REGISTRY_URL);
         assert_eq!(c.reconcile_interval, DEFAULT_RECONCILE_INTERVAL);
         assert_eq!(c.orphan_policy, OrphanPolicy::Report);
@@ -298,7 +290,10 @@ mod tests {
                 .with(env_vars::ORPHAN_POLICY, "delete"),
         )
         .unwrap();
-        assert_eq!(c.db_path, PathBuf::from("/srv/b/storage.db"));
+        assert_eq!(
+            c.service.db_path,
+            std::path::PathBuf::from("/srv/b/storage.db")
+        );
         assert_eq!(c.orphan_policy, OrphanPolicy::Delete);
         for (var, value) in [
             (env_vars::ORPHAN_POLICY, "purge"),

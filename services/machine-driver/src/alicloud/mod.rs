@@ -683,8 +683,7 @@ impl Provider for Alicloud {
     }
 
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
-        let name = spec::machine_name(&req.machine, true)?;
-        let owner = Owner::of(&req.machine)?;
+        let (name, owner) = spec::name_and_owner(&req.machine, true)?;
         let span = tracing::info_span!("alicloud.create_machine", machine = %name);
         async {
             let p = self.prepare(&req.machine_class, &req.secret, true)?;
@@ -786,8 +785,7 @@ impl Provider for Alicloud {
         &self,
         req: &MachineRequest,
     ) -> Result<InitializeMachineResponse, Status> {
-        let name = spec::machine_name(&req.machine, false)?;
-        let owner = Owner::of(&req.machine)?;
+        let (name, owner) = spec::name_and_owner(&req.machine, false)?;
         let span = tracing::info_span!("alicloud.initialize_machine", machine = %name);
         async {
             let p = self.prepare(&req.machine_class, &req.secret, false)?;
@@ -824,8 +822,7 @@ impl Provider for Alicloud {
     }
 
     async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status> {
-        let name = spec::machine_name(&req.machine, false)?;
-        let owner = Owner::of(&req.machine)?;
+        let (name, owner) = spec::name_and_owner(&req.machine, false)?;
         let span = tracing::info_span!("alicloud.delete_machine", machine = %name);
         async {
             let p = self.prepare(&req.machine_class, &req.secret, false)?;
@@ -895,8 +892,7 @@ impl Provider for Alicloud {
         &self,
         req: &MachineRequest,
     ) -> Result<GetMachineStatusResponse, Status> {
-        let name = spec::machine_name(&req.machine, false)?;
-        let owner = Owner::of(&req.machine)?;
+        let (name, owner) = spec::name_and_owner(&req.machine, false)?;
         let span = tracing::debug_span!("alicloud.get_machine_status", machine = %name);
         async {
             let p = self.prepare(&req.machine_class, &req.secret, false)?;

@@ -472,6 +472,12 @@ impl ProviderSpec {
     }
 }
 
+/// What every call checks first, before any ECS call: the machine's name ([`machine_name`]) and
+/// owner ([`Owner::of`]).
+pub fn name_and_owner(machine: &Machine, for_create: bool) -> Result<(String, Owner), Status> {
+    Ok((machine_name(machine, for_create)?, Owner::of(machine)?))
+}
+
 /// The machine's name, which is the ECS `InstanceName` and the lookup key: a DNS-1123 subdomain
 /// (so never an ECS wildcard `*`), and for CreateMachine 2 to 128 characters as ECS requires.
 pub fn machine_name(machine: &Machine, for_create: bool) -> Result<String, Status> {
