@@ -266,7 +266,10 @@ async fn bad_input_is_a_400_naming_the_field_and_nothing_is_made() {
     let body = json!({"name": "ok", "capacity": "1Gi", "orchestrator": "nope"});
     let (status, p) = problem(app.post_raw(&body).await).await;
     assert_eq!((status, p["code"].as_u64()), (412, Some(9)), "{p}");
-    assert!(p["detail"].as_str().unwrap().starts_with("orchestrator"), "{p}");
+    assert!(
+        p["detail"].as_str().unwrap().starts_with("orchestrator"),
+        "{p}"
+    );
     // Sent byte for byte: an HTTP client library would resolve the dots before they left.
     for path in [
         "/v1/volumes/../x",
