@@ -9,7 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::code::Status;
+use crate::code::{Code, Status};
 use crate::quantity::Quantity;
 
 /// A kind of orchestrator the registry knows how to build.
@@ -205,6 +205,20 @@ pub struct Detection {
 /// The Docker Engine a `docker` orchestrator talks to when its config names none.
 pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 
+/// What [`normalize_base_path`] accepts, as a JSON Schema pattern (a little narrower: no `.`
+/// components and no control characters, which it would drop or keep): `/`-separated, at least one
+/// component, none of them `..`.
+pub const BASE_PATH_PATTERN: &str = concat!(
+    "^(/+([^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.[^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+))+/*$"
+);
+
+/// What [`validate_docker_host`] accepts, as a JSON Schema pattern (a little narrower: an
+/// unbracketed tcp host of letters, digits, `.` and `-`, a port without leading zeros).
+pub const DOCKER_HOST_PATTERN: &str = concat!(
+    "^(unix://(/+([^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.[^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+))+/*",
+    "|tcp://([A-Za-z0-9.-]+|\\[[A-Za-z0-9.:-]+\\]):(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})/?)$"
+);
+
 /// The longest `basePath` or `host` accepted (PATH_MAX on Linux).
 const MAX_PATH_LEN: usize = 4096;
 
@@ -232,6 +246,8 @@ impl OrchestratorKind {
                 "basePath": {
                     "type": "string",
                     "description": "Absolute directory the volumes live under; not '/', no '..'; stored normalised.",
+                    "pattern": BASE_PATH_PATTERN,
+                    "maxLength": MAX_PATH_LEN,
                 },
                 "capacity": {
                     "type": "string",
@@ -243,6 +259,8 @@ impl OrchestratorKind {
                     "type": "string",
                     "description": "The Engine: unix:///absolute/path or tcp://host:port.",
                     "default": DEFAULT_DOCKER_HOST,
+                    "pattern": DOCKER_HOST_PATTERN,
+                    "maxLength": MAX_PATH_LEN,
                 },
             }),
             OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => json!({}),
@@ -425,7 +443,9 @@ pub struct OrchestratorLimits {
 
 impl OrchestratorLimits {
     /// Checks a normalised config of `kind` (as [`OrchestratorKind::validate_config`] returns it);
-    /// a refusal names the field and the setting that would allow it.
+    /// a refusal names the field and the setting that would allow it. It is a
+    /// [`Code::FailedPrecondition`], not an invalid argument: the request is well formed, and what
+    /// refuses it is how this host's operator set it up, which no schema a caller reads can know.
     pub fn check(&self, kind: OrchestratorKind, config: &Value) -> Result<(), Status> {
         match kind {
             OrchestratorKind::Local => {
@@ -449,7 +469,7 @@ impl OrchestratorLimits {
         {
             return Ok(());
         }
-        Err(Status::invalid(
+        Err(not_allowed(
             field,
             format!(
                 "{base_path:?} is not under a directory this service may use ({}); an operator allows more with {LOCAL_ROOTS_SETTING}",
@@ -463,7 +483,7 @@ impl OrchestratorLimits {
         if self.docker_endpoints.iter().any(|e| e == host) {
             return Ok(());
         }
-        Err(Status::invalid(
+        Err(not_allowed(
             field,
             format!(
                 "{host:?} is not a Docker Engine this service may use ({}); an operator allows more with {DOCKER_ENDPOINTS_SETTING}",
@@ -471,6 +491,12 @@ impl OrchestratorLimits {
             ),
         ))
     }
+}
+
+/// A well-formed `field` the operator's settings do not allow: `field: rule`, as
+/// [`Status::invalid`] words it, but a precondition on this host's set-up.
+fn not_allowed(field: &str, rule: impl fmt::Display) -> Status {
+    Status::new(Code::FailedPrecondition, format!("{field}: {rule}"))
 }
 
 /// Whether the normalised absolute `path` is `root` or under it, component by component (so
@@ -571,6 +597,48 @@ pub fn validate_docker_host(field: &str, text: &str) -> Result<String, Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_base_path_and_host_patterns_accept_only_what_the_validators_accept() {
+        let base_path = regex::Regex::new(BASE_PATH_PATTERN).unwrap();
+        for text in [
+            "/a",
+            "/srv/vols",
+            "//a//b/",
+            "/a/.b/..c/...",
+            "/\u{e9}t\u{e9}",
+        ] {
+            assert!(base_path.is_match(text), "{text}");
+            normalize_base_path("f", text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        }
+        for text in [
+            "", "/", "//", "a/b", "/a/../b", "/..", "/a/./b", "/a\u{0}b", "/a\nb",
+        ] {
+            assert!(!base_path.is_match(text), "{text}");
+        }
+        let host = regex::Regex::new(DOCKER_HOST_PATTERN).unwrap();
+        for text in [
+            "unix:///var/run/docker.sock",
+            "tcp://127.0.0.1:2375",
+            "tcp://[::1]:2376/",
+            "tcp://docker-1.example:65535",
+        ] {
+            assert!(host.is_match(text), "{text}");
+            validate_docker_host("f", text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        }
+        for text in [
+            "unix://",
+            "unix://relative",
+            "unix:///a/../b",
+            "tcp://host",
+            "tcp://:80",
+            "tcp://h:0",
+            "tcp://h:65536",
+            "http://h:80",
+        ] {
+            assert!(!host.is_match(text), "{text}");
+        }
+    }
 
     #[test]
     fn kinds_parse_and_report_storage_ops() {

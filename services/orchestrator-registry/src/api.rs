@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use domain::orchestrator::{
     Detection, KindInfo, LocalConfig, OrchestratorLimits, OrchestratorList, RegisterOrchestrator,
 };
-use domain::{DeleteResult, Orchestrator, OrchestratorKind, Status, names};
+use domain::{Code, DeleteResult, Orchestrator, OrchestratorKind, Status, names};
 use serde_json::{Map, Value, json};
 use service_kit::ApiError;
 use service_kit::error::Problem;
@@ -55,9 +55,10 @@ pub fn routes(state: AppState) -> OpenApiRouter {
 }
 
 /// OpenAPI `links` from a registration's answers to the read, existence check and deregistration of
-/// the orchestrator it made, so a client (and schemathesis' stateful phase) can follow them; and
-/// `If-Match` as the string it is.
+/// the orchestrator it made, so a client (and schemathesis' stateful phase) can follow them;
+/// `If-Match` as the string it is; and each kind's own `config` ([`document_config_per_kind`]).
 pub(crate) fn document_links(doc: &mut Value) {
+    document_config_per_kind(doc);
     let name = json!({"name": "$request.path.name"});
     let links = json!({
         "GetOrchestrator": {"operationId": "get_orchestrator", "parameters": name, "description": "The orchestrator just registered"},
@@ -81,6 +82,37 @@ pub(crate) fn document_links(doc: &mut Value) {
             parameter["schema"]["type"] = json!("string");
         }
     }
+}
+
+/// A registration's `config` is the kind's own (`GET /v1/kinds` lists each kind's schema): one
+/// `if kind is K then config is K's` rule per kind, so the document says what `validate_config`
+/// checks — a `local` registration needs `basePath`, a `nomad` one takes no keys.
+fn document_config_per_kind(doc: &mut Value) {
+    let Some(schema) = doc.pointer_mut("/components/schemas/RegisterOrchestrator") else {
+        return;
+    };
+    let rules: Vec<Value> = OrchestratorKind::ALL
+        .iter()
+        .map(|kind| {
+            let mut config = kind.config_schema();
+            if let Some(capacity) = config.pointer_mut("/properties/capacity") {
+                capacity["pattern"] = json!(domain::schema::CAPACITY);
+            }
+            let needs_config = config["required"]
+                .as_array()
+                .is_some_and(|required| !required.is_empty());
+            let then = if needs_config {
+                json!({"properties": {"config": config}, "required": ["config"]})
+            } else {
+                json!({"properties": {"config": {"oneOf": [config, {"type": "null"}]}}})
+            };
+            json!({
+                "if": {"properties": {"kind": {"const": kind.as_str()}}, "required": ["kind"]},
+                "then": then,
+            })
+        })
+        .collect();
+    schema["allOf"] = Value::Array(rules);
 }
 
 /// maya's message for an unknown name, kept word for word.
@@ -135,8 +167,8 @@ fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
     responses(
         (status = 201, description = "Registered", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"), ("Location" = String, description = "The orchestrator's path, /v1/orchestrators/{name}"))),
         (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
-        (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field; a basePath outside BERTH_LOCAL_ROOTS or a host outside BERTH_DOCKER_ENDPOINTS names the setting that would allow it", body = Problem),
-        (status = 412, description = "If-Match did not hold (code 9)", body = Problem),
+        (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field", body = Problem),
+        (status = 412, description = "If-Match did not hold; or a basePath outside BERTH_LOCAL_ROOTS or a host outside BERTH_DOCKER_ENDPOINTS, naming the field and the setting that would allow it (code 9)", body = Problem),
     )
 )]
 async fn register_orchestrator(
@@ -253,10 +285,11 @@ fn check_links(base_path: &str, limits: &OrchestratorLimits) -> Result<(), ApiEr
         |escape| {
             // Where it leads is the host's business: logged, not answered.
             tracing::info!(base_path, error = ?escape, "a basePath that leaves the allowed roots");
-            ApiError::new(Status::invalid(
-                "config.basePath",
+            // Like the lexical check, the operator's set-up refuses it: a precondition (412).
+            ApiError::new(Status::new(
+                Code::FailedPrecondition,
                 format!(
-                    "{base_path:?} {escape}; an operator allows more with {}",
+                    "config.basePath: {base_path:?} {escape}; an operator allows more with {}",
                     domain::orchestrator::LOCAL_ROOTS_SETTING
                 ),
             ))

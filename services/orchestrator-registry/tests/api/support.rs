@@ -44,8 +44,18 @@ impl Answer {
 
     /// A problem+json 400 with code 3 whose detail starts with `field: `.
     pub(crate) fn assert_invalid(&self, field: &str) {
-        assert_eq!(self.status, 400, "{field}: {}", self.body);
-        assert_eq!(self.body["code"], 3, "{}", self.body);
+        self.assert_refused(400, 3, field);
+    }
+
+    /// A problem+json 412 with code 9 (the operator's settings refuse a well-formed value) whose
+    /// detail starts with `field: `.
+    pub(crate) fn assert_not_allowed(&self, field: &str) {
+        self.assert_refused(412, 9, field);
+    }
+
+    fn assert_refused(&self, status: u16, code: u32, field: &str) {
+        assert_eq!(self.status, status, "{field}: {}", self.body);
+        assert_eq!(self.body["code"], code, "{}", self.body);
         assert_eq!(
             self.headers["content-type"], "application/problem+json",
             "{field}"
