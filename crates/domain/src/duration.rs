@@ -20,7 +20,12 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         "h" => n * 3600.0,
         _ => return None,
     };
-    (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
+    // `try_from`: a number too big for a Duration (`99999999999999999999s`) is no duration, not a
+    // panic.
+    if !(seconds.is_finite() && seconds >= 0.0) {
+        return None;
+    }
+    Duration::try_from_secs_f64(seconds).ok()
 }
 
 /// What a duration setting must look like, for the message refusing one that does not.
@@ -41,5 +46,8 @@ mod tests {
         assert_eq!(parse_duration("5x"), None);
         assert_eq!(parse_duration("-5s"), None);
         assert_eq!(parse_duration(""), None);
+        assert_eq!(parse_duration("99999999999999999999s"), None);
+        assert!(parse_duration("18446744073709551616000ms").is_none());
+        assert!(parse_duration("100000h").is_some());
     }
 }

@@ -861,6 +861,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_seed_beyond_the_instance_bound_is_refused_before_anything_is_made() {
+        let emu = emulator();
+        let (status, v) = send(
+            &emu,
+            json_req("POST", "/_emulator/seed", r#"{"count":99999999999}"#),
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
+        assert!(v.to_string().contains("at most 200000"), "{v}");
+        assert_eq!(lock(&emu.inner.state).instances.len(), 0);
+    }
+
+    #[tokio::test]
     async fn admin_endpoints_seed_pin_state_faults_and_reset() {
         let emu = emulator();
         let (status, v) = send(

@@ -53,7 +53,21 @@ pub enum SeedError {
     /// own message.
     #[error("{0}")]
     Refused(String),
+    /// More instances than one emulator holds: a bound, so one request cannot eat the memory (and,
+    /// under `berth up`, the CPU) of every service in the process.
+    #[error(
+        "count: at most {MAX_INSTANCES} instances in all; {have} exist and {asked} were asked for"
+    )]
+    TooMany {
+        /// Instances already there.
+        have: usize,
+        /// The seed's `count`.
+        asked: usize,
+    },
 }
+
+/// The most instances the emulator holds, seeded or run (large-list tests use tens of thousands).
+pub const MAX_INSTANCES: usize = 200_000;
 
 /// Creates `seed.count` instances directly (no RunInstances validation), for large-list tests.
 pub(crate) fn seed(
@@ -62,6 +76,12 @@ pub(crate) fn seed(
     default_region: &str,
     seed: &Seed,
 ) -> Result<Vec<String>, SeedError> {
+    if state.instances.len().saturating_add(seed.count) > MAX_INSTANCES {
+        return Err(SeedError::TooMany {
+            have: state.instances.len(),
+            asked: seed.count,
+        });
+    }
     let status = match &seed.status {
         Some(s) => Status::parse(s).ok_or_else(|| SeedError::UnknownStatus(s.clone()))?,
         None => Status::Running,
