@@ -208,9 +208,7 @@ pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 /// What [`normalize_base_path`] accepts, as a JSON Schema pattern (a little narrower: no `.`
 /// components and no control characters, which it would drop or keep): `/`-separated, at least one
 /// component, none of them `..`.
-pub const BASE_PATH_PATTERN: &str = concat!(
-    "^(/+([^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.[^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+))+/*$"
-);
+pub const BASE_PATH_PATTERN: &str = "^(/+([^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.[^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+))+/*$";
 
 /// What [`validate_docker_host`] accepts, as a JSON Schema pattern (a little narrower: an
 /// unbracketed tcp host of letters, digits, `.` and `-`, a port without leading zeros).

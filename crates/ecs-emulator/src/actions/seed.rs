@@ -67,7 +67,7 @@ pub enum SeedError {
 }
 
 /// The most instances the emulator holds, seeded or run (large-list tests use tens of thousands).
-pub const MAX_INSTANCES: usize = 200_000;
+pub(crate) const MAX_INSTANCES: usize = 200_000;
 
 /// Creates `seed.count` instances directly (no RunInstances validation), for large-list tests.
 pub(crate) fn seed(
