@@ -115,14 +115,14 @@ pub struct RegisterOrchestrator {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
-        schema(max_length = 253, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+        schema(max_length = 253, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f-\\x9f]*$")
     )]
     pub label: Option<String>,
     /// The region it serves, at most 63 characters, no control characters; empty when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
-        schema(max_length = 63, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
+        schema(max_length = 63, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f-\\x9f]*$")
     )]
     pub region: Option<String>,
     /// Kind-specific configuration, validated by the kind (see `GET /v1/kinds`); `{}` when omitted.
@@ -208,12 +208,13 @@ pub const DEFAULT_DOCKER_HOST: &str = "unix:///var/run/docker.sock";
 /// What [`normalize_base_path`] accepts, as a JSON Schema pattern (a little narrower: no `.`
 /// components and no control characters, which it would drop or keep): `/`-separated, at least one
 /// component, none of them `..`.
-pub const BASE_PATH_PATTERN: &str = "^(/+([^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.[^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+))+/*$";
+pub const BASE_PATH_PATTERN: &str = "^(/+([^/\\x00-\\x1f\\x7f-\\x9f.][^/\\x00-\\x1f\\x7f-\\x9f]*|\\.[^/\\x00-\\x1f\\x7f-\\x9f.][^/\\x00-\\x1f\\x7f-\\x9f]*|\\.\\.[^/\\x00-\\x1f\\x7f-\\x9f]+))+/*$";
 
 /// What [`validate_docker_host`] accepts, as a JSON Schema pattern (a little narrower: an
-/// unbracketed tcp host of letters, digits, `.` and `-`, a port without leading zeros).
+/// unbracketed tcp host of letters, digits, `.` and `-`, a port without leading zeros). No control
+/// characters, C1 included, as the validator refuses them.
 pub const DOCKER_HOST_PATTERN: &str = concat!(
-    "^(unix://(/+([^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.[^/\\x00-\\x1f\\x7f.][^/\\x00-\\x1f\\x7f]*|\\.\\.[^/\\x00-\\x1f\\x7f]+))+/*",
+    "^(unix://(/+([^/\\x00-\\x1f\\x7f-\\x9f.][^/\\x00-\\x1f\\x7f-\\x9f]*|\\.[^/\\x00-\\x1f\\x7f-\\x9f.][^/\\x00-\\x1f\\x7f-\\x9f]*|\\.\\.[^/\\x00-\\x1f\\x7f-\\x9f]+))+/*",
     "|tcp://([A-Za-z0-9.-]+|\\[[A-Za-z0-9.:-]+\\]):(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})/?)$"
 );
 
@@ -248,13 +249,13 @@ impl OrchestratorKind {
                     "maxLength": MAX_PATH_LEN,
                 },
                 "capacity": {
-                    "type": "string",
+                    "type": ["string", "null"],
                     "description": "Optional total capacity as a quantity (10Gi, 500G); stored in canonical form.",
                 },
             }),
             OrchestratorKind::Docker => json!({
                 "host": {
-                    "type": "string",
+                    "type": ["string", "null"],
                     "description": "The Engine: unix:///absolute/path or tcp://host:port.",
                     "default": DEFAULT_DOCKER_HOST,
                     "pattern": DOCKER_HOST_PATTERN,
@@ -610,7 +611,16 @@ mod tests {
             normalize_base_path("f", text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
         }
         for text in [
-            "", "/", "//", "a/b", "/a/../b", "/..", "/a/./b", "/a\u{0}b", "/a\nb",
+            "",
+            "/",
+            "//",
+            "a/b",
+            "/a/../b",
+            "/..",
+            "/a/./b",
+            "/a\u{0}b",
+            "/a\nb",
+            "/a\u{84}b",
         ] {
             assert!(!base_path.is_match(text), "{text}");
         }
@@ -628,6 +638,7 @@ mod tests {
             "unix://",
             "unix://relative",
             "unix:///a/../b",
+            "unix:///a\u{84}b",
             "tcp://host",
             "tcp://:80",
             "tcp://h:0",
