@@ -178,6 +178,9 @@ async fn register_orchestrator(
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
     valid_name(&name)?;
+    // Every check of the request's shape (400) before what depends on this host's set-up (412): a
+    // malformed If-Match is the caller's mistake whatever the body asks for.
+    let precondition = parse_if_match(&headers)?;
     let want = parse_registration(&body, &state.limits)?;
     if want.kind == OrchestratorKind::Local {
         let base_path = LocalConfig::from_config(&want.config)?.base_path;
@@ -187,7 +190,6 @@ async fn register_orchestrator(
             .await
             .map_err(ApiError::internal)??;
     }
-    let precondition = parse_if_match(&headers)?;
     let (orchestrator, outcome) = state
         .store
         .register(&name, &want, precondition.as_ref())

@@ -172,6 +172,15 @@ async fn if_match_with_a_stale_version_is_412_with_code_9() {
     app.put_if_match("pinned", json!({"kind": "nomad"}), "soon")
         .await
         .assert_invalid("If-Match");
+    // A malformed If-Match is the caller's 400 even when the body points where the operator does
+    // not allow (which alone would be a 412): the request's shape is checked first.
+    app.put_if_match(
+        "elsewhere",
+        json!({"kind": "local", "config": {"basePath": "/0"}}),
+        "{}",
+    )
+    .await
+    .assert_invalid("If-Match");
 }
 
 #[tokio::test]
