@@ -265,12 +265,13 @@ fn parse_registration(body: &Value, limits: &OrchestratorLimits) -> Result<Regis
     let label = text("label", MAX_LABEL_LEN)?;
     let region = text("region", MAX_REGION_LEN)?;
     let config = kind.validate_config(Some(map.get("config").unwrap_or(&Value::Object(empty))))?;
-    limits.check(kind, &config)?;
     let default = match map.get("default") {
         None | Some(Value::Null) => None,
         Some(Value::Bool(b)) => Some(*b),
         Some(_) => return Err(Status::invalid("default", "must be true or false").into()),
     };
+    // Last: every field's shape is the caller's 400 first; then what the operator allows (412).
+    limits.check(kind, &config)?;
     Ok(Registration {
         kind,
         label,

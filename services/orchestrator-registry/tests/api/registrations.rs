@@ -181,6 +181,12 @@ async fn if_match_with_a_stale_version_is_412_with_code_9() {
     )
     .await
     .assert_invalid("If-Match");
+    app.put(
+        "elsewhere",
+        json!({"kind": "local", "config": {"basePath": "/0"}, "default": {}}),
+    )
+    .await
+    .assert_invalid("default");
 }
 
 #[tokio::test]
