@@ -340,9 +340,6 @@ impl LocalConfig {
         let capacity = match map.get("capacity") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(Quantity::parse_field("config.capacity", s)?),
-            Some(Value::Number(n)) => {
-                Some(Quantity::parse_field("config.capacity", &n.to_string())?)
-            }
             Some(_) => {
                 return Err(Status::invalid(
                     "config.capacity",
