@@ -161,18 +161,23 @@ fn breaking_report(found: &[(&str, Vec<Breaking>)]) -> String {
         .join("\n")
 }
 
-#[tokio::test]
-async fn served_documents_match_the_committed_ones() {
-    let served = served().await;
-    // Blessing is refused while a change would break callers without a version bump.
-    let breaking: Vec<(&str, Vec<Breaking>)> = served
+/// Per served document, what it breaks of the committed one without a version bump.
+fn breaking_changes<'a>(served: &[(&'a str, Value)]) -> Vec<(&'a str, Vec<Breaking>)> {
+    served
         .iter()
         .filter_map(|(name, doc)| {
             let old = committed(name)?;
             let found = unexcused_breaking_changes(&old, doc);
             (!found.is_empty()).then_some((*name, found))
         })
-        .collect();
+        .collect()
+}
+
+#[tokio::test]
+async fn served_documents_match_the_committed_ones() {
+    let served = served().await;
+    // Blessing is refused while a change would break callers without a version bump.
+    let breaking = breaking_changes(&served);
     if blessing() {
         assert!(
             breaking.is_empty(),
@@ -216,14 +221,7 @@ async fn served_documents_match_the_committed_ones() {
 #[tokio::test]
 async fn no_breaking_change_without_a_version_bump() {
     let served = served().await;
-    let breaking: Vec<(&str, Vec<Breaking>)> = served
-        .iter()
-        .filter_map(|(name, doc)| {
-            let old = committed(name)?;
-            let found = unexcused_breaking_changes(&old, doc);
-            (!found.is_empty()).then_some((*name, found))
-        })
-        .collect();
+    let breaking = breaking_changes(&served);
     assert!(
         breaking.is_empty(),
         "the served documents break what the committed ones promise, and info.version was not \
