@@ -32,4 +32,3 @@ def before_call(context, case, kwargs):  # noqa: ARG001 (schemathesis' hook sign
     body = case.body
     if isinstance(body, dict) and isinstance(body.get("secret"), dict):
         _fill(body["secret"].get("stringData"))
-        _fill(body["secret"].get("data"))
