@@ -1,25 +1,82 @@
 #!/usr/bin/env bash
-# Idle resident memory of each service binary (release build), read from /proc after start-up settles.
+# Resident memory of each service binary (release build) and of `berth up` as a whole: idle, read
+# from /proc after start-up settles, and peak (VmHWM, the high-water mark) after LOAD_SECONDS of wrk
+# load at 64 connections on a read route of the service (the gateway's forwarded to a registry).
 #   bench/footprint.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release -q -p gateway -p machine-driver -p orchestrator-registry -p storage-ops -p ecs-emulator
+LOAD_SECONDS=${LOAD_SECONDS:-5}
+command -v wrk >/dev/null 2>&1 || {
+  apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
+}
+cargo build --release -q -p gateway -p machine-driver -p orchestrator-registry -p storage-ops -p ecs-emulator -p berth
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
 port=18380
-printf '%-24s %10s\n' "service" "idle RSS"
+kb() { awk -v k="$2" '$1 == k ":" {printf "%.1f MB", $2 / 1024}' "/proc/$1/status"; }
+ready() { for _ in $(seq 200); do curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1 && return; sleep 0.05; done; }
+
+./target/release/berth token create --scopes admin --name bench -o json >"$work/token.json"
+token=$(sed -n 's/.*"token": "\(.*\)".*/\1/p' "$work/token.json")
+sed -n 's/.*"tokensFileLine": "\(.*\)".*/\1/p' "$work/token.json" >"$work/tokens"
+# The gateway's upstream, started once and left out of the table.
+registry_port=18379
+BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$registry_port BERTH_DATA_DIR=$work/upstream DOCKER_HOST=tcp://127.0.0.1:1 \
+  ./target/release/orchestrator-registry >/dev/null 2>&1 & pids+=($!)
+ready $registry_port
+
+printf '%-24s %10s %10s   %s\n' "service" "idle RSS" "peak RSS" "load"
 for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator; do
   port=$((port + 1))
-  if [ "$svc" = ecs-emulator ]; then
-    ./target/release/ecs-emulator --port "$port" >/dev/null 2>&1 &
-  else
-    BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$port BERTH_DATA_DIR=$work/$svc DOCKER_HOST=tcp://127.0.0.1:1 \
-      ./target/release/$svc >/dev/null 2>&1 &
-  fi
+  route=/healthz header=
+  case $svc in
+    ecs-emulator) ./target/release/ecs-emulator --port "$port" >/dev/null 2>&1 & ;;
+    *)
+      BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$port BERTH_DATA_DIR=$work/$svc DOCKER_HOST=tcp://127.0.0.1:1 \
+        BERTH_TOKENS_FILE=$work/tokens BERTH_REGISTRY_URL=http://127.0.0.1:$registry_port \
+        BERTH_RATE_LIMIT_RPS=1000000 ./target/release/$svc >/dev/null 2>&1 &
+      ;;
+  esac
   pid=$!
-  for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+  pids+=("$pid")
+  case $svc in
+    gateway) route=/v1/kinds header="Authorization: Bearer $token" ;;
+    machine-driver) route=/v1/providers ;;
+    orchestrator-registry) route=/v1/kinds ;;
+    storage-ops) route=/v1/volumes ;;
+  esac
+  ready "$port"
   sleep 1
-  rss=$(awk '/VmRSS/ {print $2 " " $3}' "/proc/$pid/status")
-  printf '%-24s %10s\n' "$svc" "$rss"
+  idle=$(kb "$pid" VmRSS)
+  if [ -n "$header" ]; then
+    wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "$header" "http://127.0.0.1:$port$route" >/dev/null
+  else
+    wrk -t2 -c64 -d"${LOAD_SECONDS}s" "http://127.0.0.1:$port$route" >/dev/null
+  fi
+  printf '%-24s %10s %10s   %s\n' "$svc" "$idle" "$(kb "$pid" VmHWM)" "GET $route, 64 connections, ${LOAD_SECONDS}s"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done
+
+# The whole stack in one process, as `berth up` runs it.
+base=18400
+BERTH_RATE_LIMIT_RPS=1000000 ./target/release/berth up --port-base $base --data-dir "$work/up" >"$work/up.out" 2>/dev/null &
+pid=$!
+pids+=("$pid")
+for _ in $(seq 200); do grep -q '^admin token: ' "$work/up.out" 2>/dev/null && break; sleep 0.05; done
+up_token=$(sed -n 's/^admin token: //p' "$work/up.out" | head -1)
+for p in $base $((base + 1)) $((base + 2)) $((base + 3)); do
+  until curl -fsS -o /dev/null "http://127.0.0.1:$p/readyz" 2>/dev/null; do sleep 0.05; done
+done
+sleep 1
+idle=$(kb "$pid" VmRSS)
+wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/kinds" >/dev/null
+wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/volumes" >/dev/null
+printf '%-24s %10s %10s   %s\n' "berth up (all five)" "$idle" "$(kb "$pid" VmHWM)" \
+  "GET /v1/kinds then /v1/volumes through the gateway, 64 connections, ${LOAD_SECONDS}s each"

@@ -7,10 +7,14 @@
 //!
 //! [`openapi_compat`] finds the breaking changes between a committed OpenAPI document and a served
 //! one (`tests/openapi.rs` runs it over every service's document).
+//!
+//! [`processes`] runs the stack as separate processes instead, for the suites that kill them (the
+//! crash suite, `src/bin/crash_suite`, which `tests/reliability/run.sh` runs).
 
 use std::future::Future;
 
 pub mod openapi_compat;
+pub mod processes;
 
 use gateway::auth::tokens_file_line;
 use gateway::routes::Scope;

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Every benchmark in one run, written to BENCHMARKS.md (or OUT=path) with the machine they ran on.
+#
+#   bench/all.sh                 # the whole set, about 15 minutes warm on 2 cores
+#   QUICK=1 bench/all.sh         # fewer rounds and shorter runs, to try the script (figures are noisy)
+#
+# Each section is the output of one benchmark, verbatim, under the command that produced it, so a
+# figure can be reproduced alone. Each benchmark takes medians of its own rounds and prints ratios
+# measured in the same run (gateway vs nginx and HAProxy; AddStorage vs raw SQLite): absolute figures
+# drift between machines, ratios measured side by side hold. Nothing here asserts: a benchmark prints
+# figures, and the figures are read.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-BENCHMARKS.md}
+tmp=$(mktemp)
+trap 'rm -f "$tmp"' EXIT
+
+if [ "${QUICK:-}" = 1 ]; then
+  export ROUNDS=1 DURATION=3 RUNS=2 BENCH_CREATES=60 BERTH_BENCH_ADDS=200
+fi
+
+section() { # title command...
+  local title=$1
+  shift
+  echo "== $title: $*" >&2
+  {
+    echo "## $title"
+    echo
+    echo '```'
+    echo "\$ $*"
+    local started=$SECONDS
+    "$@" 2>&1 | grep -v -E '^\s*(Compiling|Finished|Running|Downloaded|Downloading|Blocking|Updating|Locking)\b' || true
+    echo "(took $((SECONDS - started)) s)"
+    echo '```'
+    echo
+  } >>"$tmp"
+}
+
+cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
+{
+  echo "# Benchmarks"
+  echo
+  echo "Made by \`bench/all.sh\` on $(date -u +%Y-%m-%d) at commit $(git rev-parse --short HEAD)."
+  echo "Machine: $(nproc) cores ($cpu), $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)" \
+    "of memory, Linux $(uname -r), $(rustc --version)."
+  echo "Release builds (\`[profile.release]\`: fat LTO, one codegen unit) unless a section says otherwise."
+  echo
+} >"$tmp"
+
+section "Gateway: direct vs Berth vs nginx vs HAProxy" bench/gateway.sh
+section "Storage: AddStorage vs raw SQLite, ListStorage pages" cargo bench -q -p storage-ops --bench storage
+section "Machines: ListMachines over 10,000 instances, CreateMachine under an account QPS limit" \
+  cargo bench -q -p machine-driver --bench driver
+section "Memory: each service idle and at peak, and berth up" bench/footprint.sh
+section "Start-up and shutdown of berth up" bench/startup.sh
+section "Instruction counts per request through the gateway (callgrind)" bench/instructions.sh
+
+mv "$tmp" "$out"
+trap - EXIT
+echo "wrote $out" >&2

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The reliability suite (RELIABILITY.md): the long form, and the short form CI runs.
+#
+#   tests/reliability/run.sh           # long: release binaries, the crash suite over 20 seeds of 500
+#                                      # operations, each fuzz target for FUZZ_SECONDS (default 300)
+#   tests/reliability/run.sh --short   # CI: debug binaries (those `cargo test` built), 2 seeds of 150
+#                                      # operations, fuzz targets for a few seconds each
+#
+# Every part prints its own table and closes with its own `N passed, N failed`; the script closes
+# with the sum in the same form and exits 1 when anything failed. Parts whose tool is missing here
+# (fuzz/ not present yet) are said and skipped.
+set -euo pipefail
+shopt -s inherit_errexit
+cd "$(dirname "$0")/../.."
+mode=long
+[ "${1:-}" = --short ] && mode=short
+
+passed=0 failed=0
+tally() { # output file of a part → adds its closing counts
+  local line
+  line=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$1" | tail -1 || true)
+  if [ -z "$line" ]; then
+    failed=$((failed + 1))
+    return
+  fi
+  passed=$((passed + $(sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed.*/\2/' <<<"$line")))
+  failed=$((failed + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")))
+}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+services=(-p gateway -p machine-driver -p orchestrator-registry -p storage-ops -p ecs-emulator)
+if [ "$mode" = short ]; then
+  cargo build -q "${services[@]}" -p berth-tests --bins
+  bin_dir=${CARGO_TARGET_DIR:-target}/debug
+  crash=(--seeds 2 --ops 150)
+  fuzz_seconds=${FUZZ_SECONDS:-3}
+else
+  cargo build -q --release "${services[@]}" -p berth-tests --bins
+  bin_dir=${CARGO_TARGET_DIR:-target}/release
+  crash=(--seeds "${CRASH_SEEDS:-20}" --ops "${CRASH_OPS:-500}")
+  fuzz_seconds=${FUZZ_SECONDS:-300}
+fi
+
+echo "== crash: SIGKILL storage-ops, the registry and the machine driver during mixed operations"
+"$bin_dir/crash-suite" "${crash[@]}" --bin-dir "$bin_dir" | tee "$log" || true
+tally "$log"
+
+echo "== hostile input: the fuzz targets, ${fuzz_seconds}s each"
+if [ -x fuzz/run.sh ]; then
+  fuzz/run.sh "$fuzz_seconds" | tee "$log" || true
+  tally "$log"
+else
+  echo "   SKIPPED: no fuzz/run.sh in this checkout"
+fi
+
+echo "reliability: $passed passed, $failed failed"
+[ "$failed" = 0 ]

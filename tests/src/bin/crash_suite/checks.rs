@@ -1,0 +1,178 @@
+//! The end of a round: the controller's repeats, then every check.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use berth_tests::processes::ProcessStack;
+use client::storage;
+use domain::VolumePhase;
+use serde_json::Value;
+
+use crate::model::{machine_name, volume_name};
+use crate::workload::{Shared, until_acknowledged};
+use crate::{NAMESPACE, SETTLE};
+
+pub(crate) async fn settle_and_check(shared: &Shared, stack: &ProcessStack) {
+    // Repeat every unacknowledged intent, as a controller does until it is answered.
+    for (i, state) in shared.volumes.iter().enumerate() {
+        let mut state = state.lock().await;
+        if let Some(intent) = state.pending {
+            match until_acknowledged(|| shared.volume_op(i, intent)).await {
+                Ok(()) => state.acknowledged(intent),
+                Err(e) => shared.count(|c| {
+                    c.half_made += 1;
+                    c.findings.push(format!(
+                        "{}: {intent:?} never acknowledged: {e}",
+                        volume_name(i)
+                    ));
+                }),
+            }
+        }
+    }
+    for (i, state) in shared.machines.iter().enumerate() {
+        let mut state = state.lock().await;
+        if let Some(intent) = state.pending {
+            let generation = state.generation;
+            match until_acknowledged(|| shared.machine_op(i, intent, generation)).await {
+                Ok(()) => state.acknowledged(intent),
+                Err(e) => shared.count(|c| {
+                    c.half_made += 1;
+                    c.findings.push(format!(
+                        "{}: {intent:?} never acknowledged: {e}",
+                        machine_name(i)
+                    ));
+                }),
+            }
+        }
+    }
+
+    // Volumes: reconciled, each as acknowledged, no half-made one.
+    let started = Instant::now();
+    let volumes = loop {
+        let listed = shared
+            .clients
+            .volumes
+            .list_all(&storage::ListParams {
+                namespace: Some(NAMESPACE.into()),
+                ..Default::default()
+            })
+            .await;
+        match listed {
+            Ok(v) if v.iter().all(|v| v.status.phase == VolumePhase::Ready) => break v,
+            Ok(v) if started.elapsed() > SETTLE => break v,
+            Err(e) if started.elapsed() > SETTLE => {
+                shared.count(|c| c.findings.push(format!("cannot list volumes: {e}")));
+                break vec![];
+            }
+            _ => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    let by_name: BTreeMap<&str, &domain::Volume> = volumes
+        .iter()
+        .map(|v| (v.metadata.name.as_str(), v))
+        .collect();
+    for (i, state) in shared.volumes.iter().enumerate() {
+        let state = state.lock().await;
+        let name = volume_name(i);
+        match (state.present, by_name.get(name.as_str())) {
+            (true, None) => shared.count(|c| {
+                c.data_lost += 1;
+                c.findings
+                    .push(format!("{name}: acknowledged as made, missing"));
+            }),
+            (false, Some(_)) => shared.count(|c| {
+                c.data_lost += 1;
+                c.findings
+                    .push(format!("{name}: acknowledged as deleted, still there"));
+            }),
+            (true, Some(v)) if v.status.phase != VolumePhase::Ready => shared.count(|c| {
+                c.half_made += 1;
+                c.findings
+                    .push(format!("{name}: {:?} after reconcile", v.status.phase));
+            }),
+            _ => {}
+        }
+    }
+    // Every backend directory is a listed volume's, and storage-ops reports no orphan: an object
+    // seen both ways counts once.
+    let owned: Vec<&str> = volumes.iter().map(|v| v.status.location.as_str()).collect();
+    let mut orphans = std::collections::BTreeSet::new();
+    if let Ok(entries) = std::fs::read_dir(stack.volumes_root.join(NAMESPACE)) {
+        for entry in entries.flatten() {
+            let path = entry.path().display().to_string();
+            if !owned.contains(&path.as_str()) {
+                orphans.insert(path);
+            }
+        }
+    }
+    match shared.clients.volumes.orphans().await {
+        Ok(list) => orphans.extend(list.items.into_iter().map(|o| o.location)),
+        Err(e) => shared.count(|c| c.findings.push(format!("cannot list orphans: {e}"))),
+    }
+    for path in orphans {
+        shared.count(|c| {
+            c.orphans += 1;
+            c.findings.push(format!("orphan backend object {path}"));
+        });
+    }
+
+    // Machines: one VM per machine acknowledged as made, none for one acknowledged as deleted, and
+    // nothing left behind by a deleted one.
+    let account: Value = match reqwest::get(format!("{}/_emulator/state", stack.emulator)).await {
+        Ok(r) => r.json().await.unwrap_or_default(),
+        Err(e) => {
+            shared.count(|c| c.findings.push(format!("cannot read the ECS account: {e}")));
+            Value::Null
+        }
+    };
+    let machine_of = |resource: &Value| -> Option<String> {
+        resource["Tags"]["Tag"]
+            .as_array()?
+            .iter()
+            .find(|t| t["TagKey"] == "berth.io/machine")
+            .and_then(|t| t["TagValue"].as_str().map(String::from))
+    };
+    let mut vms: BTreeMap<String, usize> = BTreeMap::new();
+    for instance in account["instances"].as_array().into_iter().flatten() {
+        if let Some(m) = machine_of(instance) {
+            *vms.entry(m).or_default() += 1;
+        }
+    }
+    for (i, state) in shared.machines.iter().enumerate() {
+        let state = state.lock().await;
+        let name = machine_name(i);
+        let n = vms.get(&name).copied().unwrap_or(0);
+        if n > 1 {
+            shared.count(|c| {
+                c.duplicate_vms += n - 1;
+                c.findings.push(format!("{name}: {n} VMs"));
+            });
+        }
+        match (state.present, n) {
+            (true, 0) => shared.count(|c| {
+                c.data_lost += 1;
+                c.findings
+                    .push(format!("{name}: acknowledged as made, no VM"));
+            }),
+            (false, n) if n > 0 => shared.count(|c| {
+                c.data_lost += 1;
+                c.findings
+                    .push(format!("{name}: acknowledged as deleted, {n} VM(s) left"));
+            }),
+            _ => {}
+        }
+        if !state.present {
+            for kind in ["disks", "networkInterfaces"] {
+                for resource in account[kind].as_array().into_iter().flatten() {
+                    if machine_of(resource).as_deref() == Some(name.as_str()) {
+                        shared.count(|c| {
+                            c.orphans += 1;
+                            c.findings
+                                .push(format!("{name}: a {kind} resource left behind"));
+                        });
+                    }
+                }
+            }
+        }
+    }
+}

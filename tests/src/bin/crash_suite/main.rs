@@ -1,0 +1,275 @@
+//! The crash suite: every acknowledged change survives a SIGKILL of the service that made it.
+//!
+//! Each round (one seed) starts the five binaries as separate processes on one data directory —
+//! the ECS emulator (keeping its account in a state directory, as a cloud keeps its VMs), the
+//! registry, storage-ops, the machine driver and the gateway — and drives mixed operations through
+//! the gateway from several workers: volumes created, read and deleted, machines created, inspected
+//! and deleted. Meanwhile a killer SIGKILLs storage-ops, the registry or the machine driver, alone or
+//! all three together, at random moments, and starts them again on the same data.
+//!
+//! A worker counts an operation as acknowledged only when it was answered 2xx; anything else (a
+//! refused connection, a 502/503/504, a timeout) leaves that name's state unknown, and the worker
+//! remembers what it meant to do, as a controller would. At the end the suite, like a controller,
+//! repeats each unacknowledged intent until it is acknowledged, then checks:
+//! - data lost: a volume or machine acknowledged as made is missing (or was seen missing by a read
+//!   in the run), or one acknowledged as deleted is back;
+//! - half-made: a volume still Pending, Provisioning, Deleting or Failed once reconciled;
+//! - orphans: a backend directory no volume owns, a volume storage-ops reports at `/v1/orphans`, an
+//!   ECS disk or network interface left by a machine that is gone;
+//! - duplicate VMs: more than one ECS instance for one machine.
+//!
+//! ```text
+//! crash-suite [--seeds N] [--first-seed S] [--ops N] [--workers N] [--bin-dir DIR]
+//! ```
+//!
+//! The binaries are looked for beside this one (build them in the same profile:
+//! `tests/reliability/run.sh` does). Prints a table per round and a summary, and closes with
+//! `N passed, N failed` (a round passes when every count above is zero).
+
+//!
+//! # Layout
+//! - this file: options, one round (start, run, settle, check, stop) and the summary;
+//! - [`model`]: what the suite knows of each name, the counts, the requests it sends;
+//! - [`workload`]: the workers and the killer;
+//! - [`checks`]: the controller's repeats at the end of a round, and every check.
+//!
+//! The processes themselves are `berth_tests::processes`.
+
+mod checks;
+mod model;
+mod workload;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+use std::time::{Duration, Instant};
+
+use berth_tests::processes::{Credentials, ProcessStack, Service};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use tokio::sync::Mutex;
+
+use model::{Counts, NameState, clients};
+use workload::{Shared, killer};
+
+const INTERNAL_TOKEN: &str = "crash-suite-internal-credential";
+pub(crate) const ADMIN_TOKEN: &str = "crash-suite-admin-token";
+pub(crate) const ECS_KEY_ID: &str = "LTAIcrashsuite";
+pub(crate) const ECS_KEY_SECRET: &str = "crash-suite-secret";
+pub(crate) const NAMESPACE: &str = "crash";
+pub(crate) const VOLUME_NAMES: usize = 40;
+pub(crate) const MACHINE_NAMES: usize = 12;
+/// How long the end of a round may take to settle an intent or to finish reconciling.
+pub(crate) const SETTLE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+struct Options {
+    seeds: u64,
+    first_seed: u64,
+    ops: usize,
+    workers: usize,
+    bin_dir: PathBuf,
+}
+
+fn options() -> Result<Options, String> {
+    let mut o = Options {
+        seeds: 20,
+        first_seed: 1,
+        ops: 500,
+        workers: 4,
+        bin_dir: std::env::current_exe()
+            .map_err(|e| e.to_string())?
+            .parent()
+            .ok_or("this binary has no directory")?
+            .to_path_buf(),
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let mut value = || args.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--seeds" => o.seeds = value()?.parse().map_err(|e| format!("--seeds: {e}"))?,
+            "--first-seed" => {
+                o.first_seed = value()?.parse().map_err(|e| format!("--first-seed: {e}"))?
+            }
+            "--ops" => o.ops = value()?.parse().map_err(|e| format!("--ops: {e}"))?,
+            "--workers" => {
+                o.workers = value()?.parse().map_err(|e| format!("--workers: {e}"))?;
+                if o.workers == 0 {
+                    return Err("--workers must be at least 1".into());
+                }
+            }
+            "--bin-dir" => o.bin_dir = PathBuf::from(value()?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    Ok(o)
+}
+
+async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
+    let data = tempfile::Builder::new()
+        .prefix("berth-crash-")
+        .tempdir()
+        .map_err(|e| e.to_string())?;
+    let credentials = Credentials {
+        admin_token: ADMIN_TOKEN.into(),
+        internal_token: INTERNAL_TOKEN.into(),
+        ecs_key_id: ECS_KEY_ID.into(),
+        ecs_key_secret: ECS_KEY_SECRET.into(),
+    };
+    let stack = ProcessStack::start(&o.bin_dir, data.path(), &credentials).await?;
+    let shared = Arc::new(Shared {
+        seed,
+        clients: clients(&stack.gateway),
+        volumes: (0..VOLUME_NAMES)
+            .map(|_| Mutex::new(NameState::new()))
+            .collect(),
+        machines: (0..MACHINE_NAMES)
+            .map(|_| Mutex::new(NameState::new()))
+            .collect(),
+        next_op: AtomicUsize::new(0),
+        ops: o.ops,
+        counts: std::sync::Mutex::new(Counts::default()),
+    });
+    let stack = Arc::new(Mutex::new(stack));
+    let killing = tokio::spawn(killer(
+        stack.clone(),
+        shared.clone(),
+        StdRng::seed_from_u64(seed),
+    ));
+    let workers: Vec<_> = (0..o.workers)
+        .map(|w| tokio::spawn(shared.clone().worker(w, o.workers)))
+        .collect();
+    for w in workers {
+        w.await.map_err(|e| format!("a worker panicked: {e}"))?;
+    }
+    killing
+        .await
+        .map_err(|e| format!("the killer panicked: {e}"))?;
+    // Everything up again (the killer restarts what it killed, but a restart may have failed).
+    let mut stack = Arc::try_unwrap(stack)
+        .map_err(|_| "the stack is still shared".to_string())?
+        .into_inner();
+    for s in [
+        Service::Registry,
+        Service::StorageOps,
+        Service::MachineDriver,
+    ] {
+        let p = stack.process(s);
+        p.kill().await;
+        p.start().await?;
+    }
+    checks::settle_and_check(&shared, &stack).await;
+    stack.stop().await;
+    let counts = shared.counts.lock().expect("counts").clone();
+    if !counts.passed() {
+        // Keep the data directory and the logs of a failed round to look at.
+        let kept = data.keep();
+        eprintln!("round {seed}: kept {}", kept.display());
+    }
+    Ok(counts)
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("crash-suite: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    for s in Service::ALL {
+        let bin = o.bin_dir.join(s.binary());
+        if !bin.is_file() {
+            eprintln!(
+                "crash-suite: {} is not built (looked in {}; --bin-dir names another)",
+                s.binary(),
+                o.bin_dir.display()
+            );
+            return std::process::ExitCode::from(2);
+        }
+    }
+    println!(
+        "== crash suite: {} seeds from {}, {} operations each over {} workers",
+        o.seeds, o.first_seed, o.ops, o.workers
+    );
+    println!(
+        "{:>5} {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8}",
+        "seed",
+        "ops",
+        "acked",
+        "unacked",
+        "kills",
+        "data lost",
+        "half-made",
+        "orphans",
+        "dup. VMs",
+        "seconds"
+    );
+    let mut total = Counts::default();
+    let (mut passed, mut failed) = (0, 0);
+    for seed in o.first_seed..o.first_seed + o.seeds {
+        let started = Instant::now();
+        match round(&o, seed).await {
+            Ok(c) => {
+                println!(
+                    "{seed:>5} {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8.1}",
+                    c.operations,
+                    c.acknowledged,
+                    c.unacknowledged,
+                    c.kills,
+                    c.data_lost,
+                    c.half_made,
+                    c.orphans,
+                    c.duplicate_vms,
+                    started.elapsed().as_secs_f64()
+                );
+                let why: Vec<String> = c
+                    .unacknowledged_by
+                    .iter()
+                    .map(|(k, n)| format!("{n}× {k}"))
+                    .collect();
+                if !why.is_empty() {
+                    println!("      unacknowledged: {}", why.join(", "));
+                }
+                for f in &c.findings {
+                    println!("      {f}");
+                }
+                if c.passed() {
+                    passed += 1;
+                } else {
+                    failed += 1;
+                }
+                total.operations += c.operations;
+                total.acknowledged += c.acknowledged;
+                total.unacknowledged += c.unacknowledged;
+                total.kills += c.kills;
+                total.data_lost += c.data_lost;
+                total.half_made += c.half_made;
+                total.orphans += c.orphans;
+                total.duplicate_vms += c.duplicate_vms;
+            }
+            Err(e) => {
+                println!("{seed:>5} could not run: {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!(
+        "total {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10}",
+        total.operations,
+        total.acknowledged,
+        total.unacknowledged,
+        total.kills,
+        total.data_lost,
+        total.half_made,
+        total.orphans,
+        total.duplicate_vms
+    );
+    println!("crash-suite: {passed} passed, {failed} failed");
+    if failed == 0 {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::FAILURE
+    }
+}

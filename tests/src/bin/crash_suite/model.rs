@@ -1,0 +1,146 @@
+//! What the suite knows of each name, what it counts, and the requests it sends.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use client::{ClientError, ClientOptions, ServiceClient, machines, storage};
+use domain::machine::MachineRequest;
+use domain::{Code, SecretString, VolumeProvisionerProfile};
+use serde_json::json;
+
+use crate::{ADMIN_TOKEN, ECS_KEY_ID, ECS_KEY_SECRET, NAMESPACE};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Intent {
+    Create,
+    Delete,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NameState {
+    /// What the last acknowledged operation left: present or absent.
+    pub(crate) present: bool,
+    /// An operation that was sent but not acknowledged: the name is uncertain until it is repeated.
+    pub(crate) pending: Option<Intent>,
+    /// A machine's generation: a new Machine object (new UID) after each acknowledged delete.
+    pub(crate) generation: u32,
+}
+
+impl NameState {
+    pub(crate) fn new() -> Self {
+        NameState {
+            present: false,
+            pending: None,
+            generation: 0,
+        }
+    }
+
+    pub(crate) fn acknowledged(&mut self, intent: Intent) {
+        self.present = intent == Intent::Create;
+        self.pending = None;
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Counts {
+    pub(crate) operations: usize,
+    pub(crate) acknowledged: usize,
+    pub(crate) unacknowledged: usize,
+    pub(crate) kills: usize,
+    pub(crate) data_lost: usize,
+    pub(crate) half_made: usize,
+    pub(crate) orphans: usize,
+    pub(crate) duplicate_vms: usize,
+    /// Why operations went unacknowledged: the machine code, or the HTTP status with none.
+    pub(crate) unacknowledged_by: BTreeMap<String, usize>,
+    pub(crate) findings: Vec<String>,
+}
+
+impl Counts {
+    pub(crate) fn passed(&self) -> bool {
+        self.data_lost == 0 && self.half_made == 0 && self.orphans == 0 && self.duplicate_vms == 0
+    }
+}
+
+pub(crate) struct Clients {
+    pub(crate) volumes: storage::Client,
+    pub(crate) machines: machines::Client,
+}
+
+pub(crate) fn clients(gateway: &str) -> Clients {
+    let service = ServiceClient::new(
+        gateway,
+        ClientOptions {
+            timeout: Duration::from_secs(20),
+            bearer: Some(SecretString::new(ADMIN_TOKEN)),
+            // The suite decides what an unanswered call means; the client must not retry behind it.
+            attempts: 1,
+            propagation: None,
+        },
+    );
+    Clients {
+        volumes: storage::Client::new(service.clone()),
+        machines: machines::Client::new(service),
+    }
+}
+
+pub(crate) fn volume_name(i: usize) -> String {
+    format!("v-{i:02}")
+}
+
+pub(crate) fn machine_name(i: usize) -> String {
+    format!("m-{i:02}")
+}
+
+pub(crate) fn machine_request(seed: u64, name: &str, generation: u32) -> MachineRequest {
+    let request = json!({
+        "machine": {"metadata": {
+            "name": name,
+            "namespace": "shoot--crash",
+            "uid": format!("crash-{seed}-{name}-{generation}"),
+        }},
+        "machineClass": {
+            "metadata": {"name": "crash-class"},
+            "provider": "Alicloud",
+            "providerSpec": {
+                "apiVersion": "mcm.gardener.cloud/v1alpha1",
+                "imageID": "m-image",
+                "instanceType": "ecs.g6.large",
+                "region": "cn-shanghai",
+                "zoneID": "cn-shanghai-b",
+                "securityGroupID": "sg-1",
+                "vSwitchID": "vsw-1",
+                "systemDisk": {"category": "cloud_efficiency", "size": 50},
+                "keyPairName": "crash",
+                "tags": {"kubernetes.io/cluster/shoot--crash": "1", "kubernetes.io/role/node": "1"}
+            }
+        },
+        "secret": {"stringData": {"alicloudAccessKeyID": ECS_KEY_ID, "alicloudAccessKeySecret": ECS_KEY_SECRET}}
+    });
+    serde_json::from_value(request).expect("the suite's machine request is well formed")
+}
+
+pub(crate) fn profile(name: &str) -> VolumeProvisionerProfile {
+    VolumeProvisionerProfile {
+        name: name.into(),
+        namespace: Some(NAMESPACE.into()),
+        capacity: "1Mi".into(),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn reason(e: &ClientError) -> String {
+    match e.http_status {
+        Some(h) => format!("{h} {:?}", e.code()),
+        None => format!("no answer ({:?})", e.code()),
+    }
+}
+
+/// Whether a refusal says the name is in the other state already settling (a machine between
+/// states, a volume being deleted): the intent stands, to be repeated.
+pub(crate) fn retryable(e: &ClientError) -> bool {
+    !matches!(
+        e.code(),
+        Code::InvalidArgument | Code::AlreadyExists | Code::Unauthenticated
+    )
+}
