@@ -2,9 +2,10 @@
 # The reliability suite (RELIABILITY.md): the long form, and the short form CI runs.
 #
 #   tests/reliability/run.sh           # long: release binaries, the crash suite over 20 seeds of 500
-#                                      # operations, each fuzz target for FUZZ_SECONDS (default 300)
+#                                      # operations, the fault suite, each fuzz target for
+#                                      # FUZZ_SECONDS (default 300)
 #   tests/reliability/run.sh --short   # CI: debug binaries (those `cargo test` built), 2 seeds of 150
-#                                      # operations, fuzz targets for a few seconds each
+#                                      # operations, the fault suite, fuzz targets a few seconds each
 #
 # Every part prints its own table and closes with its own `N passed, N failed`; the script closes
 # with the sum in the same form and exits 1 when anything failed. Parts whose tool is missing here
@@ -44,6 +45,10 @@ fi
 
 echo "== crash: SIGKILL storage-ops, the registry and the machine driver during mixed operations"
 "$bin_dir/crash-suite" "${crash[@]}" --bin-dir "$bin_dir" | tee "$log" || true
+tally "$log"
+
+echo "== dependency faults: registry down, hung and flapping; ECS throttling, 5xx and latency; no Docker Engine"
+"$bin_dir/fault-suite" --bin-dir "$bin_dir" | tee "$log" || true
 tally "$log"
 
 echo "== hostile input: the fuzz targets, ${fuzz_seconds}s each"

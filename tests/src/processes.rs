@@ -125,6 +125,34 @@ impl Process {
         ))
     }
 
+    /// SIGSTOP: the process keeps its sockets, so the kernel still accepts connections for it,
+    /// but it answers nothing — a hung dependency, not a dead one.
+    pub fn pause(&self) -> Result<(), String> {
+        self.signal("-STOP")
+    }
+
+    /// SIGCONT after [`Process::pause`].
+    pub fn resume(&self) -> Result<(), String> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, signal: &str) -> Result<(), String> {
+        let pid = self
+            .child
+            .as_ref()
+            .and_then(tokio::process::Child::id)
+            .ok_or_else(|| format!("{} is not running", self.service.binary()))?;
+        let status = std::process::Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .map_err(|e| format!("kill {signal}: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill {signal} {pid}: {status}"))
+        }
+    }
+
     /// SIGKILL, and wait until the process is gone.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -155,10 +183,13 @@ pub struct ProcessStack {
 impl ProcessStack {
     /// Starts the binaries found in `bin_dir` on the data directory `data`. The emulator's
     /// lifecycle is shortened (30 ms a state), so a machine settles within a suite's patience.
+    ///
+    /// `settings` adds (or replaces) variables of one service's environment.
     pub async fn start(
         bin_dir: &Path,
         data: &Path,
         credentials: &Credentials,
+        settings: &[(Service, &str, &str)],
     ) -> Result<ProcessStack, String> {
         let mut ports = BTreeMap::new();
         for s in Service::ALL {
@@ -226,6 +257,10 @@ impl ProcessStack {
                     // only slow the suite down.
                     env.push(("BERTH_BREAKER_OPEN", "100ms".into()));
                 }
+            }
+            for (_, key, value) in settings.iter().filter(|(to, _, _)| *to == s) {
+                env.retain(|(k, _)| k != key);
+                env.push((key, value.to_string()));
             }
             procs.insert(
                 s,

@@ -355,17 +355,32 @@ pub(crate) struct CallerBody {
 impl CallerBody {
     fn new(inner: Body) -> (Self, Arc<BodyProgress>) {
         let progress = Arc::new(BodyProgress::new());
-        if inner.is_end_stream() {
-            progress.state.store(FINISHED, Ordering::Release);
-            let _ = progress.finished_at.set(Instant::now());
+        let body = CallerBody {
+            inner,
+            progress: progress.clone(),
+        };
+        body.finish_if_ended();
+        (body, progress)
+    }
+
+    /// Records the end once the caller's body has none left. Hyper stops polling a body whose
+    /// declared length it has sent (it asks `is_end_stream` instead of waiting for the `None`), so
+    /// the end must be read off the body after every frame, not only from a final poll: else the
+    /// body never counts as in, and an upstream slower than the stall limit looks like a caller
+    /// that stopped sending (a 408 for every slow CreateMachine).
+    fn finish_if_ended(&self) {
+        if self.inner.is_end_stream() {
+            self.finish();
         }
-        (
-            CallerBody {
-                inner,
-                progress: progress.clone(),
-            },
-            progress,
-        )
+    }
+
+    fn finish(&self) {
+        let _ = self.progress.finished_at.set(Instant::now());
+        // Only a body still streaming ends well; a broken or oversized one stays what it was.
+        let _ =
+            self.progress
+                .state
+                .compare_exchange(0, FINISHED, Ordering::AcqRel, Ordering::Acquire);
     }
 }
 
@@ -379,11 +394,11 @@ impl hyper::body::Body for CallerBody {
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
         let polled = Pin::new(&mut self.inner).poll_frame(cx);
         match &polled {
-            Poll::Ready(Some(Ok(_))) => self.progress.brought_bytes(),
-            Poll::Ready(None) => {
-                let _ = self.progress.finished_at.set(Instant::now());
-                self.progress.state.store(FINISHED, Ordering::Release);
+            Poll::Ready(Some(Ok(_))) => {
+                self.progress.brought_bytes();
+                self.finish_if_ended();
             }
+            Poll::Ready(None) => self.finish(),
             Poll::Ready(Some(Err(e))) => {
                 let state = if is_too_large(e) { TOO_LARGE } else { BROKEN };
                 self.progress.state.store(state, Ordering::Release);
@@ -394,7 +409,11 @@ impl hyper::body::Body for CallerBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        let ended = self.inner.is_end_stream();
+        if ended {
+            self.finish();
+        }
+        ended
     }
 
     fn size_hint(&self) -> SizeHint {

@@ -116,7 +116,7 @@ async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
         ecs_key_id: ECS_KEY_ID.into(),
         ecs_key_secret: ECS_KEY_SECRET.into(),
     };
-    let stack = ProcessStack::start(&o.bin_dir, data.path(), &credentials).await?;
+    let stack = ProcessStack::start(&o.bin_dir, data.path(), &credentials, &[]).await?;
     let shared = Arc::new(Shared {
         seed,
         clients: clients(&stack.gateway),
