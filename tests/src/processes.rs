@@ -287,6 +287,14 @@ impl ProcessStack {
         Ok(stack)
     }
 
+    /// Every service's URL.
+    pub fn urls(&self) -> Vec<(Service, String)> {
+        self.procs
+            .values()
+            .map(|p| (p.service, format!("http://127.0.0.1:{}", p.port)))
+            .collect()
+    }
+
     /// One service's process.
     pub fn process(&mut self, service: Service) -> &mut Process {
         self.procs

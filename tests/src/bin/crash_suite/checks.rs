@@ -1,16 +1,19 @@
 //! The end of a round: the controller's repeats, then every check.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use berth_tests::processes::ProcessStack;
+use berth_tests::processes::{ProcessStack, Service};
 use client::storage;
 use domain::VolumePhase;
 use serde_json::Value;
 
 use crate::model::{machine_name, volume_name};
 use crate::workload::{Shared, until_acknowledged};
-use crate::{NAMESPACE, SETTLE};
+use crate::{
+    ADMIN_TOKEN, ECS_KEY_ID, ECS_KEY_SECRET, INTERNAL_TOKEN, NAMESPACE, SETTLE, USER_DATA,
+};
 
 pub(crate) async fn settle_and_check(shared: &Shared, stack: &ProcessStack) {
     // Repeat every unacknowledged intent, as a controller does until it is answered.
@@ -172,6 +175,57 @@ pub(crate) async fn settle_and_check(shared: &Shared, stack: &ProcessStack) {
                         });
                     }
                 }
+            }
+        }
+    }
+}
+
+/// The planted secrets — the ECS access key and secret, the machines' user data, the admin token
+/// and the internal credential — appear in no Berth service's log (its crates at debug level) and
+/// on no `/metrics` page. The emulator is left out: it stands for the cloud, which holds the key by
+/// definition, and it logs the key it was given at start on purpose (so a user of `berth up` can
+/// sign calls to it).
+pub(crate) async fn no_secret_anywhere(shared: &Shared, stack: &ProcessStack, data: &Path) {
+    let planted = [
+        ("the ECS access key id", ECS_KEY_ID),
+        ("the ECS access key secret", ECS_KEY_SECRET),
+        ("the machines' user data", USER_DATA.trim()),
+        ("the admin token", ADMIN_TOKEN),
+        ("the internal credential", INTERNAL_TOKEN),
+    ];
+    let mut places: Vec<(String, String)> = Vec::new();
+    for entry in std::fs::read_dir(data).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let berths = path.file_stem().is_some_and(|s| s != "ecs-emulator");
+        if berths && path.extension().is_some_and(|e| e == "log") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            places.push((path.display().to_string(), text));
+        }
+    }
+    for (service, url) in stack
+        .urls()
+        .into_iter()
+        .filter(|(s, _)| *s != Service::Emulator)
+    {
+        if let Ok(r) = reqwest::get(format!("{url}/metrics")).await {
+            places.push((
+                format!("{} /metrics", service.binary()),
+                r.text().await.unwrap_or_default(),
+            ));
+        }
+    }
+    for (place, text) in &places {
+        for (what, secret) in planted {
+            // The user data is multi-line: any one of its lines is a leak.
+            let found = secret
+                .lines()
+                .filter(|l| !l.is_empty() && !l.starts_with("#!"))
+                .any(|l| text.contains(l));
+            if found {
+                shared.count(|c| {
+                    c.secrets_leaked += 1;
+                    c.findings.push(format!("{what} appears in {place}"));
+                });
             }
         }
     }

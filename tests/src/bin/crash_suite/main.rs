@@ -16,7 +16,9 @@
 //! - half-made: a volume still Pending, Provisioning, Deleting or Failed once reconciled;
 //! - orphans: a backend directory no volume owns, a volume storage-ops reports at `/v1/orphans`, an
 //!   ECS disk or network interface left by a machine that is gone;
-//! - duplicate VMs: more than one ECS instance for one machine.
+//! - duplicate VMs: more than one ECS instance for one machine;
+//! - secrets: the planted ECS key, user data, admin token or internal credential in a Berth
+//!   service's log (its crates at debug level) or on a `/metrics` page.
 //!
 //! ```text
 //! crash-suite [--seeds N] [--first-seed S] [--ops N] [--workers N] [--bin-dir DIR]
@@ -52,10 +54,12 @@ use tokio::sync::Mutex;
 use model::{Counts, NameState, clients};
 use workload::{Shared, killer};
 
-const INTERNAL_TOKEN: &str = "crash-suite-internal-credential";
+pub(crate) const INTERNAL_TOKEN: &str = "crash-suite-internal-credential";
 pub(crate) const ADMIN_TOKEN: &str = "crash-suite-admin-token";
 pub(crate) const ECS_KEY_ID: &str = "LTAIcrashsuite";
 pub(crate) const ECS_KEY_SECRET: &str = "crash-suite-secret";
+/// The user data every machine carries: a secret too (it holds bootstrap tokens in real use).
+pub(crate) const USER_DATA: &str = "#!/bin/sh\necho planted-user-data-d41d8cd9\n";
 pub(crate) const NAMESPACE: &str = "crash";
 pub(crate) const VOLUME_NAMES: usize = 40;
 pub(crate) const MACHINE_NAMES: usize = 12;
@@ -105,6 +109,21 @@ fn options() -> Result<Options, String> {
     Ok(o)
 }
 
+/// Berth's own crates log at debug level, so the secret check below reads everything they say;
+/// libraries stay at info (sqlx would log every statement).
+fn verbose_logs() -> Vec<(Service, &'static str, &'static str)> {
+    const FILTER: &str = "info,gateway=debug,machine_driver=debug,alicloud=debug,storage_ops=debug,orchestrator_registry=debug,service_kit=debug";
+    [
+        Service::Registry,
+        Service::StorageOps,
+        Service::MachineDriver,
+        Service::Gateway,
+    ]
+    .into_iter()
+    .map(|s| (s, "BERTH_LOG", FILTER))
+    .collect()
+}
+
 async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
     let data = tempfile::Builder::new()
         .prefix("berth-crash-")
@@ -116,7 +135,7 @@ async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
         ecs_key_id: ECS_KEY_ID.into(),
         ecs_key_secret: ECS_KEY_SECRET.into(),
     };
-    let stack = ProcessStack::start(&o.bin_dir, data.path(), &credentials, &[]).await?;
+    let stack = ProcessStack::start(&o.bin_dir, data.path(), &credentials, &verbose_logs()).await?;
     let shared = Arc::new(Shared {
         seed,
         clients: clients(&stack.gateway),
@@ -159,6 +178,7 @@ async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
         p.start().await?;
     }
     checks::settle_and_check(&shared, &stack).await;
+    checks::no_secret_anywhere(&shared, &stack, data.path()).await;
     stack.stop().await;
     let counts = shared.counts.lock().expect("counts").clone();
     if !counts.passed() {
@@ -194,7 +214,7 @@ async fn main() -> std::process::ExitCode {
         o.seeds, o.first_seed, o.ops, o.workers
     );
     println!(
-        "{:>5} {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8}",
+        "{:>5} {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8}",
         "seed",
         "ops",
         "acked",
@@ -204,6 +224,7 @@ async fn main() -> std::process::ExitCode {
         "half-made",
         "orphans",
         "dup. VMs",
+        "secrets",
         "seconds"
     );
     let mut total = Counts::default();
@@ -213,7 +234,7 @@ async fn main() -> std::process::ExitCode {
         match round(&o, seed).await {
             Ok(c) => {
                 println!(
-                    "{seed:>5} {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8.1}",
+                    "{seed:>5} {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8.1}",
                     c.operations,
                     c.acknowledged,
                     c.unacknowledged,
@@ -222,6 +243,7 @@ async fn main() -> std::process::ExitCode {
                     c.half_made,
                     c.orphans,
                     c.duplicate_vms,
+                    c.secrets_leaked,
                     started.elapsed().as_secs_f64()
                 );
                 let why: Vec<String> = c
@@ -248,6 +270,7 @@ async fn main() -> std::process::ExitCode {
                 total.half_made += c.half_made;
                 total.orphans += c.orphans;
                 total.duplicate_vms += c.duplicate_vms;
+                total.secrets_leaked += c.secrets_leaked;
             }
             Err(e) => {
                 println!("{seed:>5} could not run: {e}");
@@ -256,7 +279,7 @@ async fn main() -> std::process::ExitCode {
         }
     }
     println!(
-        "total {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10}",
+        "total {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8}",
         total.operations,
         total.acknowledged,
         total.unacknowledged,
@@ -264,7 +287,8 @@ async fn main() -> std::process::ExitCode {
         total.data_lost,
         total.half_made,
         total.orphans,
-        total.duplicate_vms
+        total.duplicate_vms,
+        total.secrets_leaked
     );
     println!("crash-suite: {passed} passed, {failed} failed");
     if failed == 0 {

@@ -8,7 +8,7 @@ use domain::machine::MachineRequest;
 use domain::{Code, SecretString, VolumeProvisionerProfile};
 use serde_json::json;
 
-use crate::{ADMIN_TOKEN, ECS_KEY_ID, ECS_KEY_SECRET, NAMESPACE};
+use crate::{ADMIN_TOKEN, ECS_KEY_ID, ECS_KEY_SECRET, NAMESPACE, USER_DATA};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Intent {
@@ -51,6 +51,8 @@ pub(crate) struct Counts {
     pub(crate) half_made: usize,
     pub(crate) orphans: usize,
     pub(crate) duplicate_vms: usize,
+    /// Places a planted secret was found: a log line, a metrics page.
+    pub(crate) secrets_leaked: usize,
     /// Why operations went unacknowledged: the machine code, or the HTTP status with none.
     pub(crate) unacknowledged_by: BTreeMap<String, usize>,
     pub(crate) findings: Vec<String>,
@@ -58,7 +60,11 @@ pub(crate) struct Counts {
 
 impl Counts {
     pub(crate) fn passed(&self) -> bool {
-        self.data_lost == 0 && self.half_made == 0 && self.orphans == 0 && self.duplicate_vms == 0
+        self.data_lost == 0
+            && self.half_made == 0
+            && self.orphans == 0
+            && self.duplicate_vms == 0
+            && self.secrets_leaked == 0
     }
 }
 
@@ -115,7 +121,11 @@ pub(crate) fn machine_request(seed: u64, name: &str, generation: u32) -> Machine
                 "tags": {"kubernetes.io/cluster/shoot--crash": "1", "kubernetes.io/role/node": "1"}
             }
         },
-        "secret": {"stringData": {"alicloudAccessKeyID": ECS_KEY_ID, "alicloudAccessKeySecret": ECS_KEY_SECRET}}
+        "secret": {"stringData": {
+            "alicloudAccessKeyID": ECS_KEY_ID,
+            "alicloudAccessKeySecret": ECS_KEY_SECRET,
+            "userData": USER_DATA,
+        }}
     });
     serde_json::from_value(request).expect("the suite's machine request is well formed")
 }
