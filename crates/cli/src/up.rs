@@ -308,22 +308,48 @@ pub fn configure(
     })
 }
 
-/// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
-pub async fn run(args: UpArgs) -> ExitCode {
-    // One process runs every service, so it reads what any of them reads.
-    let others: Vec<&str> = [
-        gateway::OTHER_ENV_VARS,
-        machine_driver::OTHER_ENV_VARS,
-        orchestrator_registry::OTHER_ENV_VARS,
-        storage_ops::OTHER_ENV_VARS,
+/// What `berth up` reads and retires: one process runs every service, so it reads what any of them
+/// reads (the union of their `VARS` and the kit's), and a name none of them reads is refused.
+pub fn stack_variables() -> (Vec<&'static str>, Vec<service_kit::config::Renamed>) {
+    let reads = [
+        vars::EVERY_SERVICE,
+        gateway::VARS,
+        machine_driver::VARS,
+        orchestrator_registry::VARS,
+        storage_ops::VARS,
     ]
     .concat();
-    let env = Env::from_process(&others);
+    let renamed = [
+        gateway::RENAMED,
+        machine_driver::RENAMED,
+        orchestrator_registry::RENAMED,
+        storage_ops::RENAMED,
+    ]
+    .concat();
+    (reads, renamed)
+}
+
+/// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
+pub async fn run(args: UpArgs) -> ExitCode {
+    let (reads, renamed) = stack_variables();
+    let env = Env::from_process(&reads);
+    if let Err(e) = service_kit::config::check_names(&env, &reads, &renamed) {
+        eprintln!("berth up: {e}");
+        return ExitCode::from(2);
+    }
     let _telemetry = match service_kit::telemetry::init("berth", &env) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("berth up: telemetry setup failed: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    // After telemetry, so the warnings for retired names are seen.
+    let env = match env.migrate(&renamed) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("berth up: {e}");
+            return ExitCode::from(2);
         }
     };
     let mut built = match build_stack(&args, &env).await {
@@ -437,6 +463,34 @@ pub async fn run(args: UpArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variable_up_sets_or_reads_is_one_a_service_reads() {
+        let (reads, renamed) = stack_variables();
+        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+        let undeclared = service_kit::config::undeclared_names(src, &reads, &renamed);
+        assert!(undeclared.is_empty(), "no service reads {undeclared:?}");
+        // One process, one environment: every service's names and retired names are accepted.
+        let env = Env::from_pairs([
+            ("BERTH_RATE_LIMIT_RPS", "5"),
+            ("BERTH_ALICLOUD_TIMEOUT_MS", "1500"),
+            ("BERTH_LOCAL_ROOTS", "/srv"),
+            ("BERTH_ORPHAN_POLICY", "report"),
+            ("BERTH_URL", "http://127.0.0.1:8080"),
+        ]);
+        service_kit::config::check_names(&env, &reads, &renamed).unwrap();
+        let e = service_kit::config::check_names(
+            // Spelled at run time: the scan above reads this file's literals.
+            &Env::from_pairs([(format!("{}_RATE_LIMIT_RSP", "BERTH"), "5")]),
+            &reads,
+            &renamed,
+        )
+        .unwrap_err();
+        assert!(
+            e.problem.contains("did you mean BERTH_RATE_LIMIT_RPS?"),
+            "{e}"
+        );
+    }
 
     fn configs(extra: &[(&str, &str)]) -> Result<Configs, BoxError> {
         let dir = tempfile::tempdir().unwrap();

@@ -269,3 +269,22 @@ fn up_takes_only_the_options_it_reads_and_honours_them() {
     assert!(data.path().join("tokens").exists());
     assert!(data.path().join("registry.db").exists());
 }
+
+/// Issue 17: `berth up`, which runs every service in one process, refuses a `BERTH_*` variable none
+/// of them reads, with exit code 2 and the nearest known name, before it starts anything.
+#[test]
+fn up_refuses_a_misspelled_variable_before_starting_anything() {
+    let data = tempfile::tempdir().unwrap();
+    let out = common::up_command(free_port_base(), data.path())
+        .env("BERTH_INTERNAL_TOKN", "s3cret-credential")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("did you mean BERTH_INTERNAL_TOKEN?"), "{err}");
+    assert!(!err.contains("s3cret-credential"), "{err}");
+    assert!(stdout(&out).is_empty(), "nothing started: {}", stdout(&out));
+    assert!(!data.path().join("tokens").exists());
+}

@@ -43,6 +43,7 @@
 
 mod actions;
 mod auth;
+pub mod cli;
 pub mod config;
 pub mod persist;
 mod state;
