@@ -220,6 +220,14 @@ fn the_banner_names_the_default_orchestrator_and_why_and_piped_logs_have_no_colo
     let logs = stack.stderr_lines.as_ref().unwrap();
     let line = expect_line(logs, Duration::from_secs(10), |l| l.contains("answered"));
     assert!(!line.contains('\u{1b}'), "{line:?}");
+    // Issue 17: `up` no longer probes the gateway with its new admin token until a reload picks it
+    // up, which the gateway logged as a row of 401s; the token works from the first call.
+    std::thread::sleep(Duration::from_millis(300));
+    let unauthenticated: Vec<String> = std::iter::once(line)
+        .chain(logs.try_iter())
+        .filter(|l| l.contains("status=401"))
+        .collect();
+    assert!(unauthenticated.is_empty(), "{unauthenticated:#?}");
     let (exit, _, _) = stack.stop();
     assert!(exit.success());
 }

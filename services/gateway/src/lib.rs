@@ -317,6 +317,16 @@ pub async fn build(
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     // Bound first: a start that cannot listen makes no admin token that nobody is shown.
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
+    build_on(config, listener)
+}
+
+/// Builds the application on a listener already bound. `berth up` binds every port first, then
+/// writes its admin token, then builds the gateway here: the tokens file is read with the token in
+/// it, so the token works from the first call (no probing with it until a reload picks it up).
+pub fn build_on(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     if config.create_admin_token {
         let made = auth::ensure_admin_token(&config.tokens_file).map_err(|e| {
             format!(
