@@ -16,17 +16,18 @@ pub const ENV_SIGNATURE: &str = "BERTH_ALICLOUD_SIGNATURE";
 /// `BERTH_ALICLOUD_TIMEOUT`: the longest a single HTTP attempt may take, in the duration form every
 /// Berth setting uses (`1500ms`, `30s`).
 pub const ENV_TIMEOUT: &str = "BERTH_ALICLOUD_TIMEOUT";
-/// `BERTH_ALICLOUD_TIMEOUT_MS`: [`ENV_TIMEOUT`] as a bare number of milliseconds. Deprecated: still
-/// read in this release, with a warning, and refused together with [`ENV_TIMEOUT`].
+/// `BERTH_ALICLOUD_TIMEOUT_MS`: [`ENV_TIMEOUT`] as a bare number of milliseconds. Deprecated: the
+/// program reading the variables carries it over to [`ENV_TIMEOUT`] for one release (the machine
+/// driver declares the rename, and the service kit's one mechanism for retiring a name applies it,
+/// with its warning and its refusal of both at once); this crate reads only [`ENV_TIMEOUT`].
 pub const ENV_TIMEOUT_MS: &str = "BERTH_ALICLOUD_TIMEOUT_MS";
 
 /// Every variable [`EcsConfig::from_vars`] reads.
-pub const ENV_VARS: [&str; 6] = [
+pub const ENV_VARS: [&str; 5] = [
     ENV_ENDPOINT,
     ENV_QPS,
     ENV_SIGNATURE,
     ENV_TIMEOUT,
-    ENV_TIMEOUT_MS,
     ENV_MAX_ATTEMPTS,
 ];
 /// `BERTH_ALICLOUD_MAX_ATTEMPTS`: attempts per call for retryable errors other than throttling.
@@ -117,11 +118,13 @@ impl Default for EcsConfig {
 
 /// A variable that does not parse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{name}: {message}")]
+#[error("{name}={value:?} {message}")]
 pub struct EcsConfigError {
     /// The variable.
     pub name: &'static str,
-    /// What is wrong with it.
+    /// What it was set to.
+    pub value: String,
+    /// What is wrong with it, without the value (a caller may show the value beside it).
     pub message: String,
 }
 
@@ -129,20 +132,19 @@ impl EcsConfig {
     /// Defaults overridden by the `BERTH_ALICLOUD_*` variables in `vars`; empty values count as unset.
     pub fn from_vars(vars: &HashMap<String, String>) -> Result<Self, EcsConfigError> {
         let get = |name: &str| vars.get(name).map(|v| v.trim()).filter(|v| !v.is_empty());
+        let bad = |name: &'static str, value: &str, message: &str| EcsConfigError {
+            name,
+            value: value.to_owned(),
+            message: message.to_owned(),
+        };
         let mut c = EcsConfig {
             endpoint: get(ENV_ENDPOINT).map(str::to_owned),
             ..EcsConfig::default()
         };
         if let Some(v) = get(ENV_QPS) {
-            let q: f64 = v.parse().map_err(|_| EcsConfigError {
-                name: ENV_QPS,
-                message: format!("{v:?} is not a number"),
-            })?;
+            let q: f64 = v.parse().map_err(|_| bad(ENV_QPS, v, "is not a number"))?;
             if !q.is_finite() || q < 0.0 {
-                return Err(EcsConfigError {
-                    name: ENV_QPS,
-                    message: format!("{v:?} must be ≥ 0"),
-                });
+                return Err(bad(ENV_QPS, v, "must be ≥ 0"));
             }
             c.qps = (q > 0.0).then_some(q);
         }
@@ -150,63 +152,32 @@ impl EcsConfig {
             c.signature = match v.to_ascii_lowercase().as_str() {
                 "v1" | "1" | "hmac-sha1" => SignatureVersion::V1,
                 "v3" | "3" | "acs3-hmac-sha256" => SignatureVersion::V3,
-                _ => {
-                    return Err(EcsConfigError {
-                        name: ENV_SIGNATURE,
-                        message: format!("{v:?} is not v1 or v3"),
-                    });
-                }
+                _ => return Err(bad(ENV_SIGNATURE, v, "is not v1 or v3")),
             };
         }
-        match (get(ENV_TIMEOUT), get(ENV_TIMEOUT_MS)) {
-            (Some(_), Some(_)) => {
-                return Err(EcsConfigError {
-                    name: ENV_TIMEOUT_MS,
-                    message: format!(
-                        "is set together with {ENV_TIMEOUT}: set only {ENV_TIMEOUT} ({ENV_TIMEOUT_MS} is deprecated)"
-                    ),
-                });
-            }
-            (Some(v), None) => {
-                c.request_timeout = domain::duration::parse_duration(v)
-                    .filter(|d| !d.is_zero())
-                    .ok_or(EcsConfigError {
-                        name: ENV_TIMEOUT,
-                        message: format!(
-                            "{v:?} is not a positive duration: expected {}",
+        if let Some(v) = get(ENV_TIMEOUT) {
+            c.request_timeout = domain::duration::parse_duration(v)
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    bad(
+                        ENV_TIMEOUT,
+                        v,
+                        &format!(
+                            "is not a positive duration: expected {}",
                             domain::duration::DURATION_FORM
                         ),
-                    })?;
-            }
-            (None, Some(v)) => {
-                let ms: u64 = v.parse().ok().filter(|ms| *ms > 0).ok_or(EcsConfigError {
-                    name: ENV_TIMEOUT_MS,
-                    message: format!("{v:?} is not a positive number of milliseconds"),
+                    )
                 })?;
-                warn_timeout_ms_deprecated();
-                c.request_timeout = Duration::from_millis(ms);
-            }
-            (None, None) => {}
         }
         if let Some(v) = get(ENV_MAX_ATTEMPTS) {
-            c.retry.max_attempts = v.parse().ok().filter(|n| *n > 0).ok_or(EcsConfigError {
-                name: ENV_MAX_ATTEMPTS,
-                message: format!("{v:?} is not a positive integer"),
-            })?;
+            c.retry.max_attempts = v
+                .parse()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| bad(ENV_MAX_ATTEMPTS, v, "is not a positive integer"))?;
         }
         Ok(c)
     }
-}
-
-/// Says once per process that `BERTH_ALICLOUD_TIMEOUT_MS` is on its way out (`berth up` and tests
-/// read the configuration more than once; the operator needs to hear it once).
-fn warn_timeout_ms_deprecated() {
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| {
-        tracing::warn!(
-            "{ENV_TIMEOUT_MS} is deprecated and will be removed in the next release: set {ENV_TIMEOUT} instead (e.g. {ENV_TIMEOUT}=1500ms)"
-        );
-    });
 }
 
 #[cfg(test)]
@@ -252,26 +223,21 @@ mod tests {
     }
 
     #[test]
-    fn the_timeout_takes_a_duration_and_the_deprecated_milliseconds_for_one_release() {
+    fn the_timeout_takes_a_duration_with_its_unit() {
         let timeout = |pairs: &[(&str, &str)]| EcsConfig::from_vars(&vars(pairs));
         assert_eq!(
             timeout(&[(ENV_TIMEOUT, "2s")]).unwrap().request_timeout,
             Duration::from_secs(2)
         );
-        assert_eq!(
-            timeout(&[(ENV_TIMEOUT_MS, "750")]).unwrap().request_timeout,
-            Duration::from_millis(750)
-        );
-        for bad in ["0s", "soon", "1500x"] {
+        // `30000`, copied from the retired milliseconds variable, is no duration.
+        for bad in ["0s", "soon", "1500x", "30000"] {
             let e = timeout(&[(ENV_TIMEOUT, bad)]).unwrap_err();
             assert_eq!(e.name, ENV_TIMEOUT, "{bad}: {e}");
             assert!(e.message.contains("like 30s"), "{e}");
+            // The value is shown once, by the error, not again by its message.
+            assert_eq!(e.to_string().matches(&format!("{bad:?}")).count(), 1, "{e}");
+            assert_eq!(e.value, bad);
         }
-        let both = timeout(&[(ENV_TIMEOUT, "2s"), (ENV_TIMEOUT_MS, "2000")]).unwrap_err();
-        assert!(
-            both.message.contains("set only BERTH_ALICLOUD_TIMEOUT"),
-            "{both}"
-        );
     }
 
     #[test]

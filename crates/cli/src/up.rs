@@ -69,8 +69,11 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A stack whose every listener is bound, not yet serving.
 pub struct Built {
-    /// The services, by name, in start order (the gateway last).
+    /// The services, by name, in start order; the gateway joins them last, built by
+    /// [`Built::add_gateway`] once the admin token is written.
     pub apps: Vec<(&'static str, Application)>,
+    /// The gateway's configuration and its bound listener, until [`Built::add_gateway`].
+    gateway: Option<(gateway::Config, tokio::net::TcpListener)>,
     /// The data directory, absolute.
     pub data_dir: std::path::PathBuf,
     /// The tokens file the gateway serves.
@@ -173,9 +176,12 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         machine_driver::NAME,
         machine_driver::build(configs.machine_driver).await?,
     ));
-    apps.push((gateway::NAME, gateway::build(configs.gateway).await?));
+    // Bound now, built once the credentials are written ([`Built::add_gateway`]): the gateway then
+    // reads a tokens file that holds the admin token already.
+    let gateway_listener = service_kit::server::bind(configs.gateway.listen, "--port-base").await?;
     Ok(Built {
         apps,
+        gateway: Some((configs.gateway, gateway_listener)),
         data_dir,
         tokens_file,
         emulator_key,
@@ -226,26 +232,16 @@ async fn orchestrator_lines(built: &Built) -> Vec<String> {
     lines
 }
 
-/// Waits (a few seconds at most) until the gateway accepts a token just written to its tokens file,
-/// which it re-reads once a second, so the token works as soon as the banner ends.
-async fn until_gateway_accepts(gateway_url: &str, token: &str) {
-    let registry = client::registry::Client::new(client::ServiceClient::new(
-        gateway_url,
-        client::ClientOptions {
-            timeout: Duration::from_secs(2),
-            bearer: Some(service_kit::SecretString::new(token)),
-            attempts: 1,
-            propagation: None,
-        },
-    ));
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    while std::time::Instant::now() < deadline {
-        match registry.kinds().await {
-            Err(e) if e.code() == domain::Code::Unauthenticated => {
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            _ => return,
+impl Built {
+    /// Builds the gateway on its bound listener and adds it, last. Called once the admin token is
+    /// in the tokens file, so the gateway loads it at start: the token works from the first call,
+    /// with no probe that the gateway would log as a stream of 401s while its reload caught up.
+    pub fn add_gateway(&mut self) -> Result<(), BoxError> {
+        if let Some((config, listener)) = self.gateway.take() {
+            let app = gateway::build_on(config, listener)?;
+            self.apps.push((gateway::NAME, app));
         }
+        Ok(())
     }
 }
 
@@ -308,22 +304,48 @@ pub fn configure(
     })
 }
 
-/// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
-pub async fn run(args: UpArgs) -> ExitCode {
-    // One process runs every service, so it reads what any of them reads.
-    let others: Vec<&str> = [
-        gateway::OTHER_ENV_VARS,
-        machine_driver::OTHER_ENV_VARS,
-        orchestrator_registry::OTHER_ENV_VARS,
-        storage_ops::OTHER_ENV_VARS,
+/// What `berth up` reads and retires: one process runs every service, so it reads what any of them
+/// reads (the union of their `VARS` and the kit's), and a name none of them reads is refused.
+pub fn stack_variables() -> (Vec<&'static str>, Vec<service_kit::config::Renamed>) {
+    let reads = [
+        vars::EVERY_SERVICE,
+        gateway::VARS,
+        machine_driver::VARS,
+        orchestrator_registry::VARS,
+        storage_ops::VARS,
     ]
     .concat();
-    let env = Env::from_process(&others);
+    let renamed = [
+        gateway::RENAMED,
+        machine_driver::RENAMED,
+        orchestrator_registry::RENAMED,
+        storage_ops::RENAMED,
+    ]
+    .concat();
+    (reads, renamed)
+}
+
+/// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
+pub async fn run(args: UpArgs) -> ExitCode {
+    let (reads, renamed) = stack_variables();
+    let env = Env::from_process(&reads);
+    if let Err(e) = service_kit::config::check_names(&env, &reads, &renamed) {
+        eprintln!("berth up: {e}");
+        return ExitCode::from(2);
+    }
     let _telemetry = match service_kit::telemetry::init("berth", &env) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("berth up: telemetry setup failed: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    // After telemetry, so the warnings for retired names are seen.
+    let env = match env.migrate(&renamed) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("berth up: {e}");
+            return ExitCode::from(2);
         }
     };
     let mut built = match build_stack(&args, &env).await {
@@ -341,6 +363,10 @@ pub async fn run(args: UpArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Err(e) = built.add_gateway() {
+        eprintln!("berth up: {e}");
+        return ExitCode::FAILURE;
+    }
     let addresses: Vec<(&'static str, SocketAddr)> = built
         .apps
         .iter()
@@ -417,9 +443,6 @@ pub async fn run(args: UpArgs) -> ExitCode {
         "  (the emulator's local credentials, kept with its instances in {} across restarts; put them in your machine Secret)",
         built.data_dir.join("ecs-emulator").display()
     ));
-    if let Some(token) = &new_admin_token {
-        until_gateway_accepts(&gateway_url, token).await;
-    }
     say("The gateway is the front door; Ctrl-C stops everything.");
 
     stop_signals.recv().await;
@@ -437,6 +460,34 @@ pub async fn run(args: UpArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variable_up_sets_or_reads_is_one_a_service_reads() {
+        let (reads, renamed) = stack_variables();
+        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+        let undeclared = service_kit::config::undeclared_names(src, &reads, &renamed);
+        assert!(undeclared.is_empty(), "no service reads {undeclared:?}");
+        // One process, one environment: every service's names and retired names are accepted.
+        let env = Env::from_pairs([
+            ("BERTH_RATE_LIMIT_RPS", "5"),
+            ("BERTH_ALICLOUD_TIMEOUT_MS", "1500"),
+            ("BERTH_LOCAL_ROOTS", "/srv"),
+            ("BERTH_ORPHAN_POLICY", "report"),
+            ("BERTH_URL", "http://127.0.0.1:8080"),
+        ]);
+        service_kit::config::check_names(&env, &reads, &renamed).unwrap();
+        let e = service_kit::config::check_names(
+            // Spelled at run time: the scan above reads this file's literals.
+            &Env::from_pairs([(format!("{}_RATE_LIMIT_RSP", "BERTH"), "5")]),
+            &reads,
+            &renamed,
+        )
+        .unwrap_err();
+        assert!(
+            e.problem.contains("did you mean BERTH_RATE_LIMIT_RPS?"),
+            "{e}"
+        );
+    }
 
     fn configs(extra: &[(&str, &str)]) -> Result<Configs, BoxError> {
         let dir = tempfile::tempdir().unwrap();

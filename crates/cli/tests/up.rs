@@ -220,6 +220,14 @@ fn the_banner_names_the_default_orchestrator_and_why_and_piped_logs_have_no_colo
     let logs = stack.stderr_lines.as_ref().unwrap();
     let line = expect_line(logs, Duration::from_secs(10), |l| l.contains("answered"));
     assert!(!line.contains('\u{1b}'), "{line:?}");
+    // Issue 17: `up` no longer probes the gateway with its new admin token until a reload picks it
+    // up, which the gateway logged as a row of 401s; the token works from the first call.
+    std::thread::sleep(Duration::from_millis(300));
+    let unauthenticated: Vec<String> = std::iter::once(line)
+        .chain(logs.try_iter())
+        .filter(|l| l.contains("status=401"))
+        .collect();
+    assert!(unauthenticated.is_empty(), "{unauthenticated:#?}");
     let (exit, _, _) = stack.stop();
     assert!(exit.success());
 }
@@ -268,4 +276,23 @@ fn up_takes_only_the_options_it_reads_and_honours_them() {
     assert!(state.contains(data.path().to_str().unwrap()), "{state}");
     assert!(data.path().join("tokens").exists());
     assert!(data.path().join("registry.db").exists());
+}
+
+/// Issue 17: `berth up`, which runs every service in one process, refuses a `BERTH_*` variable none
+/// of them reads, with exit code 2 and the nearest known name, before it starts anything.
+#[test]
+fn up_refuses_a_misspelled_variable_before_starting_anything() {
+    let data = tempfile::tempdir().unwrap();
+    let out = common::up_command(free_port_base(), data.path())
+        .env("BERTH_INTERNAL_TOKN", "s3cret-credential")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("did you mean BERTH_INTERNAL_TOKEN?"), "{err}");
+    assert!(!err.contains("s3cret-credential"), "{err}");
+    assert!(stdout(&out).is_empty(), "nothing started: {}", stdout(&out));
+    assert!(!data.path().join("tokens").exists());
 }

@@ -1,11 +1,13 @@
-//! The one written form of a duration in Berth's settings: `250ms`, `30s`, `5m`, `1h`, or a plain
-//! number of seconds. Every variable that takes a duration reads it with [`parse_duration`], so the
-//! services, the cloud client and the CLI all accept the same text.
+//! The one written form of a duration in Berth's settings: a number with its unit, `250ms`, `30s`,
+//! `5m`, `1h` (a bare `0` aside: zero is zero in any unit). Every variable that takes a duration
+//! reads it with [`parse_duration`], so the services, the cloud client and the CLI all accept the
+//! same text. A bare number is refused: `BERTH_ALICLOUD_TIMEOUT=30000`, copied from the old
+//! milliseconds variable, would otherwise mean 8 h 20 min.
 
 use std::time::Duration;
 
-/// Parses `250ms`, `30s`, `5m`, `1h` or a plain number of seconds; `None` for anything else
-/// (a negative number, an unknown unit).
+/// Parses `250ms`, `30s`, `5m`, `1h` or a bare `0`; `None` for anything else (a bare number, a
+/// negative one, an unknown unit).
 pub fn parse_duration(text: &str) -> Option<Duration> {
     let t = text.trim();
     let split = t
@@ -15,7 +17,8 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     let n: f64 = number.parse().ok()?;
     let seconds = match unit {
         "ms" => n / 1000.0,
-        "" | "s" => n,
+        "" if n == 0.0 => 0.0,
+        "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
         _ => return None,
@@ -29,7 +32,8 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
 }
 
 /// What a duration setting must look like, for the message refusing one that does not.
-pub const DURATION_FORM: &str = "a number with ms, s, m or h, like 30s";
+pub const DURATION_FORM: &str =
+    "a number with its unit, ms, s, m or h, like 30s or 250ms (a bare number is refused, 0 aside)";
 
 #[cfg(test)]
 mod tests {
@@ -41,7 +45,11 @@ mod tests {
         assert_eq!(parse_duration("30s"), Some(Duration::from_secs(30)));
         assert_eq!(parse_duration("2m"), Some(Duration::from_secs(120)));
         assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+        // A bare number has no unit to read it in: refused, but for zero.
+        assert_eq!(parse_duration("5"), None);
+        assert_eq!(parse_duration("30000"), None);
+        assert_eq!(parse_duration("0"), Some(Duration::ZERO));
+        assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
         assert_eq!(parse_duration("1.5s"), Some(Duration::from_millis(1500)));
         assert_eq!(parse_duration("5x"), None);
         assert_eq!(parse_duration("-5s"), None);

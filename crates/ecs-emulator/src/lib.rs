@@ -43,6 +43,7 @@
 
 mod actions;
 mod auth;
+pub mod cli;
 pub mod config;
 pub mod persist;
 mod state;
@@ -545,21 +546,32 @@ async fn ecs(
     }
 }
 
-fn admin_error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, axum::Json(json!({"error": message.into()}))).into_response()
+/// An admin refusal, answered as every Berth service answers one: the kit's problem+json (the
+/// ECS API on `/` keeps ECS's own error shape, which is what it emulates). One error type on the
+/// wire for everything that is Berth's.
+fn admin_error(code: service_kit::error::Code, message: impl Into<String>) -> Response {
+    service_kit::ApiError::from_code(code, message).into_response()
+}
+
+/// A body that is not the admin endpoint's JSON (400).
+fn admin_bad_body(e: &serde_json::Error) -> Response {
+    admin_error(
+        service_kit::error::Code::InvalidArgument,
+        format!("body: {e}"),
+    )
 }
 
 /// An admin change that was refused (400), named an instance that is not there (404), or could not
-/// be written to the state directory (500).
-fn admin_failure(e: &AdminError) -> Response {
-    let status = match e {
-        AdminError::NoInstance(_) => StatusCode::NOT_FOUND,
-        AdminError::Save(_) => StatusCode::INTERNAL_SERVER_ERROR,
+/// be written to the state directory (500, the cause logged, not answered).
+fn admin_failure(e: AdminError) -> Response {
+    use service_kit::error::Code;
+    match e {
+        AdminError::NoInstance(_) => admin_error(Code::NotFound, e.to_string()),
+        AdminError::Save(_) => service_kit::ApiError::internal(e).into_response(),
         AdminError::UnknownStatus(_) | AdminError::Seed(_) | AdminError::Faults(_) => {
-            StatusCode::BAD_REQUEST
+            admin_error(Code::InvalidArgument, e.to_string())
         }
-    };
-    admin_error(status, e.to_string())
+    }
 }
 
 async fn admin_state(State(emu): State<Emulator>) -> Response {
@@ -578,11 +590,11 @@ async fn admin_faults(State(emu): State<Emulator>) -> Response {
 async fn admin_set_faults(State(emu): State<Emulator>, body: Bytes) -> Response {
     let faults: Faults = match serde_json::from_slice(&body) {
         Ok(f) => f,
-        Err(e) => return admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return admin_bad_body(&e),
     };
     match emu.set_faults(faults) {
         Ok(()) => axum::Json(emu.faults()).into_response(),
-        Err(e) => admin_failure(&e),
+        Err(e) => admin_failure(e),
     }
 }
 
@@ -596,14 +608,14 @@ async fn admin_set_lifecycle(State(emu): State<Emulator>, body: Bytes) -> Respon
             emu.set_lifecycle(l);
             axum::Json(l).into_response()
         }
-        Err(e) => admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => admin_bad_body(&e),
     }
 }
 
 async fn admin_seed(State(emu): State<Emulator>, body: Bytes) -> Response {
     let seed: Seed = match serde_json::from_slice(&body) {
         Ok(s) => s,
-        Err(e) => return admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return admin_bad_body(&e),
     };
     match emu.seed(&seed) {
         Ok(ids) => axum::Json(json!({
@@ -612,7 +624,7 @@ async fn admin_seed(State(emu): State<Emulator>, body: Bytes) -> Response {
             "lastInstanceId": ids.last(),
         }))
         .into_response(),
-        Err(e) => admin_failure(&e),
+        Err(e) => admin_failure(e),
     }
 }
 
@@ -624,18 +636,18 @@ struct PinBody {
 async fn admin_pin(State(emu): State<Emulator>, Path(id): Path<String>, body: Bytes) -> Response {
     let pin: PinBody = match serde_json::from_slice(&body) {
         Ok(p) => p,
-        Err(e) => return admin_error(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return admin_bad_body(&e),
     };
     match emu.pin_status(&id, &pin.status) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => admin_failure(&e),
+        Err(e) => admin_failure(e),
     }
 }
 
 async fn admin_unpin(State(emu): State<Emulator>, Path(id): Path<String>) -> Response {
     match emu.unpin(&id) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
-        Err(e) => admin_failure(&e),
+        Err(e) => admin_failure(e),
     }
 }
 
@@ -870,6 +882,17 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{v}");
         assert!(v.to_string().contains("at most 200000"), "{v}");
+        // The kit's problem+json, as every Berth service answers a refusal.
+        assert_eq!(v["title"], "InvalidArgument", "{v}");
+        assert_eq!(
+            (v["status"].as_u64(), v["code"].as_u64()),
+            (Some(400), Some(3))
+        );
+        assert!(
+            v["detail"].as_str().unwrap().contains("at most 200000"),
+            "{v}"
+        );
+        assert!(v.get("error").is_none(), "{v}");
         assert_eq!(lock(&emu.inner.state).instances.len(), 0);
     }
 
@@ -902,6 +925,13 @@ mod tests {
         )
         .await;
         assert_eq!(status, StatusCode::NOT_FOUND);
+        let (status, problem) = put(&emu, "/_emulator/faults", "not json").await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert_eq!(problem["code"], 3, "{problem}");
+        assert!(
+            problem["detail"].as_str().unwrap().starts_with("body: "),
+            "{problem}"
+        );
         let (status, f) = put(
             &emu,
             "/_emulator/faults",

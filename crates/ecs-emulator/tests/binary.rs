@@ -140,3 +140,38 @@ fn with_a_state_dir_and_no_key_flags_the_key_is_made_once_kept_and_logged() {
     assert!(given.contains("access_key_id=mine"), "{given}");
     assert!(!given.contains("emulator access key secret"), "{given}");
 }
+
+/// Issue 17: a misspelled variable stops the emulator at start (exit code 2, the nearest known name),
+/// and a bare number is no duration.
+#[test]
+fn a_misspelled_variable_or_a_bare_number_stops_the_start() {
+    let run = |var: &str, value: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ecs-emulator"))
+            .args(["--port", &free_port().to_string()])
+            .env(var, value)
+            .output()
+            .expect("the binary runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run("BERTH_ECS_EMULATOR_PENDNG", "1s");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("did you mean BERTH_ECS_EMULATOR_PENDING?"),
+        "{stderr}"
+    );
+    let (code, stderr) = run("BERTH_ECS_EMULATOR_PENDING", "1000");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("BERTH_ECS_EMULATOR_PENDING=\"1000\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("bare number"), "{stderr}");
+    assert_eq!(
+        stderr.matches("1000").count(),
+        1,
+        "the value once: {stderr}"
+    );
+}

@@ -4,6 +4,34 @@
 //! variables beyond `BERTH_*` and `OTEL_*` the service reads), a literal
 //! map in tests, so no test ever mutates the process environment. A value that does not parse stops
 //! the service with a message naming the variable and the expected form.
+//!
+//! # One convention for names and values
+//!
+//! **A variable is `BERTH_` + the setting's name, prefixed only by the other thing the setting is
+//! about: an outside system (`ALICLOUD_`, `DOCKER_`, `LOCAL_` for local orchestrators,
+//! `ECS_EMULATOR_` for the simulated cloud) or the Berth service whose address, database or calls it
+//! sets (`REGISTRY_`, `STORAGE_OPS_`, `MACHINE_DRIVER_`); no name carries a unit.** So the gateway's
+//! own settings are `BERTH_WORKERS`, `BERTH_RATE_LIMIT_RPS`, `BERTH_TOKENS_FILE`, and one kind of
+//! thing has one name in every service: the Docker Engines Berth may use are `BERTH_DOCKER_ENDPOINTS`
+//! for the machine driver as for the registry and storage-ops. (Prefixing every service's own
+//! settings with the service would rename a dozen; a name without a prefix cannot collide either,
+//! since no two services have a setting of the same name meaning different things.)
+//!
+//! Values: a duration takes a unit (`250ms`, `30s`, `5m`, `1h`; a bare `0` aside), so a number
+//! copied from an old `_MS` variable is refused rather than read as hours of seconds; a `BERTH_*`
+//! variable set to the empty string is refused (unset it to get the default), so
+//! `BERTH_INTERNAL_TOKEN=` cannot silently leave the credential off.
+//!
+//! # Which names a binary accepts
+//!
+//! Each component declares the variables it reads next to where it reads them (its `VARS`) and the
+//! names it renamed ([`Renamed`], its `RENAMED`); the kit lists only its own ([`vars::EVERY_SERVICE`],
+//! [`vars::TELEMETRY`], [`vars::ORCHESTRATOR_LIMITS`]). A binary hands those lists to [`check_names`] before
+//! anything reads a setting, and it refuses, naming the nearest known name, any `BERTH_*` variable
+//! that is neither one of them nor one of Berth's tools' ([`is_tool_variable`]: the CLI's, the tests'
+//! and the scripts', which CI exports and every child process inherits). A renamed variable is read
+//! under its old name for one release, with a warning logged once; both names at once are refused.
+//! `OTEL_*` and other programs' variables are not Berth's to police.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -41,11 +69,297 @@ pub mod vars {
     pub const LOCAL_BASE_PATH: &str = "BERTH_LOCAL_BASE_PATH";
     /// The Docker Engine this process is pointed at (Docker's own variable).
     pub const DOCKER_HOST: &str = "DOCKER_HOST";
+
+    /// What every service reads through the kit ([`super::HttpConfig`], [`super::listen_addr`],
+    /// [`super::data_dir`], the internal credential and telemetry).
+    pub const EVERY_SERVICE: &[&str] = &[
+        LISTEN,
+        REQUEST_TIMEOUT,
+        BODY_LIMIT,
+        INTERNAL_TOKEN,
+        INTERNAL_TOKEN_FILE,
+        LOG_FORMAT,
+        LOG,
+        DATA_DIR,
+    ];
+    /// What [`crate::telemetry::init`] reads: all a program that is not a service (the emulator)
+    /// takes from the kit.
+    pub const TELEMETRY: &[&str] = &[LOG_FORMAT, LOG];
+    /// What [`super::orchestrator_limits`] reads, for the services that check orchestrators.
+    pub const ORCHESTRATOR_LIMITS: &[&str] = &[
+        LOCAL_ROOTS,
+        DOCKER_ENDPOINTS,
+        LOCAL_BASE_PATH,
+        DATA_DIR,
+        DOCKER_HOST,
+    ];
+}
+
+/// A variable renamed in this release: the new name is read; the old one still works until the next
+/// release, with a warning logged once, and setting both is refused (which one wins would be a
+/// guess). Each component lists its own in a `RENAMED` beside its `VARS`; [`Env::migrate`] applies
+/// them, and is the one way Berth retires a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renamed {
+    /// The name being retired.
+    pub old: &'static str,
+    /// The name to use.
+    pub new: &'static str,
+    /// How the old name's value is written.
+    pub old_form: OldForm,
+}
+
+/// How a retired name's value is written, so it can be carried over to the new name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OldForm {
+    /// As the new name takes it.
+    Same,
+    /// A bare number of milliseconds, where the new name takes a duration (`1500` → `1500ms`).
+    Milliseconds,
+}
+
+impl Renamed {
+    /// A rename whose value is written the same under both names.
+    pub const fn same(old: &'static str, new: &'static str) -> Self {
+        Renamed {
+            old,
+            new,
+            old_form: OldForm::Same,
+        }
+    }
+
+    /// A `_MS` name retired for a duration-valued one.
+    pub const fn milliseconds(old: &'static str, new: &'static str) -> Self {
+        Renamed {
+            old,
+            new,
+            old_form: OldForm::Milliseconds,
+        }
+    }
+
+    /// The value to use given what the new and the old name (a variable, or a command-line flag:
+    /// the emulator's `--pending-ms`) were set to: the new one's, or the old one's in the new form
+    /// (the warning logged once per process). Both set, or an old value not in its form, is refused.
+    pub fn resolve(
+        &self,
+        new: Option<&str>,
+        old: Option<&str>,
+    ) -> Result<Option<String>, ConfigError> {
+        match (new, old) {
+            (Some(_), Some(v)) => Err(ConfigError {
+                var: self.old.to_string(),
+                value: v.to_string(),
+                problem: format!(
+                    "is set together with {}: set only {} ({} is deprecated)",
+                    self.new, self.new, self.old
+                ),
+            }),
+            (Some(v), None) => Ok(Some(v.to_string())),
+            (None, None) => Ok(None),
+            (None, Some(v)) => {
+                let carried = match self.old_form {
+                    OldForm::Same => v.to_string(),
+                    OldForm::Milliseconds => match v.trim().parse::<u64>() {
+                        Ok(ms) => format!("{ms}ms"),
+                        Err(_) => {
+                            return Err(ConfigError {
+                                var: self.old.to_string(),
+                                value: v.to_string(),
+                                problem: format!(
+                                    "is not a number of milliseconds (and {} is deprecated: set {} to a duration, like {}=1500ms)",
+                                    self.old, self.new, self.new
+                                ),
+                            });
+                        }
+                    },
+                };
+                self.warn_once(&carried);
+                Ok(Some(carried))
+            }
+        }
+    }
+
+    /// Says once per process that the old name is on its way out: `berth up` and tests read the
+    /// configuration more than once, and the operator needs to hear it once.
+    fn warn_once(&self, carried: &str) {
+        static WARNED: std::sync::Mutex<std::collections::BTreeSet<&'static str>> =
+            std::sync::Mutex::new(std::collections::BTreeSet::new());
+        let first = WARNED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(self.old);
+        if first {
+            tracing::warn!(
+                "{} is deprecated and will be removed in the next release: set {} instead (read as {}={carried})",
+                self.old,
+                self.new,
+                self.new
+            );
+        }
+    }
+}
+
+/// Whether `name` belongs to one of Berth's tools rather than to a component: the CLI's `BERTH_URL`
+/// and `BERTH_TOKEN`, and the variables of the tests, CI and scripts (`BERTH_REQUIRE_*`,
+/// `BERTH_TEST_*`, `BERTH_BENCH_*`, `BERTH_PY_*`, `BERTH_E2E_*`, `BERTH_IMAGE_*`, and the few named
+/// in [`TOOL_VARIABLES`]). CI exports them and every process it starts inherits them, services
+/// included, so every binary lets them through.
+pub fn is_tool_variable(name: &str) -> bool {
+    TOOL_PREFIXES.iter().any(|p| name.starts_with(p)) || TOOL_VARIABLES.contains(&name)
+}
+
+/// The prefixes of Berth's tools' variable families ([`is_tool_variable`]).
+pub const TOOL_PREFIXES: &[&str] = &[
+    "BERTH_REQUIRE_",
+    "BERTH_TEST_",
+    "BERTH_BENCH_",
+    "BERTH_PY_",
+    "BERTH_E2E_",
+    "BERTH_IMAGE_",
+];
+
+/// Berth's tools' variables outside those families ([`is_tool_variable`]): the CLI's, the OpenAPI
+/// and pact tests' "write the new file" switches, the browser test's, the image build's, compose's
+/// published address, the Python harness'.
+pub const TOOL_VARIABLES: &[&str] = &[
+    "BERTH_URL",
+    "BERTH_TOKEN",
+    "BERTH_BLESS_OPENAPI",
+    "BERTH_UPDATE_PACTS",
+    "BERTH_CHROMIUM",
+    "BERTH_STATIC_TARGET_DIR",
+    "BERTH_GATEWAY_PUBLISH",
+    "BERTH_NARROW_TOKEN",
+    "BERTH_OPENAPI_DOCUMENT",
+    "BERTH_EMULATOR_KEY_ID",
+    "BERTH_EMULATOR_KEY_SECRET",
+];
+
+/// The start-up check every binary runs before it reads a setting: refuses a `BERTH_*` variable
+/// that is not in `reads` (what the binary's components read), not a name `renamed` retires and not
+/// a tool's ([`is_tool_variable`]), naming the nearest known name, so `BERTH_INTERNAL_TOKN` stops
+/// the service instead of silently leaving the credential off; and refuses a `BERTH_*` variable set
+/// to the empty string. The binary then applies `renamed` with [`Env::migrate`] (once logging is up,
+/// so the deprecation warnings are seen).
+pub fn check_names(env: &Env, reads: &[&str], renamed: &[Renamed]) -> Result<(), ConfigError> {
+    let known = |name: &str| {
+        reads.contains(&name) || renamed.iter().any(|r| r.old == name || r.new == name)
+    };
+    for (name, value) in &env.0 {
+        if !name.starts_with("BERTH_") || is_tool_variable(name) {
+            continue;
+        }
+        if !known(name) {
+            let candidates = reads
+                .iter()
+                .copied()
+                .chain(renamed.iter().map(|r| r.new))
+                .filter(|c| c.starts_with("BERTH_"));
+            let hint = match nearest(name, candidates) {
+                Some(near) => format!("did you mean {near}?"),
+                None => "the README's Configuration section lists every variable".to_string(),
+            };
+            return Err(ConfigError {
+                var: name.clone(),
+                // Never the value: a misspelled credential is still a credential.
+                value: String::new(),
+                problem: format!(
+                    "is not a variable this program reads, and its setting would silently keep its default: {hint}"
+                ),
+            });
+        }
+        if value.is_empty() {
+            return Err(ConfigError {
+                var: name.clone(),
+                value: String::new(),
+                problem: "is set to the empty string: give it a value, or unset it for the default"
+                    .to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The candidate closest to `name` by edit distance, when close enough to be a slip of the keyboard
+/// (at most a third of the name's letters, at least two) rather than another name altogether.
+fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.len() / 3).max(2);
+    candidates
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, _)| *d <= limit)
+        .min()
+        .map(|(_, c)| c)
+}
+
+/// Levenshtein distance, by bytes (variable names are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The `"BERTH_…"` literals in the Rust sources under `dir` that are neither in `reads`, nor the
+/// kit's ([`vars::EVERY_SERVICE`]), nor names of `renamed`, nor a tool's: what a crate's test
+/// asserts is empty, so a variable cannot be read without being declared (and so accepted at
+/// start, and listed).
+pub fn undeclared_names(dir: &std::path::Path, reads: &[&str], renamed: &[Renamed]) -> Vec<String> {
+    names_in_sources(dir)
+        .into_iter()
+        .filter(|n| {
+            !reads.contains(&n.as_str())
+                && !vars::EVERY_SERVICE.contains(&n.as_str())
+                && !renamed.iter().any(|r| r.old == n || r.new == n)
+                && !is_tool_variable(n)
+        })
+        .collect()
+}
+
+/// The `"BERTH_…"` string literals in the Rust sources under `dir`: the names a crate reads, for a
+/// test that checks each one is declared in the crate's `VARS` (or is a `RENAMED` name).
+pub fn names_in_sources(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    fn walk(dir: &std::path::Path, out: &mut std::collections::BTreeSet<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && let Ok(text) = std::fs::read_to_string(&path)
+            {
+                for piece in text.split("\"BERTH_").skip(1) {
+                    let end = piece
+                        .find(|c: char| !(c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
+                        .unwrap_or(piece.len());
+                    if piece[end..].starts_with('"') && end > 0 {
+                        out.insert(format!("BERTH_{}", &piece[..end]));
+                    }
+                }
+            }
+        }
+    }
+    let mut out = std::collections::BTreeSet::new();
+    walk(dir, &mut out);
+    out
 }
 
 /// A configuration error: which variable, what was wrong.
+/// Shown as `configuration: VAR="value" problem`, or `configuration: VAR problem` when there is no
+/// value worth showing (an unknown name, an empty value); the problem never repeats the value.
 #[derive(Debug, thiserror::Error)]
-#[error("configuration: {var}={value:?} {problem}")]
+#[error("configuration: {var}{} {problem}", shown(value))]
 pub struct ConfigError {
     /// The variable.
     pub var: String,
@@ -53,6 +367,14 @@ pub struct ConfigError {
     pub value: String,
     /// The rule it broke.
     pub problem: String,
+}
+
+fn shown(value: &str) -> String {
+    if value.is_empty() {
+        String::new()
+    } else {
+        format!("={value:?}")
+    }
 }
 
 /// The variables a service was started with.
@@ -79,6 +401,26 @@ impl Env {
             .into_iter()
             .map(|(k, v)| (k.into(), v.into()))
             .collect())
+    }
+
+    /// Applies `renamed` ([`Renamed`]): a retired name's value moves to the new name (warning once),
+    /// both set is refused, and the old name is dropped, so what reads the settings sees only new
+    /// names and applying it again changes nothing.
+    pub fn migrate(mut self, renamed: &[Renamed]) -> Result<Env, ConfigError> {
+        for r in renamed {
+            let new = self.get(r.new).map(str::to_string);
+            let old = self.get(r.old).map(str::to_string);
+            if let Some(value) = r.resolve(new.as_deref(), old.as_deref())? {
+                self.0.insert(r.new.to_string(), value);
+            }
+            self.0.remove(r.old);
+        }
+        Ok(self)
+    }
+
+    /// The names set, for checks over the whole environment.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
     }
 
     /// Sets a variable (builder style).
@@ -110,7 +452,7 @@ impl Env {
         }
     }
 
-    /// A duration (`250ms`, `30s`, `5m`, `1h`, or plain seconds), or `default` when unset.
+    /// A duration (`250ms`, `30s`, `5m`, `1h`; a bare number only as `0`), or `default` when unset.
     pub fn duration_or(&self, key: &str, default: Duration) -> Result<Duration, ConfigError> {
         match self.get(key) {
             None => Ok(default),
@@ -151,8 +493,8 @@ impl Env {
     }
 }
 
-/// Parses `250ms`, `30s`, `5m`, `1h` or a plain number of seconds (domain's one duration form).
-pub use domain::duration::parse_duration;
+/// Parses `250ms`, `30s`, `5m`, `1h` or a bare `0` (domain's one duration form).
+pub use domain::duration::{DURATION_FORM, parse_duration};
 
 pub use domain::SecretString;
 
@@ -523,6 +865,192 @@ mod tests {
         let env = Env::default().with(vars::INTERNAL_TOKEN_FILE, path.display().to_string());
         let got = resolve_internal_token_file(env).unwrap();
         assert_eq!(got.get(vars::INTERNAL_TOKEN), Some("s3cret"));
+    }
+
+    const READS: &[&str] = &["BERTH_INTERNAL_TOKEN", "BERTH_LISTEN", "DOCKER_HOST"];
+    const RENAMED: &[Renamed] = &[
+        Renamed::milliseconds("BERTH_THING_TIMEOUT_MS", "BERTH_THING_TIMEOUT"),
+        Renamed::same("BERTH_OLD_NAME", "BERTH_NEW_NAME"),
+    ];
+
+    #[test]
+    fn an_unknown_name_is_refused_with_the_nearest_known_one_and_never_its_value() {
+        let env = Env::from_pairs([("BERTH_INTERNAL_TOKN", "s3cret")]);
+        let e = check_names(&env, READS, RENAMED).unwrap_err();
+        assert_eq!(e.var, "BERTH_INTERNAL_TOKN");
+        let text = e.to_string();
+        assert!(
+            text.contains("did you mean BERTH_INTERNAL_TOKEN?"),
+            "{text}"
+        );
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(
+            text.starts_with("configuration: BERTH_INTERNAL_TOKN is not"),
+            "{text}"
+        );
+        // A new name of a rename is a candidate too.
+        let e =
+            check_names(&Env::from_pairs([("BERTH_NEW_NAM", "x")]), READS, RENAMED).unwrap_err();
+        assert!(e.problem.contains("did you mean BERTH_NEW_NAME?"), "{e}");
+        // Nothing close: the README, not a guess.
+        let e =
+            check_names(&Env::from_pairs([("BERTH_WHATEVER", "1")]), READS, RENAMED).unwrap_err();
+        assert!(!e.problem.contains("did you mean"), "{e}");
+        assert!(e.problem.contains("README"), "{e}");
+    }
+
+    #[test]
+    fn known_tool_and_foreign_names_pass() {
+        let env = Env::from_pairs([
+            ("BERTH_INTERNAL_TOKEN", "t"),
+            ("BERTH_THING_TIMEOUT_MS", "1500"),
+            ("BERTH_NEW_NAME", "x"),
+            // Berth's tools' variables, which CI exports into every process.
+            ("BERTH_REQUIRE_DOCKER", "1"),
+            ("BERTH_TEST_BIN", "/bin/x"),
+            ("BERTH_BENCH_DIR", "/tmp"),
+            ("BERTH_PY_SEED", "1"),
+            ("BERTH_URL", "http://127.0.0.1:8080"),
+            ("BERTH_TOKEN", ""),
+            ("BERTH_BLESS_OPENAPI", "1"),
+            ("BERTH_UPDATE_PACTS", "1"),
+            // Not Berth's.
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", ""),
+            ("DOCKER_HOST", ""),
+        ]);
+        check_names(&env, READS, RENAMED).unwrap();
+    }
+
+    #[test]
+    fn an_empty_berth_value_is_refused() {
+        for var in ["BERTH_INTERNAL_TOKEN", "BERTH_LISTEN", "BERTH_NEW_NAME"] {
+            let e = check_names(&Env::from_pairs([(var, "")]), READS, RENAMED).unwrap_err();
+            assert_eq!(e.var, var);
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "configuration: {var} is set to the empty string: give it a value, or unset it for the default"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn a_renamed_variable_is_read_for_one_release_and_refused_beside_the_new_one() {
+        // The old name alone: carried to the new one, in the new form, and dropped.
+        let env = Env::from_pairs([("BERTH_THING_TIMEOUT_MS", "1500"), ("BERTH_OLD_NAME", "v")])
+            .migrate(RENAMED)
+            .unwrap();
+        assert_eq!(env.get("BERTH_THING_TIMEOUT"), Some("1500ms"));
+        assert_eq!(
+            env.duration_or("BERTH_THING_TIMEOUT", Duration::ZERO)
+                .unwrap(),
+            Duration::from_millis(1500)
+        );
+        assert_eq!(env.get("BERTH_NEW_NAME"), Some("v"));
+        assert!(!env.is_set("BERTH_THING_TIMEOUT_MS") && !env.is_set("BERTH_OLD_NAME"));
+        // Applying it again changes nothing (`berth up` and tests read configurations twice).
+        let again = env.clone().migrate(RENAMED).unwrap();
+        assert_eq!(again.get("BERTH_THING_TIMEOUT"), Some("1500ms"));
+        // The new name alone is untouched.
+        let env = Env::from_pairs([("BERTH_THING_TIMEOUT", "2s")])
+            .migrate(RENAMED)
+            .unwrap();
+        assert_eq!(env.get("BERTH_THING_TIMEOUT"), Some("2s"));
+        // Both: refused, naming both.
+        let e = Env::from_pairs([
+            ("BERTH_THING_TIMEOUT_MS", "1500"),
+            ("BERTH_THING_TIMEOUT", "2s"),
+        ])
+        .migrate(RENAMED)
+        .unwrap_err();
+        assert_eq!(e.var, "BERTH_THING_TIMEOUT_MS");
+        assert!(e.problem.contains("set only BERTH_THING_TIMEOUT"), "{e}");
+        // An old milliseconds value that is no number.
+        let e = Env::from_pairs([("BERTH_THING_TIMEOUT_MS", "2s")])
+            .migrate(RENAMED)
+            .unwrap_err();
+        assert!(e.problem.contains("milliseconds"), "{e}");
+        // The same mechanism for a flag: the new one's value, or the old one's converted.
+        let flag = Renamed::milliseconds("--pending-ms", "--pending");
+        assert_eq!(
+            flag.resolve(Some("2s"), None).unwrap().as_deref(),
+            Some("2s")
+        );
+        assert_eq!(
+            flag.resolve(None, Some("250")).unwrap().as_deref(),
+            Some("250ms")
+        );
+        assert_eq!(flag.resolve(None, None).unwrap(), None);
+        assert!(flag.resolve(Some("2s"), Some("250")).is_err());
+    }
+
+    #[test]
+    fn a_duration_needs_its_unit_and_a_refusal_shows_the_value_once() {
+        for ok in ["0", "0s", "250ms", "30s", "5m", "1h"] {
+            Env::from_pairs([(vars::REQUEST_TIMEOUT, ok)])
+                .duration_or(vars::REQUEST_TIMEOUT, Duration::ZERO)
+                .unwrap();
+        }
+        let e = Env::from_pairs([(vars::REQUEST_TIMEOUT, "30000")])
+            .duration_or(vars::REQUEST_TIMEOUT, Duration::ZERO)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            format!(
+                "configuration: BERTH_REQUEST_TIMEOUT=\"30000\" is not a duration: expected {}",
+                domain::duration::DURATION_FORM
+            )
+        );
+        assert_eq!(e.matches("30000").count(), 1, "{e}");
+    }
+
+    #[test]
+    fn the_edit_distance_is_levenshtein() {
+        assert_eq!(
+            edit_distance("BERTH_INTERNAL_TOKN", "BERTH_INTERNAL_TOKEN"),
+            1
+        );
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "ab"), 2);
+    }
+
+    #[test]
+    fn every_variable_the_kit_reads_is_declared() {
+        let declared: Vec<&str> = vars::EVERY_SERVICE
+            .iter()
+            .chain(vars::ORCHESTRATOR_LIMITS)
+            .copied()
+            .collect();
+        let found = names_in_sources(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src"
+        )));
+        // The names the tests above make up, and the tools'.
+        const MADE_UP: &[&str] = &[
+            "BERTH_THING_TIMEOUT_MS",
+            "BERTH_THING_TIMEOUT",
+            "BERTH_OLD_NAME",
+            "BERTH_NEW_NAME",
+            "BERTH_NEW_NAM",
+            "BERTH_INTERNAL_TOKN",
+            "BERTH_WHATEVER",
+        ];
+        let undeclared: Vec<_> = found
+            .iter()
+            .map(String::as_str)
+            .filter(|n| !declared.contains(n) && !is_tool_variable(n) && !MADE_UP.contains(n))
+            .collect();
+        assert!(
+            undeclared.is_empty(),
+            "read but not declared: {undeclared:?}"
+        );
+        assert!(
+            found.contains("BERTH_LISTEN"),
+            "the scan finds names: {found:?}"
+        );
     }
 
     #[test]

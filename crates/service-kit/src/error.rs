@@ -10,11 +10,14 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use domain::Status;
 use domain::problem::about_blank;
-use domain::{Code, Status};
 
 use crate::request_id;
 
+/// The machine codes an [`ApiError`] is built from, for crates that answer errors without depending
+/// on `domain` themselves (the emulator's admin API).
+pub use domain::Code;
 /// The media type of every error answer (defined in `domain`, beside [`Problem`]).
 pub use domain::PROBLEM_JSON;
 /// The problem+json body (defined in `domain`, which the typed client shares).
@@ -103,11 +106,26 @@ impl ApiError {
         &self.status
     }
 
+    /// The problem's title: the code's name (`NotFound`), or, when the answer's HTTP status is not
+    /// the code's own (a 415 for a body that is not JSON, a 413, a 405: HTTP has words for these
+    /// that the code table does not), that status's reason phrase in the same style
+    /// (`UnsupportedMediaType`), so the title says what the status says rather than a generic
+    /// `InvalidArgument`.
+    pub fn title(&self) -> String {
+        match self.http_status {
+            Some(status) if status.as_u16() != self.status.code.http_status() => status
+                .canonical_reason()
+                .map(|reason| reason.split([' ', '-']).collect::<String>())
+                .unwrap_or_else(|| self.status.code.name().to_string()),
+            _ => self.status.code.name().to_string(),
+        }
+    }
+
     /// The problem body this error answers with, for the given request id.
     pub fn problem(&self, request_id: &str) -> Problem {
         Problem {
             kind: about_blank(),
-            title: self.status.code.name().to_string(),
+            title: self.title(),
             status: self.http_status().as_u16(),
             detail: self.status.message.clone(),
             code: self.status.code as u32,
@@ -181,6 +199,28 @@ mod tests {
         assert_eq!(p.status, 500);
         assert_eq!(p.code, 13);
         assert!(!p.detail.contains("10.0.0.7"));
+    }
+
+    #[test]
+    fn a_status_the_code_does_not_name_titles_the_problem() {
+        let e = ApiError::from_code(Code::InvalidArgument, "body: expected JSON")
+            .with_http_status(StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        let p = e.problem("r");
+        assert_eq!(
+            (p.status, p.code, p.title.as_str()),
+            (415, 3, "UnsupportedMediaType")
+        );
+        let e = ApiError::from_code(Code::InvalidArgument, "too big")
+            .with_http_status(StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(e.problem("r").title, "PayloadTooLarge");
+        // The code's own status keeps the code's name.
+        let e = ApiError::from_code(Code::InvalidArgument, "bad")
+            .with_http_status(StatusCode::BAD_REQUEST);
+        assert_eq!(e.problem("r").title, "InvalidArgument");
+        assert_eq!(
+            ApiError::from_code(Code::NotFound, "x").problem("r").title,
+            "NotFound"
+        );
     }
 
     #[test]

@@ -167,6 +167,8 @@ every service:
   BERTH_REQUEST_TIMEOUT   per-request limit (default 30s)
   BERTH_BODY_LIMIT        largest request body (default 1Mi)
   BERTH_LOG               log filter (default info); BERTH_LOG_FORMAT=json for JSON lines
+A BERTH_* variable {name} does not read, or one set to the empty string, stops it with exit code 2
+(Berth's tools' own, like BERTH_URL and BERTH_REQUIRE_*, aside).
 ",
         version = env!("CARGO_PKG_VERSION"),
     )
@@ -236,13 +238,17 @@ impl Application {
     }
 }
 
-/// The whole `main` of a service binary: `healthcheck` subcommand, telemetry, build, serve until
-/// SIGINT/SIGTERM. `build` gets the process's `BERTH_*` and `OTEL_*` variables, and the other
-/// programs' variables the service names in `other_vars` (`DOCKER_HOST`, say).
+/// The whole `main` of a service binary: `healthcheck` subcommand, the check of the variables'
+/// names, telemetry, build, serve until SIGINT/SIGTERM. `reads` are the variables the service reads
+/// besides the kit's [`vars::EVERY_SERVICE`](crate::config::vars::EVERY_SERVICE) (its `VARS`,
+/// other programs' like `DOCKER_HOST` included) and `renamed` the names it retires (its `RENAMED`):
+/// any other `BERTH_*` variable stops it with exit code 2 ([`crate::config::check_names`]), and
+/// `build` gets the variables with the renames applied.
 pub async fn run_binary<F, Fut>(
     name: &'static str,
     default_port: u16,
-    other_vars: &[&str],
+    reads: &[&str],
+    renamed: &[crate::config::Renamed],
     build: F,
 ) -> std::process::ExitCode
 where
@@ -250,7 +256,12 @@ where
     Fut: Future<Output = Result<Application, Box<dyn std::error::Error + Send + Sync>>>,
 {
     use std::process::ExitCode;
-    let env = crate::Env::from_process(other_vars);
+    let reads: Vec<&str> = crate::config::vars::EVERY_SERVICE
+        .iter()
+        .chain(reads)
+        .copied()
+        .collect();
+    let env = crate::Env::from_process(&reads);
     match invocation(std::env::args().skip(1)) {
         Invocation::Serve | Invocation::Healthcheck => {}
         Invocation::Help => {
@@ -265,6 +276,10 @@ where
             eprintln!("{name}: unknown argument {argument:?}; `{name} --help` says what it takes");
             return ExitCode::from(2);
         }
+    }
+    if let Err(e) = crate::config::check_names(&env, &reads, renamed) {
+        eprintln!("{name}: {e}");
+        return ExitCode::from(2);
     }
     if std::env::args().nth(1).as_deref() == Some("healthcheck") {
         let addr = match crate::config::listen_addr(&env, default_port) {
@@ -300,6 +315,13 @@ where
         Err(e) => {
             eprintln!("{name}: telemetry setup failed: {e}");
             return ExitCode::FAILURE;
+        }
+    };
+    let env = match env.migrate(renamed) {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
         }
     };
     let app = match build(env).await {

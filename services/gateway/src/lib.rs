@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::get;
-use service_kit::config::{ConfigError, listen_addr, vars};
+use service_kit::config::{ConfigError, Renamed, listen_addr, vars};
 use service_kit::extract::Json;
 use service_kit::health::{Check, NotReady};
 use service_kit::outbound::HttpClient;
@@ -57,8 +57,36 @@ pub const NAME: &str = "gateway";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8080;
 
-/// Variables besides `BERTH_*` and `OTEL_*` the gateway reads: none.
-pub const OTHER_ENV_VARS: &[&str] = &[];
+/// Every variable the gateway reads besides the kit's ([`service_kit::config::vars::EVERY_SERVICE`]):
+/// the binary refuses any other `BERTH_*` one ([`service_kit::config::check_names`]), and a test
+/// checks every name this crate's sources spell is here.
+pub const VARS: &[&str] = &[
+    env_vars::MACHINE_DRIVER_URL,
+    env_vars::REGISTRY_URL,
+    env_vars::STORAGE_OPS_URL,
+    env_vars::UPSTREAM_TIMEOUT,
+    env_vars::MACHINE_DRIVER_TIMEOUT,
+    env_vars::TOKENS_FILE,
+    env_vars::CREATE_ADMIN_TOKEN,
+    env_vars::RATE_LIMIT_RPS,
+    env_vars::RATE_LIMIT_BURST,
+    env_vars::BREAKER_FAILURES,
+    env_vars::BREAKER_OPEN,
+    env_vars::WORKERS,
+    env_vars::IDLE_TIMEOUT,
+    env_vars::BREAKER_COUNT_5XX,
+    env_vars::AUTH_FAILURE_RPS,
+    env_vars::AUTH_FAILURE_BURST,
+    env_vars::MAX_CONNECTIONS,
+];
+
+/// The gateway's names retired in this release: its own settings carry no service name (the
+/// convention in [`service_kit::config`]), as `BERTH_RATE_LIMIT_RPS` and the others never did.
+pub const RENAMED: &[Renamed] = &[
+    Renamed::same("BERTH_GATEWAY_WORKERS", env_vars::WORKERS),
+    Renamed::same("BERTH_GATEWAY_IDLE_TIMEOUT", env_vars::IDLE_TIMEOUT),
+    Renamed::same("BERTH_GATEWAY_MAX_CONNECTIONS", env_vars::MAX_CONNECTIONS),
+];
 
 /// Variable names the gateway reads besides the shared ones.
 pub mod env_vars {
@@ -87,10 +115,10 @@ pub mod env_vars {
     /// How long an open breaker refuses calls.
     pub const BREAKER_OPEN: &str = "BERTH_BREAKER_OPEN";
     /// Worker threads serving calls (default: one per core).
-    pub const WORKERS: &str = "BERTH_GATEWAY_WORKERS";
+    pub const WORKERS: &str = "BERTH_WORKERS";
     /// How long a caller's connection may go without progress (a complete request head, or bytes of
     /// an answer written) while no call of it is being answered, before it is closed.
-    pub const IDLE_TIMEOUT: &str = "BERTH_GATEWAY_IDLE_TIMEOUT";
+    pub const IDLE_TIMEOUT: &str = "BERTH_IDLE_TIMEOUT";
     /// Whether an upstream's 5xx answers count against its breaker.
     pub const BREAKER_COUNT_5XX: &str = "BERTH_BREAKER_COUNT_5XX";
     /// Failed authentications per second allowed from one address (0 turns the limit off).
@@ -98,7 +126,7 @@ pub mod env_vars {
     /// Failed authentications allowed from one address at once.
     pub const AUTH_FAILURE_BURST: &str = "BERTH_AUTH_FAILURE_BURST";
     /// Callers' connections held at once; over it the oldest idle one is closed.
-    pub const MAX_CONNECTIONS: &str = "BERTH_GATEWAY_MAX_CONNECTIONS";
+    pub const MAX_CONNECTIONS: &str = "BERTH_MAX_CONNECTIONS";
 }
 
 /// The gateway's settings.
@@ -289,6 +317,16 @@ pub async fn build(
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     // Bound first: a start that cannot listen makes no admin token that nobody is shown.
     let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
+    build_on(config, listener)
+}
+
+/// Builds the application on a listener already bound. `berth up` binds every port first, then
+/// writes its admin token, then builds the gateway here: the tokens file is read with the token in
+/// it, so the token works from the first call (no probing with it until a reload picks it up).
+pub fn build_on(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     if config.create_admin_token {
         let made = auth::ensure_admin_token(&config.tokens_file).map_err(|e| {
             format!(
@@ -320,4 +358,14 @@ pub async fn build(
             },
         )),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_variable_this_crate_reads_is_declared() {
+        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+        let undeclared = service_kit::config::undeclared_names(src, super::VARS, super::RENAMED);
+        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
+    }
 }

@@ -12,7 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("token") {
-        let env = service_kit::Env::from_process(gateway::OTHER_ENV_VARS);
+        let env = service_kit::Env::from_process(gateway::VARS);
         return match gateway::mint::run(&args[1..], &env, &mut std::io::stdout()) {
             Ok(_) => std::process::ExitCode::SUCCESS,
             Err(e @ gateway::mint::MintError::Usage(_)) => {
@@ -28,7 +28,8 @@ async fn main() -> std::process::ExitCode {
     service_kit::server::run_binary(
         gateway::NAME,
         gateway::DEFAULT_PORT,
-        gateway::OTHER_ENV_VARS,
+        gateway::VARS,
+        gateway::RENAMED,
         |env| async move { gateway::build(gateway::Config::from_env(&env)?).await },
     )
     .await

@@ -39,6 +39,9 @@ pub enum MintError {
         /// What the file system said.
         source: std::io::Error,
     },
+    /// A variable is unknown, empty or renamed twice over (the check every gateway start makes).
+    #[error("{0}")]
+    Config(#[from] service_kit::config::ConfigError),
 }
 
 /// What the command line asked for.
@@ -105,6 +108,15 @@ pub fn run(args: &[String], env: &Env, out: &mut dyn Write) -> Result<bool, Mint
         let _ = out.write_all(USAGE.as_bytes());
         return Ok(false);
     };
+    // The variables are checked as a serving gateway checks them: a misspelled BERTH_TOKENS_FILE
+    // would otherwise add the token to a file nobody serves.
+    let reads: Vec<&str> = service_kit::config::vars::EVERY_SERVICE
+        .iter()
+        .chain(crate::VARS)
+        .copied()
+        .collect();
+    service_kit::config::check_names(env, &reads, crate::RENAMED)?;
+    let env = &env.clone().migrate(crate::RENAMED)?;
     let path = env
         .get(crate::env_vars::TOKENS_FILE)
         .map(PathBuf::from)

@@ -529,7 +529,7 @@ async fn a_chunked_body_streams_through_and_one_over_the_limit_is_413_without_tr
 #[tokio::test]
 async fn stalled_connections_are_closed_and_a_slow_call_is_not() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let h = spawn_gateway(&[("BERTH_GATEWAY_IDLE_TIMEOUT", "150ms")]).await;
+    let h = spawn_gateway(&[("BERTH_IDLE_TIMEOUT", "150ms")]).await;
     let address = h.url.trim_start_matches("http://").to_string();
     // Whether the gateway closes `socket` within `within`.
     async fn closed_within(socket: &mut tokio::net::TcpStream, within: Duration) -> bool {
@@ -600,7 +600,7 @@ async fn one_connections_calls_each_get_their_own_deadline() {
 async fn a_connection_stalled_mid_head_does_not_hold_up_shutdown() {
     use tokio::io::AsyncWriteExt;
     // hyper drops a half-sent head at graceful shutdown; the stall watch backs it up.
-    let mut h = spawn_gateway(&[("BERTH_GATEWAY_IDLE_TIMEOUT", "300ms")]).await;
+    let mut h = spawn_gateway(&[("BERTH_IDLE_TIMEOUT", "300ms")]).await;
     let mut loris = tokio::net::TcpStream::connect(h.url.trim_start_matches("http://"))
         .await
         .unwrap();

@@ -62,3 +62,69 @@ fn a_first_start_with_create_admin_token_logs_one_admin_token_once() {
     assert!(!log.contains("admin token"), "{log}");
     assert_eq!(std::fs::read_to_string(&tokens).unwrap(), written);
 }
+
+/// Issue 17: a misspelled variable (here the internal credential's) stops the gateway at start, with
+/// exit code 2 and a message naming it and the nearest known name, never its value; a retired name
+/// still starts it, warning once.
+#[test]
+fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .env("BERTH_LISTEN", "127.0.0.1:0")
+        .env("BERTH_DATA_DIR", dir.path())
+        .env("BERTH_INTERNAL_TOKN", "s3cret-credential")
+        .output()
+        .expect("the gateway binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("BERTH_INTERNAL_TOKN"), "{stderr}");
+    assert!(
+        stderr.contains("did you mean BERTH_INTERNAL_TOKEN?"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret-credential"), "{stderr}");
+    // Empty is refused too: `BERTH_RATE_LIMIT_RPS=` is no setting.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .env("BERTH_LISTEN", "127.0.0.1:0")
+        .env("BERTH_DATA_DIR", dir.path())
+        .env("BERTH_RATE_LIMIT_RPS", "")
+        .output()
+        .expect("the gateway binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("BERTH_RATE_LIMIT_RPS is set to the empty string"),
+        "{stderr}"
+    );
+
+    // The retired name: it starts, and says once what to set instead.
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .env("BERTH_LISTEN", "127.0.0.1:0")
+        .env("BERTH_DATA_DIR", dir.path())
+        .env("BERTH_GATEWAY_WORKERS", "2")
+        .env("BERTH_LOG", "info")
+        .env_remove("BERTH_LOG_FORMAT")
+        .env_remove("BERTH_TOKENS_FILE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the gateway binary starts");
+    let mut log = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("gateway listening") {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        log.matches("BERTH_GATEWAY_WORKERS is deprecated").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("set BERTH_WORKERS instead"), "{log}");
+}

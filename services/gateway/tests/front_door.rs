@@ -330,7 +330,7 @@ async fn twenty_thousand_random_methods_and_paths_do_not_grow_metrics() {
 
 #[tokio::test]
 async fn over_the_connection_cap_the_oldest_idle_connection_makes_room() {
-    let h = spawn_gateway(&[("BERTH_GATEWAY_MAX_CONNECTIONS", "20")]).await;
+    let h = spawn_gateway(&[("BERTH_MAX_CONNECTIONS", "20")]).await;
     let target = h.url.trim_start_matches("http://").to_string();
     let mut idle = Vec::new();
     for _ in 0..30 {

@@ -7,8 +7,8 @@
 //! Docker Engine).
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables ([`OTHER_ENV_VARS`] names the one it reads
-//!   besides them, `DOCKER_HOST`).
+//! - [`Config`]: settings from `BERTH_*` variables and `DOCKER_HOST` ([`VARS`] names every one it
+//!   reads, [`RENAMED`] the names it retires).
 //! - [`provider`]: the [`provider::Provider`] trait and the [`provider::Providers`] registry; the
 //!   calls every plugin answers the same way (GetVolumeIDs, ListMachines) are the trait's own, over
 //!   the one piece each plugin supplies (`volume_id`, `machines`).
@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use service_kit::config::{ConfigError, listen_addr, vars};
+use service_kit::config::{ConfigError, Renamed, listen_addr, vars};
 use service_kit::server::Application;
 use service_kit::{Env, HttpConfig, ServiceApp};
 
@@ -39,9 +39,34 @@ pub const NAME: &str = "machine-driver";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8081;
 
-/// Variables besides `BERTH_*` and `OTEL_*` the machine driver reads: Docker's own `DOCKER_HOST`,
-/// the Engine of machines whose secret names none.
-pub const OTHER_ENV_VARS: &[&str] = &[service_kit::config::vars::DOCKER_HOST];
+/// Every variable the machine driver reads besides the kit's
+/// ([`service_kit::config::vars::EVERY_SERVICE`]), Docker's own `DOCKER_HOST` (the Engine of
+/// machines whose secret names none) among them: the binary refuses any other `BERTH_*` one, and a
+/// test checks every name this crate's sources spell is here.
+pub const VARS: &[&str] = &[
+    ::alicloud::config::ENV_ENDPOINT,
+    ::alicloud::config::ENV_QPS,
+    ::alicloud::config::ENV_SIGNATURE,
+    ::alicloud::config::ENV_TIMEOUT,
+    ::alicloud::config::ENV_MAX_ATTEMPTS,
+    ENV_CSI_DRIVERS,
+    ENV_REGIONS,
+    docker::settings::ENV_DOCKER_HOST,
+    docker::settings::ENV_ENDPOINTS,
+    docker::settings::ENV_MOUNT_PATHS,
+    docker::settings::ENV_ALLOW_PRIVILEGED,
+    docker::settings::ENV_REGISTRIES,
+];
+
+/// The machine driver's names retired in this release: a duration takes a duration, not a bare
+/// number of milliseconds; the Engines Berth may use have one name in every service.
+pub const RENAMED: &[Renamed] = &[
+    Renamed::milliseconds(
+        ::alicloud::config::ENV_TIMEOUT_MS,
+        ::alicloud::config::ENV_TIMEOUT,
+    ),
+    Renamed::same("BERTH_DOCKER_HOSTS", docker::settings::ENV_ENDPOINTS),
+];
 
 /// `BERTH_ALICLOUD_CSI_DRIVERS`: comma-separated CSI driver names whose `volumeHandle` is an ECS disk
 /// id, besides `diskplugin.csi.alibabacloud.com`.
@@ -53,7 +78,7 @@ pub const ENV_CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
 pub const ENV_REGIONS: &str = "BERTH_ALICLOUD_REGIONS";
 
 /// The `BERTH_ALICLOUD_*` variables the ECS client reads (its own parser decides what they mean).
-const ECS_VARS: [&str; 6] = ::alicloud::config::ENV_VARS;
+const ECS_VARS: [&str; 5] = ::alicloud::config::ENV_VARS;
 
 /// How much of the request timeout a driver call leaves for answering: a call that runs out of
 /// time says so itself (DeadlineExceeded, with what it was doing) instead of being cut off by the
@@ -67,8 +92,8 @@ pub struct Config {
     pub listen: std::net::SocketAddr,
     /// Timeouts, body limit, internal credential.
     pub http: HttpConfig,
-    /// The ECS client's settings (`BERTH_ALICLOUD_ENDPOINT`, `_QPS`, `_SIGNATURE`, `_TIMEOUT`
-    /// (or the deprecated `_TIMEOUT_MS`), `_MAX_ATTEMPTS`).
+    /// The ECS client's settings (`BERTH_ALICLOUD_ENDPOINT`, `_QPS`, `_SIGNATURE`, `_TIMEOUT`,
+    /// `_MAX_ATTEMPTS`; the deprecated `_TIMEOUT_MS` is carried over by [`RENAMED`]).
     pub ecs: ::alicloud::EcsConfig,
     /// Extra CSI driver names mapped by GetVolumeIDs (`BERTH_ALICLOUD_CSI_DRIVERS`).
     pub csi_drivers: Vec<String>,
@@ -87,7 +112,7 @@ impl Config {
             .collect();
         let ecs = ::alicloud::EcsConfig::from_vars(&ecs_vars).map_err(|e| ConfigError {
             var: e.name.to_string(),
-            value: env.get(e.name).unwrap_or_default().to_string(),
+            value: e.value,
             problem: e.message,
         })?;
         let csi_drivers = env
@@ -176,6 +201,31 @@ pub async fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variable_this_crate_reads_is_declared() {
+        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+        let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
+        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
+    }
+
+    #[test]
+    fn the_retired_names_still_work_for_one_release() {
+        let env = Env::default()
+            .with("BERTH_ALICLOUD_TIMEOUT_MS", "1500")
+            .with("BERTH_DOCKER_HOSTS", "tcp://b:2376")
+            .migrate(RENAMED)
+            .unwrap();
+        let c = Config::from_env(&env).unwrap();
+        assert_eq!(c.ecs.request_timeout, Duration::from_millis(1500));
+        assert!(c.docker.allowed_hosts.contains("tcp://b:2376"));
+        let both = Env::default()
+            .with("BERTH_DOCKER_HOSTS", "tcp://b:2376")
+            .with("BERTH_DOCKER_ENDPOINTS", "tcp://c:2376")
+            .migrate(RENAMED)
+            .unwrap_err();
+        assert_eq!(both.var, "BERTH_DOCKER_HOSTS");
+    }
 
     #[test]
     fn reads_the_alicloud_variables_through_the_client_parser() {

@@ -12,7 +12,8 @@ async fn main() -> std::process::ExitCode {
     service_kit::server::run_binary(
         machine_driver::NAME,
         machine_driver::DEFAULT_PORT,
-        machine_driver::OTHER_ENV_VARS,
+        machine_driver::VARS,
+        machine_driver::RENAMED,
         |env| async move { machine_driver::build(machine_driver::Config::from_env(&env)?).await },
     )
     .await

@@ -593,7 +593,7 @@ async fn engine_addresses_are_checked_and_a_silent_engine_is_unavailable() {
         std::process::id()
     );
     let (_server, machines) =
-        driver(Env::default().with("BERTH_DOCKER_HOSTS", dead.as_str())).await;
+        driver(Env::default().with("BERTH_DOCKER_ENDPOINTS", dead.as_str())).await;
     let providers = machines.providers().await.unwrap();
     let names: Vec<&str> = providers
         .providers
@@ -625,7 +625,7 @@ async fn engine_addresses_are_checked_and_a_silent_engine_is_unavailable() {
     assert_code(&e, Code::InvalidArgument, 400);
     assert_eq!(
         e.status.message,
-        "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_HOSTS"
+        "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_ENDPOINTS"
     );
     let e = machines
         .status(&req("ssh://root@10.9.8.7"))

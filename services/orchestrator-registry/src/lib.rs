@@ -7,7 +7,7 @@
 //!
 //! # Layout
 //! - [`Config`]: settings from `BERTH_*` variables, and the three detection variables, which
-//!   [`OTHER_ENV_VARS`] declares so the binary reads them from the process environment.
+//!   [`VARS`] declares with the others so the binary reads them from the process environment.
 //! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
 //! - [`store`]: the SQLite store (WAL, `BEGIN IMMEDIATE` writes, one-default index).
 //! - [`detect`]: which kind the environment implies; the Docker Engine probe is injectable.
@@ -39,12 +39,23 @@ pub const NAME: &str = "orchestrator-registry";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8082;
 
-/// Variables besides `BERTH_*` and `OTEL_*` the registry reads: detection's inputs.
-pub const OTHER_ENV_VARS: &[&str] = &[
+/// Every variable the registry reads besides the kit's
+/// ([`service_kit::config::vars::EVERY_SERVICE`]), detection's inputs from other programs among
+/// them: the binary refuses any other `BERTH_*` one, and a test checks every name this crate's
+/// sources spell is here.
+pub const VARS: &[&str] = &[
+    env_vars::REGISTRY_DB,
+    env_vars::LOCAL_BASE_PATH,
+    env_vars::LOCAL_ROOTS,
+    env_vars::DOCKER_ENDPOINTS,
+    env_vars::DOCKER_PING_TIMEOUT,
     detect::KUBERNETES_SERVICE_HOST,
     detect::NOMAD_ADDR,
     detect::DOCKER_HOST,
 ];
+
+/// The registry's names retired in this release: none.
+pub const RENAMED: &[service_kit::config::Renamed] = &[];
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -221,6 +232,13 @@ pub async fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variable_this_crate_reads_is_declared() {
+        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+        let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
+        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
+    }
 
     #[test]
     fn defaults_live_under_the_data_directory() {

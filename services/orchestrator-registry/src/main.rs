@@ -12,7 +12,8 @@ async fn main() -> std::process::ExitCode {
     service_kit::server::run_binary(
         orchestrator_registry::NAME,
         orchestrator_registry::DEFAULT_PORT,
-        orchestrator_registry::OTHER_ENV_VARS,
+        orchestrator_registry::VARS,
+        orchestrator_registry::RENAMED,
         |env| async move {
             orchestrator_registry::build(orchestrator_registry::Config::from_env(&env)?).await
         },

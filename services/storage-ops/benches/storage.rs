@@ -187,7 +187,7 @@ async fn start_stack(dir: &Path) -> Stack {
         &Env::default()
             .with("BERTH_LISTEN", "127.0.0.1:0")
             .with(
-                "BERTH_STORAGE_DB",
+                "BERTH_STORAGE_OPS_DB",
                 dir.join("storage.db").display().to_string(),
             )
             .with("BERTH_REGISTRY_URL", &registry_url)

@@ -7,8 +7,8 @@
 //! reports (or removes) backend objects no volume owns.
 //!
 //! # Layout
-//! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]), and `DOCKER_HOST`
-//!   ([`OTHER_ENV_VARS`]).
+//! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]), and `DOCKER_HOST` ([`VARS`]
+//!   names every one).
 //! - [`api`]: the HTTP API, one handler per route, each in the OpenAPI document.
 //! - [`ops`]: the logic, one module per idea (add, delete, list and read, reconcile), failing with a
 //!   typed [`ops::OpsError`] that [`api`] alone turns into an HTTP answer.
@@ -42,14 +42,34 @@ pub const NAME: &str = "storage-ops";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8083;
 
-/// Variables besides `BERTH_*` and `OTEL_*` storage-ops reads: `DOCKER_HOST`, one of the Engines
-/// `docker` orchestrators may use when `BERTH_DOCKER_ENDPOINTS` is unset.
-pub const OTHER_ENV_VARS: &[&str] = &[service_kit::config::vars::DOCKER_HOST];
+/// Every variable storage-ops reads besides the kit's
+/// ([`service_kit::config::vars::EVERY_SERVICE`]), `DOCKER_HOST` among them (one of the Engines
+/// `docker` orchestrators may use when `BERTH_DOCKER_ENDPOINTS` is unset): the binary refuses any
+/// other `BERTH_*` one, and a test checks every name this crate's sources spell is here.
+pub const VARS: &[&str] = &[
+    env_vars::STORAGE_OPS_DB,
+    env_vars::REGISTRY_URL,
+    env_vars::REGISTRY_TIMEOUT,
+    env_vars::UPSTREAM_TIMEOUT,
+    env_vars::RECONCILE_INTERVAL,
+    env_vars::ORPHAN_POLICY,
+    service_kit::config::vars::LOCAL_ROOTS,
+    service_kit::config::vars::DOCKER_ENDPOINTS,
+    service_kit::config::vars::LOCAL_BASE_PATH,
+    service_kit::config::vars::DOCKER_HOST,
+];
+
+/// Storage-ops' names retired in this release: a service's database is named for the service, as
+/// its address is (`BERTH_STORAGE_OPS_URL`).
+pub const RENAMED: &[service_kit::config::Renamed] = &[service_kit::config::Renamed::same(
+    "BERTH_STORAGE_DB",
+    env_vars::STORAGE_OPS_DB,
+)];
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
     /// The SQLite database file.
-    pub const STORAGE_DB: &str = "BERTH_STORAGE_DB";
+    pub const STORAGE_OPS_DB: &str = "BERTH_STORAGE_OPS_DB";
     /// The orchestrator registry's base URL.
     pub const REGISTRY_URL: &str = "BERTH_REGISTRY_URL";
     /// How long one call to the registry may take.
@@ -77,7 +97,7 @@ pub const REGISTRY_ATTEMPTS: u32 = 2;
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Listen address (port 8083 by default), HTTP settings (the internal credential is also
-    /// presented to the registry), data directory and the SQLite file (`BERTH_STORAGE_DB`, default
+    /// presented to the registry), data directory and the SQLite file (`BERTH_STORAGE_OPS_DB`, default
     /// `<data dir>/storage.db`).
     pub service: SqliteServiceConfig,
     /// The registry (`BERTH_REGISTRY_URL`, default `http://127.0.0.1:8082`).
@@ -104,8 +124,12 @@ pub struct Config {
 impl Config {
     /// Reads the settings; unset variables take their defaults.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let service =
-            SqliteServiceConfig::from_env(env, DEFAULT_PORT, env_vars::STORAGE_DB, "storage.db")?;
+        let service = SqliteServiceConfig::from_env(
+            env,
+            DEFAULT_PORT,
+            env_vars::STORAGE_OPS_DB,
+            "storage.db",
+        )?;
         let registry_url = env
             .get(env_vars::REGISTRY_URL)
             .unwrap_or(DEFAULT_REGISTRY_URL)
@@ -217,7 +241,7 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
                 "cannot make the directory of {} ({e}); set {} or {}",
                 config.service.db_path.display(),
                 vars::DATA_DIR,
-                env_vars::STORAGE_DB
+                env_vars::STORAGE_OPS_DB
             )
         })?;
     }
@@ -225,7 +249,7 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
         format!(
             "cannot open the database {} ({e}); set {}",
             config.service.db_path.display(),
-            env_vars::STORAGE_DB
+            env_vars::STORAGE_OPS_DB
         )
     })?;
     let registry = client::registry::Client::new(ServiceClient::new(
@@ -273,6 +297,13 @@ pub async fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variable_this_crate_reads_is_declared() {
+        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+        let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
+        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
+    }
 
     #[test]
     fn defaults_and_bad_values() {

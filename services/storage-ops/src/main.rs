@@ -12,7 +12,8 @@ async fn main() -> std::process::ExitCode {
     service_kit::server::run_binary(
         storage_ops::NAME,
         storage_ops::DEFAULT_PORT,
-        storage_ops::OTHER_ENV_VARS,
+        storage_ops::VARS,
+        storage_ops::RENAMED,
         |env| async move { storage_ops::build(storage_ops::Config::from_env(&env)?).await },
     )
     .await

@@ -17,9 +17,11 @@ use service_kit::config::{ConfigError, UnusableDockerHost};
 /// `DOCKER_HOST`: the Engine machines go to when a class's secret names none (default: the local
 /// socket), as the Docker CLI reads it.
 pub const ENV_DOCKER_HOST: &str = "DOCKER_HOST";
-/// `BERTH_DOCKER_HOSTS`: comma-separated Engine addresses a secret's `dockerHost` may name, besides
-/// the default Engine. Unset: the local socket only.
-pub const ENV_HOSTS: &str = "BERTH_DOCKER_HOSTS";
+/// `BERTH_DOCKER_ENDPOINTS`: comma-separated Engine addresses a secret's `dockerHost` may name,
+/// besides the default Engine. Unset: the local socket only. The registry and storage-ops read the
+/// same name for the Engines a `docker` orchestrator may use: one list of the Engines Berth may use
+/// (it was `BERTH_DOCKER_HOSTS` here, still read for one release).
+pub const ENV_ENDPOINTS: &str = service_kit::config::vars::DOCKER_ENDPOINTS;
 /// `BERTH_DOCKER_MOUNT_PATHS`: comma-separated absolute host directories whose contents `mounts` may
 /// bind into machines. Unset: none.
 pub const ENV_MOUNT_PATHS: &str = "BERTH_DOCKER_MOUNT_PATHS";
@@ -139,12 +141,12 @@ impl Settings {
                 ))
             });
         }
-        if let Some(hosts) = entries(env, ENV_HOSTS) {
+        if let Some(hosts) = entries(env, ENV_ENDPOINTS) {
             s.allowed_hosts = hosts
                 .into_iter()
                 .map(|h| {
-                    validate_docker_host(ENV_HOSTS, h).map_err(|e| {
-                        config_error(env, ENV_HOSTS, format!("an entry {}", e.message))
+                    validate_docker_host(ENV_ENDPOINTS, h).map_err(|e| {
+                        config_error(env, ENV_ENDPOINTS, format!("an entry {}", e.message))
                     })
                 })
                 .collect::<Result<_, _>>()?;
@@ -215,7 +217,7 @@ impl Settings {
             Err(Status::invalid(
                 FIELD,
                 format!(
-                    "names a Docker Engine this driver may not use; the operator allows Engine addresses with {ENV_HOSTS}"
+                    "names a Docker Engine this driver may not use; the operator allows Engine addresses with {ENV_ENDPOINTS}"
                 ),
             ))
         }
@@ -292,7 +294,7 @@ mod tests {
         let e = s.engine_for(Some("tcp://10.1.2.3:2375")).unwrap_err();
         assert_eq!(
             e.message,
-            "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_HOSTS"
+            "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_ENDPOINTS"
         );
         let e = s.engine_for(Some("http://10.1.2.3:2375/x")).unwrap_err();
         assert!(!e.message.contains("10.1.2.3"), "{e}");
@@ -306,7 +308,7 @@ mod tests {
     fn variables_set_the_allow_lists() {
         let env = Env::default()
             .with(ENV_DOCKER_HOST, "tcp://engine:2375")
-            .with(ENV_HOSTS, " unix:///run/docker.sock, tcp://b:2376 ,")
+            .with(ENV_ENDPOINTS, " unix:///run/docker.sock, tcp://b:2376 ,")
             .with(ENV_MOUNT_PATHS, "/srv/berth/, /data")
             .with(ENV_ALLOW_PRIVILEGED, "TRUE")
             .with(ENV_REGISTRIES, "ghcr.io,localhost:5000");
@@ -320,7 +322,7 @@ mod tests {
         assert!(s.may_pull_from("localhost:5000"));
         assert!(!s.may_pull_from("docker.io"));
         for (var, value) in [
-            (ENV_HOSTS, "tcp://ok:1,nope"),
+            (ENV_ENDPOINTS, "tcp://ok:1,nope"),
             (ENV_MOUNT_PATHS, "relative/dir"),
             (ENV_MOUNT_PATHS, "/"),
             (ENV_ALLOW_PRIVILEGED, "maybe"),

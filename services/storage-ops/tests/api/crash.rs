@@ -34,7 +34,7 @@ async fn start_binary(db: &Path, data: &Path, registry_url: &str) -> (Child, Str
     let quiet = std::env::var_os("TEST_LOG").is_none();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_storage-ops"))
         .env("BERTH_LISTEN", &addr)
-        .env(env_vars::STORAGE_DB, db)
+        .env(env_vars::STORAGE_OPS_DB, db)
         .env("BERTH_DATA_DIR", data)
         .env(env_vars::REGISTRY_URL, registry_url)
         .env(env_vars::RECONCILE_INTERVAL, "200ms")

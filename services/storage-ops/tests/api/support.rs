@@ -43,7 +43,7 @@ pub(crate) async fn spawn_storage(db: &Path, registry_url: &str, extra: &[(&str,
     }
     let mut env = env
         .with("BERTH_LISTEN", "127.0.0.1:0")
-        .with(env_vars::STORAGE_DB, db.display().to_string())
+        .with(env_vars::STORAGE_OPS_DB, db.display().to_string())
         .with(env_vars::REGISTRY_URL, registry_url)
         .with(env_vars::RECONCILE_INTERVAL, "1h");
     for (k, v) in extra {
