@@ -231,12 +231,12 @@ impl ProcessStack {
                         credentials.ecs_key_id.clone(),
                         "--access-key-secret".into(),
                         credentials.ecs_key_secret.clone(),
-                        "--pending-ms".into(),
-                        "30".into(),
-                        "--starting-ms".into(),
-                        "30".into(),
-                        "--stopping-ms".into(),
-                        "30".into(),
+                        "--pending".into(),
+                        "30ms".into(),
+                        "--starting".into(),
+                        "30ms".into(),
+                        "--stopping".into(),
+                        "30ms".into(),
                     ];
                 }
                 Service::Registry => {}
