@@ -141,15 +141,10 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     )?;
 
     let mut apps = Vec::new();
-    // Instances move Pending → Starting → Running in a couple of seconds, as a person can follow.
     let emulator = ecs_emulator::Emulator::open(ecs_emulator::Config {
         access_keys: vec![stored_key],
         state_dir: Some(emulator_dir),
-        lifecycle: ecs_emulator::Lifecycle {
-            pending_ms: 1000,
-            starting_ms: 1000,
-            stopping_ms: 1000,
-        },
+        lifecycle: emulator_lifecycle(base_env)?,
         ..ecs_emulator::Config::default()
     })?;
     let emulator_listener = service_kit::server::bind(
@@ -183,6 +178,34 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         registry_url: url(ports.registry),
     })
 }
+
+/// The embedded emulator's lifecycle delays: `BERTH_ECS_EMULATOR_PENDING_MS`, `_STARTING_MS` and
+/// `_STOPPING_MS`, as the standalone `ecs-emulator` reads them, each 1000 by default so instances move
+/// Pending → Starting → Running in a couple of seconds, as a person can follow. A harness that fuzzes
+/// the API sets them to 0, so no case finds a machine between states (where the driver's answer is
+/// MCM's retry, 503) only because an earlier case made it a moment before.
+pub fn emulator_lifecycle(env: &Env) -> Result<ecs_emulator::Lifecycle, BoxError> {
+    let delay = |var: &str| -> Result<u64, BoxError> {
+        match env.get(var).map(str::trim) {
+            None | Some("") => Ok(1000),
+            Some(text) => text.parse().map_err(|_| {
+                format!("{var}={text:?} is not a whole number of milliseconds").into()
+            }),
+        }
+    };
+    Ok(ecs_emulator::Lifecycle {
+        pending_ms: delay(EMULATOR_PENDING_MS)?,
+        starting_ms: delay(EMULATOR_STARTING_MS)?,
+        stopping_ms: delay(EMULATOR_STOPPING_MS)?,
+    })
+}
+
+/// The embedded emulator's delay in Pending, in milliseconds (the standalone emulator's variable).
+pub const EMULATOR_PENDING_MS: &str = "BERTH_ECS_EMULATOR_PENDING_MS";
+/// Its delay in Starting.
+pub const EMULATOR_STARTING_MS: &str = "BERTH_ECS_EMULATOR_STARTING_MS";
+/// Its delay in Stopping.
+pub const EMULATOR_STOPPING_MS: &str = "BERTH_ECS_EMULATOR_STOPPING_MS";
 
 /// Writes one banner line; a stdout nobody reads (`berth up | head -3`) does not stop the stack.
 fn say(line: impl AsRef<str>) {
@@ -445,6 +468,29 @@ mod tests {
             env = env.with(k, *v);
         }
         configure(&env, &env, &env, &env)
+    }
+
+    #[test]
+    fn the_emulators_lifecycle_is_a_person_s_pace_unless_the_variables_say_otherwise() {
+        let slow = emulator_lifecycle(&Env::default()).unwrap();
+        assert_eq!(
+            (slow.pending_ms, slow.starting_ms, slow.stopping_ms),
+            (1000, 1000, 1000)
+        );
+        let env = Env::default()
+            .with(EMULATOR_PENDING_MS, "0")
+            .with(EMULATOR_STARTING_MS, " 0 ")
+            .with(EMULATOR_STOPPING_MS, "5");
+        assert_eq!(
+            emulator_lifecycle(&env).unwrap(),
+            ecs_emulator::Lifecycle {
+                pending_ms: 0,
+                starting_ms: 0,
+                stopping_ms: 5
+            }
+        );
+        let e = emulator_lifecycle(&Env::default().with(EMULATOR_STOPPING_MS, "1s")).unwrap_err();
+        assert!(e.to_string().contains(EMULATOR_STOPPING_MS), "{e}");
     }
 
     #[test]
