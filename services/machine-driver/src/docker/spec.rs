@@ -903,11 +903,14 @@ pub mod schema {
         let p = &mut spec["properties"];
         p["image"] = json!({"type": "string", "maxLength": 512, "pattern": image_pattern()});
         p["pull"] = json!({"type": "string", "enum": ["", "Never", "IfNotPresent"], "description": "Never (the default: a missing image is 412) or IfNotPresent (from a registry BERTH_DOCKER_REGISTRIES allows, else 412)"});
+        // `items` holds for the entries after `prefixItems`, so the first entry says it all again.
+        let mut first = text(MAX_ARG_CHARS, NO_NUL);
+        first["minLength"] = json!(1);
         p["command"] = json!({
             "type": "array",
             "maxItems": 256,
             "items": text(MAX_ARG_CHARS, NO_NUL),
-            "prefixItems": [{"minLength": 1}]
+            "prefixItems": [first]
         });
         p["args"] = json!({"type": "array", "maxItems": 256, "items": text(MAX_ARG_CHARS, NO_NUL)});
         p["env"] = json!({
