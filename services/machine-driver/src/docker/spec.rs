@@ -940,6 +940,7 @@ pub mod schema {
             "items": {
                 "type": "object",
                 "additionalProperties": false,
+                "required": ["hostPath", "containerPath"],
                 "properties": {
                     "hostPath": {"type": "string", "maxLength": 4096, "pattern": BASE_PATH_PATTERN},
                     "containerPath": {
