@@ -980,10 +980,12 @@ pub mod schema {
                     "type": "object",
                     "description": "Base64-encoded values; this document gives dockerHost in stringData only",
                     "additionalProperties": {"type": "string"},
-                    "propertyNames": {"not": {"const": SECRET_DOCKER_HOST}},
                     "properties": {SECRET_USER_DATA: {"type": "string", "pattern": BASE64}}
                 }
-            }
+            },
+            // stringData wins: data's dockerHost is read only when stringData has none.
+            "if": {"not": {"required": ["stringData"], "properties": {"stringData": {"required": [SECRET_DOCKER_HOST]}}}},
+            "then": {"properties": {"data": {"propertyNames": {"not": {"const": SECRET_DOCKER_HOST}}}}}
         })
     }
 
