@@ -5,6 +5,11 @@ harness.py fetch URL PATH
 harness.py accepted URL TOKEN
     Waits (5 s at most) until the gateway at URL accepts TOKEN: it re-reads its tokens file once a
     second, and a token just added must work before the flows use it.
+harness.py regions DOCUMENT
+    Prints, comma-separated, the Alibaba Cloud regions the machine driver's document lists (its
+    `region` enum), for BERTH_ALICLOUD_REGIONS.
+harness.py reset-emulator URL
+    Empties the ECS emulator at URL (`POST /_emulator/reset`): no instance, disk or client token.
 harness.py summarize REPORT_DIR DOCUMENT GATEWAY_DOCUMENT
     Reads schemathesis' NDJSON and JSON reports and prints, per operation, how many cases ran and
     how many were answered 2xx, then one verdict line per check (`ok: …` or `FAILED: …`), the
@@ -30,6 +35,36 @@ MUTATING_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 def fetch(url: str, path: str) -> None:
     with urllib.request.urlopen(url, timeout=10) as response, open(path, "wb") as out:
         out.write(response.read())
+
+
+def regions(document: str) -> int:
+    with open(document, encoding="utf-8") as f:
+        doc = json.load(f)
+    found: set[str] = set()
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            region = (node.get("properties") or {}).get("region") if isinstance(node.get("properties"), dict) else None
+            if isinstance(region, dict) and isinstance(region.get("enum"), list):
+                found.update(str(r) for r in region["enum"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc.get("components", {}).get("schemas", {}))
+    if not found:
+        print(f"{document} lists no Alibaba Cloud regions", file=sys.stderr)
+        return 1
+    print(",".join(sorted(found)))
+    return 0
+
+
+def reset_emulator(url: str) -> int:
+    request = urllib.request.Request(f"{url}/_emulator/reset", data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        return 0
 
 
 def accepted(url: str, token: str) -> int:
@@ -199,6 +234,10 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "fetch":
         fetch(argv[1], argv[2])
         return 0
+    if len(argv) == 2 and argv[0] == "regions":
+        return regions(argv[1])
+    if len(argv) == 2 and argv[0] == "reset-emulator":
+        return reset_emulator(argv[1])
     if len(argv) == 3 and argv[0] == "accepted":
         return accepted(argv[1], argv[2])
     if len(argv) == 4 and argv[0] == "summarize":

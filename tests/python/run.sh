@@ -89,10 +89,23 @@ documents="$work/documents"
 mkdir -p "$documents"
 committed_gateway_doc="$repo/openapi/gateway.json"
 
-# Volumes go to local directories under the temporary data directory, never to a Docker Engine this
-# machine may have: fuzzing makes and drops many, and none may outlive the run. (A socket nobody
-# listens on makes the registry's detection choose `local`.)
-DOCKER_HOST="unix://$work/no-docker-engine.sock" \
+# Volumes go to local directories under the temporary data directory and machines to the embedded ECS
+# emulator, never to a Docker Engine this machine may have: fuzzing makes and drops many, and none may
+# outlive the run. So this stack has no Docker Engine at all:
+# - DOCKER_HOST is one Berth cannot use (it speaks unix:// and tcp:// only): the registry's detection
+#   does not probe it and chooses `local`, and the machine driver answers a well-formed Docker machine
+#   with 412 (FailedPrecondition: this driver's set-up has no Engine), its documented precondition;
+# - the Engines a registration (BERTH_DOCKER_ENDPOINTS) or a machine's secret (BERTH_DOCKER_HOSTS) may
+#   name are a socket nobody listens on, so neither can reach the local Engine either.
+# The emulator moves instances between states at once (BERTH_ECS_EMULATOR_*_MS=0): a machine just
+# created is Running for the next case, so no case meets MCM's retry answer (503 while an instance is
+# Pending or Stopping) only because an earlier case made the machine a moment before. Its regions are
+# the ones the documents list (the regions ECS is known to serve), as an operator's allow-list would
+# have them, so a region the documents do not list is refused as it would be on Alibaba Cloud.
+no_engine="unix://$work/no-docker-engine.sock"
+DOCKER_HOST="ssh://no-docker-engine.invalid" BERTH_DOCKER_ENDPOINTS="$no_engine" BERTH_DOCKER_HOSTS="$no_engine" \
+  BERTH_ECS_EMULATOR_PENDING=0 BERTH_ECS_EMULATOR_STARTING=0 BERTH_ECS_EMULATOR_STOPPING=0 \
+  BERTH_ALICLOUD_REGIONS="$("$py" tests/python/harness.py regions "$repo/openapi/machine-driver.json")" \
   BERTH_INTERNAL_TOKEN_FILE="$work/internal-token" BERTH_LOG=warn \
   "$berth" up --data-dir "$data" --port-base "$port_base" --bind 127.0.0.1 \
   >"$work/up.out" 2>"$work/up.log" &
@@ -111,6 +124,7 @@ grep -q '^The gateway is the front door' "$work/up.out" || {
   exit 1
 }
 banner() { sed -n "s/^$1: //p" "$work/up.out" | head -1; }
+emulator_url="http://127.0.0.1:$((port_base + 10))"
 gateway_url=$(banner 'gateway url')
 export BERTH_URL="$gateway_url"
 BERTH_TOKEN=$(banner 'admin token')
@@ -189,13 +203,18 @@ schemathesis() { # name url token
   local name=$1 url=$2 token=$3 reports="$work/schemathesis/$1"
   echo "== schemathesis: $name (${doc_of[$name]#"$repo"/}) at $url"
   mkdir -p "$reports"
+  # Every target starts from the same empty cloud: machines an earlier target made (a fuzzed one may
+  # hold the examples' machine name for another UID) do not decide this one's answers.
+  "$py" tests/python/harness.py reset-emulator "$emulator_url"
   local st_started
   st_started=$(date +%s)
   # Run from the reports directory: schemathesis keeps a cache (`.schemathesis/`) in its working
   # directory, which must not land in the repository.
-  # The hooks put this stack's emulator key where the documents' machine example has placeholders;
-  # the config names the answers to valid input that depend on state (both files say why).
+  # The hooks put this stack's emulator key where the documents' machine example has placeholders,
+  # and make the example's machine before InitializeMachine's example is sent (through the target's
+  # own API); the config names the answers to valid input that depend on state (both files say why).
   (cd "$reports" && PYTHONPATH="$repo/tests/python" SCHEMATHESIS_HOOKS=schemathesis_hooks \
+    BERTH_PY_TARGET_URL="$url" BERTH_PY_TARGET_TOKEN="$token" \
     "$venv/bin/schemathesis" --config-file "$repo/tests/python/schemathesis.toml" \
     run "${doc_of[$name]}" --url "$url" \
     -H "Authorization: Bearer $token" \

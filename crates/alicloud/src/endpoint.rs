@@ -138,6 +138,19 @@ const EXCEPTIONS: &[(&str, &str)] = &[
     ("cn-edge-1", "ecs.cn-qingdao-nebula.aliyuncs.com"),
 ];
 
+/// Every region [`Region::is_known`] admits, sorted: what a document can list as the regions a
+/// driver calling the regional endpoints accepts.
+pub fn known_regions() -> Vec<&'static str> {
+    let mut all: Vec<&'static str> = KNOWN_REGIONS
+        .iter()
+        .copied()
+        .chain(EXCEPTIONS.iter().map(|(r, _)| *r))
+        .collect();
+    all.sort_unstable();
+    all.dedup();
+    all
+}
+
 /// The ECS host for `region` (no scheme): the SDK's exception if there is one, else
 /// `ecs.<region>.aliyuncs.com`.
 pub fn ecs_host(region: &Region) -> String {
@@ -212,6 +225,14 @@ mod tests {
             assert!(parsed.is_known(), "{r}");
         }
         assert!(!region("xx-nowhere-1").is_known());
+        let listed = known_regions();
+        assert_eq!(
+            listed.len(),
+            KNOWN_REGIONS.len() + EXCEPTIONS.len(),
+            "no region twice"
+        );
+        assert!(listed.iter().all(|r| region(r).is_known()));
+        assert!(listed.windows(2).all(|w| w[0] < w[1]));
     }
 
     /// Values that try to move `https://ecs.<region>.aliyuncs.com` to another host, port, path or

@@ -144,15 +144,10 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     )?;
 
     let mut apps = Vec::new();
-    // Instances move Pending → Starting → Running in a couple of seconds, as a person can follow.
     let emulator = ecs_emulator::Emulator::open(ecs_emulator::Config {
         access_keys: vec![stored_key],
         state_dir: Some(emulator_dir),
-        lifecycle: ecs_emulator::Lifecycle {
-            pending_ms: 1000,
-            starting_ms: 1000,
-            stopping_ms: 1000,
-        },
+        lifecycle: emulator_lifecycle(base_env)?,
         ..ecs_emulator::Config::default()
     })?;
     let emulator_listener = service_kit::server::bind(
@@ -189,6 +184,32 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         registry_url: url(ports.registry),
     })
 }
+
+/// The embedded emulator's lifecycle delays: `BERTH_ECS_EMULATOR_PENDING`, `_STARTING` and
+/// `_STOPPING` (durations, `250ms`), as the standalone `ecs-emulator` reads them, each 1s by default
+/// so instances move Pending → Starting → Running in a couple of seconds, as a person can follow.
+/// A harness that fuzzes the API sets them to 0, so no case finds a machine between states (where
+/// the driver's answer is MCM's retry, 503) only because an earlier case made it a moment before.
+/// The last release's `_MS` names are carried over by [`stack_variables`]' renames.
+pub fn emulator_lifecycle(env: &Env) -> Result<ecs_emulator::Lifecycle, BoxError> {
+    let delay = |var: &str| -> Result<u64, BoxError> {
+        let d = env.duration_or(var, Duration::from_secs(1))?;
+        Ok(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    };
+    Ok(ecs_emulator::Lifecycle {
+        pending_ms: delay(EMULATOR_LIFECYCLE[0])?,
+        starting_ms: delay(EMULATOR_LIFECYCLE[1])?,
+        stopping_ms: delay(EMULATOR_LIFECYCLE[2])?,
+    })
+}
+
+/// The embedded emulator's delays in Pending, Starting and Stopping (the standalone emulator's
+/// variables).
+pub const EMULATOR_LIFECYCLE: [&str; 3] = [
+    ecs_emulator::cli::env::PENDING,
+    ecs_emulator::cli::env::STARTING,
+    ecs_emulator::cli::env::STOPPING,
+];
 
 /// Writes one banner line; a stdout nobody reads (`berth up | head -3`) does not stop the stack.
 fn say(line: impl AsRef<str>) {
@@ -313,15 +334,23 @@ pub fn stack_variables() -> (Vec<&'static str>, Vec<service_kit::config::Renamed
         machine_driver::VARS,
         orchestrator_registry::VARS,
         storage_ops::VARS,
+        &EMULATOR_LIFECYCLE,
     ]
     .concat();
-    let renamed = [
+    let mut renamed = [
         gateway::RENAMED,
         machine_driver::RENAMED,
         orchestrator_registry::RENAMED,
         storage_ops::RENAMED,
     ]
     .concat();
+    // Of the embedded emulator's settings, `berth up` reads only its lifecycle delays.
+    renamed.extend(
+        ecs_emulator::cli::RENAMED
+            .iter()
+            .filter(|r| EMULATOR_LIFECYCLE.contains(&r.new))
+            .cloned(),
+    );
     (reads, renamed)
 }
 
@@ -496,6 +525,29 @@ mod tests {
             env = env.with(k, *v);
         }
         configure(&env, &env, &env, &env)
+    }
+
+    #[test]
+    fn the_emulators_lifecycle_is_a_person_s_pace_unless_the_variables_say_otherwise() {
+        let slow = emulator_lifecycle(&Env::default()).unwrap();
+        assert_eq!(
+            (slow.pending_ms, slow.starting_ms, slow.stopping_ms),
+            (1000, 1000, 1000)
+        );
+        let env = Env::default()
+            .with(EMULATOR_LIFECYCLE[0], "0")
+            .with(EMULATOR_LIFECYCLE[1], "0s")
+            .with(EMULATOR_LIFECYCLE[2], "5ms");
+        assert_eq!(
+            emulator_lifecycle(&env).unwrap(),
+            ecs_emulator::Lifecycle {
+                pending_ms: 0,
+                starting_ms: 0,
+                stopping_ms: 5
+            }
+        );
+        let e = emulator_lifecycle(&Env::default().with(EMULATOR_LIFECYCLE[2], "5")).unwrap_err();
+        assert!(e.to_string().contains(EMULATOR_LIFECYCLE[2]), "{e}");
     }
 
     #[test]

@@ -47,9 +47,104 @@ pub fn routes(state: AppState) -> OpenApiRouter {
         .with_state(state)
 }
 
+/// The request bodies as each provider reads them: `machineClass.provider` is `Alicloud` or
+/// `Docker`, and one `if provider is P then the body is P's` rule per provider says what P accepts
+/// of the machine, its class's `providerSpec` and the secret (each provider's `schema` module, held
+/// to its validators by its tests). CreateMachine reads more of a class than the other calls (a
+/// machine whose class changed since it was made can still be looked at and deleted), so it has a
+/// body schema of its own, `CreateMachineRequest`.
+fn document_requests(doc: &mut serde_json::Value) {
+    use serde_json::{Value, json};
+
+    use crate::{alicloud, docker};
+
+    fn when(provider: &str, then: Value) -> Value {
+        json!({
+            "if": {
+                "required": ["machineClass"],
+                "properties": {"machineClass": {"required": ["provider"], "properties": {"provider": {"const": provider}}}}
+            },
+            "then": then,
+        })
+    }
+    fn class(spec: Value) -> Value {
+        json!({"required": ["providerSpec"], "properties": {"providerSpec": spec}})
+    }
+    // body: "create", "initialize", "machine" (status and delete) or "list"
+    let rules = |body: &str| -> Value {
+        let create = body == "create";
+        let mut alicloud = json!({"properties": {
+            "machineClass": class(alicloud::spec::schema::provider_spec(create)),
+            "secret": alicloud::spec::schema::secret(create),
+        }});
+        let mut docker = json!({"properties": {
+            "machineClass": class(docker::spec::schema::provider_spec(create)),
+            "secret": docker::spec::schema::secret(),
+        }});
+        if body != "list" {
+            alicloud["properties"]["machine"] = alicloud::spec::schema::machine(create);
+            docker["properties"]["machine"] = docker::spec::schema::machine(!create);
+        }
+        // Only the calls that write or run the user data read it.
+        if body == "create" || body == "initialize" {
+            docker["allOf"] = json!([docker::spec::schema::exec_needs_a_script()]);
+        }
+        json!([when(alicloud::NAME, alicloud), when(docker::NAME, docker)])
+    };
+    let Some(schemas) = doc
+        .pointer_mut("/components/schemas")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    if let Some(class) = schemas.get_mut("MachineClass") {
+        class["properties"]["provider"]["enum"] = json!([alicloud::NAME, docker::NAME]);
+        class["required"] = json!(["provider", "providerSpec"]);
+    }
+    if let Some(list) = schemas.get_mut("ListMachinesRequest") {
+        list["allOf"] = rules("list");
+    }
+    let Some(base) = schemas.get("MachineRequest").cloned() else {
+        return;
+    };
+    for (name, body, what) in [
+        ("CreateMachineRequest", "create", "CreateMachine"),
+        (
+            "InitializeMachineRequest",
+            "initialize",
+            "InitializeMachine",
+        ),
+    ] {
+        let mut schema = base.clone();
+        schema["description"] = json!(format!(
+            "The body of {what}: the machine, its class and the secret."
+        ));
+        schema["allOf"] = rules(body);
+        schemas.insert(name.into(), schema);
+    }
+    if let Some(machine) = schemas.get_mut("MachineRequest") {
+        machine["description"] = json!(
+            "The body of GetMachineStatus and DeleteMachine: the machine, its class and the secret."
+        );
+        machine["allOf"] = rules("machine");
+    }
+    for (operation, name) in [
+        ("create", "CreateMachineRequest"),
+        ("initialize", "InitializeMachineRequest"),
+    ] {
+        if let Some(body) = doc.pointer_mut(&format!(
+            "/paths/~1v1~1machines:{operation}/post/requestBody/content/application~1json/schema"
+        )) {
+            *body = json!({"$ref": format!("#/components/schemas/{name}")});
+        }
+    }
+}
+
 /// OpenAPI `links` from CreateMachine's answer to the calls that take the same request (status,
-/// initialise, delete), so a client (and schemathesis' stateful phase) can follow them.
+/// initialise, delete), so a client (and schemathesis' stateful phase) can follow them; and the
+/// request bodies per provider ([`document_requests`]).
 pub(crate) fn document_links(doc: &mut serde_json::Value) {
+    document_requests(doc);
     let links = serde_json::json!({
         "GetMachineStatus": {"operationId": "get_machine_status", "requestBody": "$request.body", "description": "The machine just made"},
         "InitializeMachine": {"operationId": "initialize_machine", "requestBody": "$request.body", "description": "Initialise it"},
@@ -87,6 +182,11 @@ fn machine_request_example() -> serde_json::Value {
         "secret": {"stringData": {"alicloudAccessKeyID": "EMULATOR_ACCESS_KEY_ID", "alicloudAccessKeySecret": "EMULATOR_ACCESS_KEY_SECRET"}}
     })
 }
+
+/// The 412 of every machine call: a well-formed request this driver's set-up refuses.
+const PRECONDITION: &str = "Well-formed, but this driver's set-up refuses it (code 9), naming the setting: a Docker machine when the driver has no usable Docker Engine (DOCKER_HOST) or the secret's dockerHost is not one BERTH_DOCKER_HOSTS allows";
+/// CreateMachine's 412: [`PRECONDITION`], and what only creating reads.
+const PRECONDITION_ON_CREATE: &str = "Well-formed, but this driver's set-up refuses it (code 9), naming the setting: a Docker machine when the driver has no usable Docker Engine (DOCKER_HOST) or the secret's dockerHost is not one BERTH_DOCKER_HOSTS allows, a pull from a registry BERTH_DOCKER_REGISTRIES does not allow, privileged mode without BERTH_DOCKER_ALLOW_PRIVILEGED, a host directory outside BERTH_DOCKER_MOUNT_PATHS, an image the Engine does not have with pull Never, or a network it does not have";
 
 /// ListMachines' request example: the class and secret of [`machine_request_example`].
 fn list_request_example() -> serde_json::Value {
@@ -169,8 +269,9 @@ fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
         (status = 400, description = "Unknown provider, bad spec field (a region outside ECS's region-id grammar or the allowed regions included), bad providerID or UID, or missing secret key (code 3), naming it", body = Problem),
         (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
         (status = 409, description = "The machine name's VM belongs to another machine UID (code 6, naming the owner), or several VMs without a recorded owner carry the name (code 11)", body = Problem),
+        (status = 412, description = PRECONDITION_ON_CREATE, body = Problem),
         (status = 429, description = "No capacity or quota in the zone (code 8)", body = Problem),
-        (status = 503, description = "The cloud is throttling or unavailable; retry (code 14)", body = Problem),
+        (status = 503, description = "The cloud or the Docker Engine is throttling or unavailable, or the machine's VM was requested with other parameters and is not listed yet; retry (code 14)", body = Problem),
     )
 )]
 async fn create_machine(
@@ -192,12 +293,14 @@ async fn create_machine(
     post,
     path = "/v1/machines:initialize",
     tag = "machines",
-    request_body(content = MachineRequest, description = "The machine, its class and the secret (see CreateMachine's example)", example = machine_request_example),
+    request_body(content = MachineRequest, description = "The machine, its class and the secret. The example initialises the machine CreateMachine's example makes (create it first, with the same body)", example = machine_request_example),
     responses(
         (status = 200, description = "Initialized", body = InitializeMachineResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
+        (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
         (status = 404, description = "No VM backs the machine (code 5)", body = Problem),
         (status = 409, description = "Not initialized yet (code 17) or several VMs (code 11)", body = Problem),
+        (status = 412, description = PRECONDITION, body = Problem),
         (status = 503, description = "Retry (code 14)", body = Problem),
     )
 )]
@@ -224,7 +327,9 @@ async fn initialize_machine(
     responses(
         (status = 200, description = "Nothing backs the machine any more", body = DeleteMachineResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
-        (status = 503, description = "The VM is between states, or the cloud is unavailable; retry (code 14)", body = Problem),
+        (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
+        (status = 412, description = PRECONDITION, body = Problem),
+        (status = 503, description = "The VM is between states, or the cloud or Docker Engine is unavailable; retry (code 14)", body = Problem),
     )
 )]
 async fn delete_machine(
@@ -333,7 +438,10 @@ fn not_initialized(vm: &GetMachineStatusResponse) -> Option<Status> {
     responses(
         (status = 200, description = "The VM, initialised", body = GetMachineStatusResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
+        (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
         (status = 404, description = "No VM backs the machine (code 5)", body = Problem),
+        (status = 412, description = PRECONDITION, body = Problem),
+        (status = 503, description = "The cloud or the Docker Engine is unavailable; retry (code 14)", body = Problem),
         (status = 409, description = "Several VMs back the machine (code 11), or the VM exists but is not initialised yet (code 17; the answer then also carries its providerID, nodeName, addresses and conditions, and InitializeMachine is the next call)", body = StatusProblem),
     )
 )]
@@ -370,6 +478,9 @@ async fn get_machine_status(
     responses(
         (status = 200, description = "The VMs", body = ListMachinesResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
+        (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
+        (status = 412, description = PRECONDITION, body = Problem),
+        (status = 503, description = "The cloud or the Docker Engine is unavailable; retry (code 14)", body = Problem),
     )
 )]
 async fn list_machines(

@@ -213,3 +213,61 @@ pub(crate) fn decode_spec<T: serde::de::DeserializeOwned>(
         domain::Status::invalid(&at, rule)
     })
 }
+
+/// A whole number as JSON Schema counts integers: `50` and `50.0` are the same (a generated client or
+/// a JSON library may send either), so a spec field the documents call an integer takes both; a
+/// fraction, or a number outside `T`, is refused with the expected type, never echoing the value.
+/// `null` is `None`.
+pub(crate) fn optional_whole<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64> + TryFrom<u64>,
+{
+    struct Whole<T>(std::marker::PhantomData<T>);
+    impl<T: TryFrom<i64> + TryFrom<u64>> serde::de::Visitor<'_> for Whole<T> {
+        type Value = Option<T>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "a whole number that fits {}", std::any::type_name::<T>())
+        }
+        fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            T::try_from(v).map(Some).map_err(|_| {
+                E::invalid_value(serde::de::Unexpected::Other("a number out of range"), &self)
+            })
+        }
+        fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            T::try_from(v).map(Some).map_err(|_| {
+                E::invalid_value(serde::de::Unexpected::Other("a number out of range"), &self)
+            })
+        }
+        fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            // Whole and within i64: the cast is exact (2^63 itself is out of range).
+            #[allow(clippy::cast_possible_truncation)]
+            if v.fract() == 0.0
+                && (-9_223_372_036_854_775_808.0..9_223_372_036_854_775_808.0).contains(&v)
+            {
+                self.visit_i64(v as i64)
+            } else {
+                Err(E::invalid_type(
+                    serde::de::Unexpected::Other("a fraction or an out-of-range number"),
+                    &self,
+                ))
+            }
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    deserializer.deserialize_any(Whole(std::marker::PhantomData))
+}
+
+/// [`optional_whole`] where `null` (or nothing) is the type's zero, as Go's decoder leaves a field.
+pub(crate) fn nullable_whole<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: TryFrom<i64> + TryFrom<u64> + Default,
+{
+    Ok(optional_whole(deserializer)?.unwrap_or_default())
+}

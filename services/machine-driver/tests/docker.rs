@@ -463,7 +463,8 @@ async fn a_missing_image_is_failed_precondition_and_nothing_is_pulled() {
     assert!(e.status.message.contains("pull: IfNotPresent"), "{e}");
     assert!(app.engine.inspect_image(&missing).await.is_err());
 
-    // Pulling from a registry the operator does not allow is refused before the Engine is asked.
+    // Pulling from a registry the operator does not allow is refused before the Engine is asked:
+    // a well-formed request this driver's settings refuse.
     let e = app
         .machines
         .create(&app.req(
@@ -473,7 +474,7 @@ async fn a_missing_image_is_failed_precondition_and_nothing_is_pulled() {
         ))
         .await
         .unwrap_err();
-    assert_code(&e, Code::InvalidArgument, 400);
+    assert_code(&e, Code::FailedPrecondition, 412);
     assert!(
         e.status.message.contains(
             "machineClass.providerSpec.pull: IfNotPresent would pull from registry \"localhost:1\""
@@ -526,16 +527,32 @@ async fn host_paths_and_privileges_outside_what_the_operator_allows_are_refused(
         return;
     };
     let mount = |host: &str| json!({"mounts": [{"hostPath": host, "containerPath": "/data", "readOnly": true}]});
-    for (host, rule) in [
+    // A path that is not one is malformed (400); a path outside what the operator allows is a
+    // precondition of this driver (412).
+    for (host, rule, code, http) in [
         (
             "/etc".to_owned(),
             "outside the host directories BERTH_DOCKER_MOUNT_PATHS allows",
+            Code::FailedPrecondition,
+            412,
         ),
-        (format!("{root}/../.."), "must not contain '..' components"),
-        (format!("{root}/escape"), "through a symbolic link"),
+        (
+            format!("{root}/../.."),
+            "must not contain '..' components",
+            Code::InvalidArgument,
+            400,
+        ),
+        (
+            format!("{root}/escape"),
+            "through a symbolic link",
+            Code::FailedPrecondition,
+            412,
+        ),
         (
             format!("{root}-other"),
             "outside the host directories BERTH_DOCKER_MOUNT_PATHS allows",
+            Code::FailedPrecondition,
+            412,
         ),
     ] {
         let e = app
@@ -543,7 +560,7 @@ async fn host_paths_and_privileges_outside_what_the_operator_allows_are_refused(
             .create(&app.req(0, &app.class(mount(&host)), None))
             .await
             .unwrap_err();
-        assert_code(&e, Code::InvalidArgument, 400);
+        assert_code(&e, code, http);
         assert!(
             e.status
                 .message
@@ -557,7 +574,7 @@ async fn host_paths_and_privileges_outside_what_the_operator_allows_are_refused(
         .create(&app.req(0, &app.class(json!({"privileged": true})), None))
         .await
         .unwrap_err();
-    assert_code(&e, Code::InvalidArgument, 400);
+    assert_code(&e, Code::FailedPrecondition, 412);
     assert!(
         e.status.message.contains("BERTH_DOCKER_ALLOW_PRIVILEGED"),
         "{e}"
@@ -622,7 +639,7 @@ async fn engine_addresses_are_checked_and_a_silent_engine_is_unavailable() {
         .create(&req("tcp://10.9.8.7:2375"))
         .await
         .unwrap_err();
-    assert_code(&e, Code::InvalidArgument, 400);
+    assert_code(&e, Code::FailedPrecondition, 412);
     assert_eq!(
         e.status.message,
         "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_ENDPOINTS"

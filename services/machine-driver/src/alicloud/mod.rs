@@ -64,6 +64,46 @@ const MAX_TOKEN_SERIES: u32 = 64;
 /// earlier stays, the other is released.
 const CONFIRM_WINDOW: Duration = Duration::from_millis(1500);
 
+/// How many released instance ids a driver process remembers ([`Released`]).
+const RELEASED_MEMORY: usize = 4096;
+
+/// What this driver process knows to be gone for good, the last [`RELEASED_MEMORY`] of each: the
+/// instances it released, and the ClientTokens whose instance it found released. An ECS instance
+/// id is never reused and a released instance never comes back, so a token answered with one of
+/// these instances, or a token found released before, is known to be used up at once, without
+/// [`CONFIRM_WINDOW`] spent waiting for its instance to be listed: a machine deleted and made again
+/// (the same UID) walks its token series without a pause per earlier life. What another replica
+/// released is not here, and is waited for as before.
+#[derive(Debug, Default)]
+struct Released {
+    instances: Bounded,
+    tokens: Bounded,
+}
+
+/// A set that forgets its oldest entries beyond [`RELEASED_MEMORY`].
+#[derive(Debug, Default)]
+struct Bounded {
+    set: BTreeSet<String>,
+    order: std::collections::VecDeque<String>,
+}
+
+impl Bounded {
+    fn insert(&mut self, item: &str) {
+        if self.set.insert(item.to_owned()) {
+            self.order.push_back(item.to_owned());
+            if self.order.len() > RELEASED_MEMORY
+                && let Some(oldest) = self.order.pop_front()
+            {
+                self.set.remove(&oldest);
+            }
+        }
+    }
+
+    fn contains(&self, item: &str) -> bool {
+        self.set.contains(item)
+    }
+}
+
 /// The Alicloud provider plugin.
 #[derive(Debug, Clone)]
 pub struct Alicloud {
@@ -71,6 +111,7 @@ pub struct Alicloud {
     csi_drivers: BTreeSet<String>,
     operation_timeout: Duration,
     regions: RegionPolicy,
+    released: std::sync::Arc<std::sync::Mutex<Released>>,
 }
 
 /// One instance found for a machine, with the client (region) it lives in.
@@ -207,7 +248,24 @@ impl Alicloud {
             csi_drivers: spec::csi_drivers(extra_csi_drivers),
             operation_timeout,
             regions,
+            released: std::sync::Arc::default(),
         }
+    }
+
+    fn released(&self) -> std::sync::MutexGuard<'_, Released> {
+        self.released
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Records that `instance_id` was released ([`Released`]).
+    fn remember_released(&self, instance_id: &str) {
+        self.released().instances.insert(instance_id);
+    }
+
+    /// Whether this process released `instance_id`.
+    fn was_released(&self, instance_id: &str) -> bool {
+        self.released().instances.contains(instance_id)
     }
 
     /// Allows only these regions (the operator's allow-list); an empty list keeps the default.
@@ -403,8 +461,14 @@ impl Alicloud {
             }
         }
         match client.delete_instance(instance_id, true, deadline).await {
-            Ok(_) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
+            Ok(_) => {
+                self.remember_released(instance_id);
+                Ok(())
+            }
+            Err(e) if e.is_not_found() => {
+                self.remember_released(instance_id);
+                Ok(())
+            }
             Err(e) => Err(e),
         }
     }
@@ -418,6 +482,9 @@ impl Alicloud {
         instance_id: &str,
         deadline: alicloud::Instant,
     ) -> Result<Option<Instance>, Status> {
+        if self.was_released(instance_id) {
+            return Ok(None);
+        }
         let mut pause = Duration::from_millis(100);
         let mut waited = Duration::ZERO;
         loop {
@@ -426,6 +493,48 @@ impl Alicloud {
             }
             if waited >= CONFIRM_WINDOW {
                 return Ok(None);
+            }
+            tokio::time::sleep(pause).await;
+            waited += pause;
+            pause *= 2;
+        }
+    }
+
+    /// Which instance a ClientToken ECS refused as used with other parameters made: one carrying
+    /// the machine's UID, looked for within [`CONFIRM_WINDOW`] (a cloud may list a new instance a
+    /// moment after making it), under this machine's name or another; or none, when it was released.
+    async fn token_use(
+        &self,
+        client: &EcsClient,
+        scope: &[Tag],
+        owner: &Owner,
+        name: &str,
+        deadline: alicloud::Instant,
+    ) -> Result<TokenUse, Status> {
+        let mut tags = scope.to_vec();
+        tags.push(Tag::new(spec::OWNER_TAG, owner.tag_value()));
+        let filter = DescribeInstances {
+            tags,
+            ..DescribeInstances::default()
+        };
+        let mut pause = Duration::from_millis(100);
+        let mut waited = Duration::ZERO;
+        loop {
+            let found = client
+                .describe_all_instances(&filter, deadline)
+                .await
+                .map_err(|e| ecs_status(&e))?;
+            if found.iter().any(|i| i.instance_name == name) {
+                return Ok(TokenUse::ThisMachine);
+            }
+            if let Some(i) = found.first() {
+                return Ok(TokenUse::OtherMachine(
+                    i.instance_id.clone(),
+                    i.instance_name.clone(),
+                ));
+            }
+            if waited >= CONFIRM_WINDOW {
+                return Ok(TokenUse::Released);
             }
             tokio::time::sleep(pause).await;
             waited += pause;
@@ -638,6 +747,33 @@ fn initialized_condition(i: &Instance, machine: &str) -> Condition {
     }
 }
 
+/// Whether ECS refused a ClientToken as used before with other parameters.
+fn is_mismatch(e: &alicloud::Error) -> bool {
+    e.ecs_code() == Some("IdempotentParameterMismatch")
+}
+
+/// What made the instance a refused ClientToken stands for ([`Alicloud::token_use`]).
+enum TokenUse {
+    /// An instance of this machine (its UID and name), listed only now: retry to adopt it.
+    ThisMachine,
+    /// An instance with this machine's UID under another name (id, name): the UID is another
+    /// machine's.
+    OtherMachine(String, String),
+    /// No instance carries the UID: the token's instance was released.
+    Released,
+}
+
+/// The machine's AlreadyExists when its UID already stands for a VM of another name: a UID is one
+/// machine's, and the ClientToken derived from it cannot make a second.
+fn uid_taken(name: &str, owner: &Owner, instance_id: &str, other: &str) -> Status {
+    Status::new(
+        Code::AlreadyExists,
+        format!(
+            "{owner} already has ECS instance {instance_id}, named {other:?} in this cluster; machine {name:?} needs a UID of its own"
+        ),
+    )
+}
+
 /// A RunInstances failure as a status. `IdempotentParameterMismatch` means this machine's token
 /// already made an instance with other parameters (user data with a renewed bootstrap token, say)
 /// that the name lookup did not see yet: the next attempt adopts it, so that is a retry-soon.
@@ -720,11 +856,34 @@ impl Provider for Alicloud {
             let mut run = p.spec.run_instances(&name, &owner, user_data);
             let mut released: Vec<String> = Vec::new();
             for n in 0..MAX_TOKEN_SERIES {
-                run.client_token = Some(spec::client_token(&req.machine, n));
-                let answer = client
-                    .run_instances(&run, deadline)
-                    .await
-                    .map_err(|e| create_error(&e, &name))?;
+                let token = spec::client_token(&req.machine, n);
+                if self.released().tokens.contains(&token) {
+                    continue;
+                }
+                run.client_token = Some(token.clone());
+                let answer = match client.run_instances(&run, deadline).await {
+                    Ok(answer) => answer,
+                    // The token made an instance before, with other parameters. Whose, and is it
+                    // still there? Only this machine's own instance, not listed yet, is a retry.
+                    Err(e) if is_mismatch(&e) && !owner.tag_value().is_empty() => {
+                        match self.token_use(&client, &scope, &owner, &name, deadline).await? {
+                            TokenUse::ThisMachine => return Err(create_error(&e, &name)),
+                            TokenUse::OtherMachine(id, other) => {
+                                return Err(uid_taken(&name, &owner, &id, &other));
+                            }
+                            TokenUse::Released => {
+                                tracing::info!(
+                                    token = n,
+                                    "the machine's ClientToken was used with other parameters by an instance since released; trying the next token of its series"
+                                );
+                                released.push(format!("(token {n}, used with other parameters)"));
+                                self.released().tokens.insert(&token);
+                                continue;
+                            }
+                        }
+                    }
+                    Err(e) => return Err(create_error(&e, &name)),
+                };
                 let id = answer.instance_ids.into_iter().next().ok_or_else(|| {
                     Status::internal(format!(
                         "ECS instance creation failed for machine {name:?}: instance ID missing"
@@ -738,6 +897,7 @@ impl Provider for Alicloud {
                         "the machine's ClientToken names a released instance; trying the next token of its series"
                     );
                     released.push(id);
+                    self.released().tokens.insert(&token);
                     continue;
                 };
                 // Other creators (other UIDs, other replicas) may have made an instance for this
@@ -848,6 +1008,7 @@ impl Provider for Alicloud {
                     Err(e) if e.is_not_found() => {}
                     Err(e) => return Err(ecs_status(&e)),
                 }
+                self.remember_released(&i.instance_id);
                 tracing::info!(instance_id = %i.instance_id, "instance released");
                 released.push(i.instance_id.clone());
             }

@@ -36,6 +36,12 @@ pub const OWNER_TAG: &str = "berth.io/machine-uid";
 const MAX_SPEC_TAGS: usize = 18;
 /// The longest machine UID accepted: an ECS tag value's limit (Kubernetes UIDs have 36 characters).
 const MAX_UID_LEN: usize = 128;
+/// ECS's longest tag key and value, in characters.
+const MAX_TAG_LEN: usize = 128;
+/// The category of ECS's local (ephemeral) SSDs, which have their own size range.
+const EPHEMERAL_SSD: &str = "DiskEphemeralSSD";
+/// The largest ephemeral SSD ECS makes, in GiB.
+const MAX_EPHEMERAL_SSD_GIB: i64 = 800;
 /// ECS's largest `UserData`, base64-encoded.
 const MAX_USER_DATA_BASE64: usize = 32 * 1024;
 
@@ -59,7 +65,7 @@ pub struct SystemDiskSpec {
     #[serde(deserialize_with = "nullable")]
     pub category: String,
     /// `size` in GiB; 0 means ECS's default.
-    #[serde(deserialize_with = "nullable")]
+    #[serde(deserialize_with = "crate::provider::nullable_whole")]
     pub size: i64,
 }
 
@@ -83,7 +89,7 @@ pub struct DataDiskSpec {
     #[serde(rename = "deleteWithInstance")]
     pub delete_with_instance: Option<bool>,
     /// `size` in GiB.
-    #[serde(deserialize_with = "nullable")]
+    #[serde(deserialize_with = "crate::provider::nullable_whole")]
     pub size: i64,
 }
 
@@ -128,10 +134,16 @@ pub struct ProviderSpec {
     #[serde(rename = "internetChargeType", deserialize_with = "nullable")]
     pub internet_charge_type: String,
     /// `internetMaxBandwidthIn` (Mbit/s).
-    #[serde(rename = "internetMaxBandwidthIn")]
+    #[serde(
+        rename = "internetMaxBandwidthIn",
+        deserialize_with = "crate::provider::optional_whole"
+    )]
     pub internet_max_bandwidth_in: Option<i64>,
     /// `internetMaxBandwidthOut` (Mbit/s).
-    #[serde(rename = "internetMaxBandwidthOut")]
+    #[serde(
+        rename = "internetMaxBandwidthOut",
+        deserialize_with = "crate::provider::optional_whole"
+    )]
     pub internet_max_bandwidth_out: Option<i64>,
     /// `spotStrategy` (`NoSpot`/`SpotWithPriceLimit`/`SpotAsPriceGo`).
     #[serde(rename = "spotStrategy", deserialize_with = "nullable")]
@@ -151,12 +163,23 @@ pub struct ProviderSpec {
 }
 
 /// Collects rule violations so one answer names every bad field.
+/// A field is either malformed (InvalidArgument, 400) or well-formed but outside what this driver's
+/// operator allows (a region ECS serves that `BERTH_ALICLOUD_REGIONS` leaves out: FailedPrecondition,
+/// 412); every malformed field is reported first, so a request's answer depends on where it was sent
+/// only once it is well-formed.
 #[derive(Default)]
-struct Violations(Vec<String>);
+struct Violations {
+    shape: Vec<String>,
+    operator: Vec<String>,
+}
 
 impl Violations {
     fn add(&mut self, field: &str, rule: impl std::fmt::Display) {
-        self.0.push(format!("{field}: {rule}"));
+        self.shape.push(format!("{field}: {rule}"));
+    }
+
+    fn not_allowed(&mut self, field: &str, rule: impl std::fmt::Display) {
+        self.operator.push(format!("{field}: {rule}"));
     }
 
     fn required(&mut self, value: &str, field: &str, message: &str) {
@@ -184,10 +207,15 @@ impl Violations {
     }
 
     fn into_result(self) -> Result<(), Status> {
-        if self.0.is_empty() {
-            Ok(())
+        if !self.shape.is_empty() {
+            Err(Status::new(Code::InvalidArgument, self.shape.join("; ")))
+        } else if !self.operator.is_empty() {
+            Err(Status::new(
+                Code::FailedPrecondition,
+                self.operator.join("; "),
+            ))
         } else {
-            Err(Status::new(Code::InvalidArgument, self.0.join("; ")))
+            Ok(())
         }
     }
 }
@@ -278,6 +306,10 @@ impl ProviderSpec {
         } else {
             match regions.admit(&self.region) {
                 Ok(r) => Some(r),
+                Err(rule) if rule.is_the_operators() => {
+                    v.not_allowed(&format!("{SPEC}.region"), rule);
+                    None
+                }
                 Err(rule) => {
                     v.add(&format!("{SPEC}.region"), rule);
                     None
@@ -335,7 +367,14 @@ impl ProviderSpec {
                 }
                 *seen.entry(d.name.as_str()).or_default() += 1;
             }
-            v.range(d.size, &format!("dataDisks[{i}].size"), 20, 32768);
+            // ECS's own ranges, so a class is refused here, naming the field, rather than by
+            // RunInstances: 20 GiB to 32 TiB, and at most 800 GiB for a local SSD.
+            let high = if d.category == EPHEMERAL_SSD {
+                MAX_EPHEMERAL_SSD_GIB
+            } else {
+                32768
+            };
+            v.range(d.size, &format!("dataDisks[{i}].size"), 20, high);
             if d.category.is_empty() {
                 v.add(
                     &format!("{field}.category"),
@@ -370,9 +409,10 @@ impl ProviderSpec {
                 ),
             );
         }
+        // ECS counts a tag's key and value in characters, not bytes.
         for (k, value) in tags {
             let field = format!("{SPEC}.tags[{k}]");
-            if k.is_empty() || k.len() > 128 {
+            if k.is_empty() || k.chars().count() > MAX_TAG_LEN {
                 v.add(&field, "a tag key must be 1 to 128 characters");
             }
             if k.starts_with("aliyun") || k.starts_with("acs:") {
@@ -384,7 +424,7 @@ impl ProviderSpec {
             if k == OWNER_TAG {
                 v.add(&field, "is set by the driver to the machine's UID");
             }
-            if value.len() > 128 {
+            if value.chars().count() > MAX_TAG_LEN {
                 v.add(&field, "a tag value must be at most 128 characters");
             }
         }
@@ -460,7 +500,7 @@ impl ProviderSpec {
                     description: some(&d.description),
                     encrypted: Some(d.encrypted),
                     // ECS refuses DeleteWithInstance on ephemeral disks (MCM sends nil for them).
-                    delete_with_instance: (d.category != "DiskEphemeralSSD")
+                    delete_with_instance: (d.category != EPHEMERAL_SSD)
                         .then(|| d.delete_with_instance.unwrap_or(true)),
                     snapshot_id: None,
                 })
@@ -638,6 +678,10 @@ pub fn decode_provider_id<'p>(
         None => None,
         Some(r) => Some(regions.admit(r).map_err(|rule| match Region::parse(r) {
             // A well-formed region the policy refuses: say so (the value is safe to name).
+            Ok(_) if rule.is_the_operators() => Status::new(
+                Code::FailedPrecondition,
+                format!("{FIELD}: names region {r:?}, which {rule}"),
+            ),
             Ok(_) => Status::invalid(FIELD, format!("names region {r:?}, which {rule}")),
             Err(_) => malformed(),
         })?),
@@ -664,14 +708,27 @@ pub enum RegionRefusal {
     /// Not a region id at all.
     #[error(transparent)]
     Malformed(#[from] ::alicloud::RegionError),
-    /// Not on the operator's allow-list.
+    /// Not on the operator's allow-list; `known`: a region ECS serves.
     #[error("is not a region this driver is allowed to use (the operator's allow-list)")]
-    NotAllowed,
+    NotAllowed {
+        /// Whether ECS is known to serve it.
+        known: bool,
+    },
     /// Not a region ECS is known to serve, and no allow-list names it.
     #[error(
         "is not a region ECS is known to serve (an operator can allow it with the driver's region allow-list)"
     )]
     NotKnown,
+}
+
+impl RegionRefusal {
+    /// Whether only this driver's operator refuses the region: one ECS serves that the allow-list
+    /// leaves out (a precondition of where the request was sent, 412), rather than a region no
+    /// driver would take (malformed, or one ECS is not known to serve: 400, as the documents list
+    /// the regions ECS serves).
+    pub fn is_the_operators(&self) -> bool {
+        matches!(self, RegionRefusal::NotAllowed { known: true })
+    }
 }
 
 impl RegionPolicy {
@@ -681,7 +738,9 @@ impl RegionPolicy {
         let region = Region::parse(value)?;
         if !self.allowed.is_empty() {
             if !self.allowed.contains(&region) {
-                return Err(RegionRefusal::NotAllowed);
+                return Err(RegionRefusal::NotAllowed {
+                    known: region.is_known(),
+                });
             }
         } else if self.known_only && !region.is_known() {
             return Err(RegionRefusal::NotKnown);
@@ -771,6 +830,277 @@ pub fn csi_drivers(extra: &[String]) -> BTreeSet<String> {
     std::iter::once(CSI_DISK_DRIVER.to_owned())
         .chain(extra.iter().cloned())
         .collect()
+}
+
+/// The document's description of what the Alicloud provider accepts: the rules above as JSON Schema,
+/// so a request a generator makes from the document is one the driver takes (tests below hold each
+/// pattern to its validator). Every call decodes the whole spec, so every field's type holds for
+/// every call; the region and tag rules ([`ProviderSpec::validate_scope`]) hold for every call that
+/// takes a class; the rest ([`ProviderSpec::validate_for_create`], user data) for CreateMachine only,
+/// so a machine whose class changed since can still be looked at and deleted.
+pub mod schema {
+    use serde_json::{Value, json};
+
+    use super::{
+        CLUSTER_TAG, EPHEMERAL_SSD, MACHINE_TAG, MAX_EPHEMERAL_SSD_GIB, MAX_SPEC_TAGS, MAX_TAG_LEN,
+        MAX_UID_LEN, MAX_USER_DATA_BASE64, OWNER_TAG, ROLE_TAG,
+    };
+
+    /// A UID ([`super::Owner::of`]): ASCII letters, digits, `-`, `_` and `.`; and not starting with
+    /// `aliyun` ([`UID_RESERVED`]), which ECS keeps for itself in tag values.
+    pub const UID: &str = "^[A-Za-z0-9._-]*$";
+    /// The UID prefix ECS reserves.
+    pub const UID_RESERVED: &str = "^aliyun";
+    /// An ECS instance id ([`super::decode_provider_id`]): `i-` and lower-case letters and digits, 64
+    /// characters at most.
+    pub const INSTANCE_ID: &str = "i-[a-z0-9]{1,62}";
+    /// A data disk's name ([`super::disk_name_matches`]), at most 64 characters.
+    pub const DISK_NAME: &str = "^[a-zA-Z][a-zA-Z0-9.\\-_:]+$";
+    /// Some character other than white space: a required field that `trim()` leaves non-empty.
+    pub const NOT_BLANK: &str = "\\S";
+    /// Standard base64 as the driver decodes it: padded, and the last character's unused bits zero.
+    pub const BASE64: &str =
+        "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/][AQgw]==|[A-Za-z0-9+/]{2}[AEIMQUYcgkosw048]=)?$";
+    /// Base64 of ASCII bytes only (so of UTF-8 text, which the driver requires of a key it reads as
+    /// text): each group's characters are those an ASCII byte (top bit clear) can produce.
+    pub const BASE64_ASCII: &str = "^([A-Za-f][A-HQ-Xg-nw-z0-3][ABEFIJMNQRUVYZcdghklopstwx014589][A-Za-z0-9+/])*([A-Za-f][AQgw]==|[A-Za-f][A-HQ-Xg-nw-z0-3][AEIMQUYcgkosw048]=)?$";
+
+    /// A regular expression matching `text` literally.
+    fn literal(text: &str) -> String {
+        text.chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | ':') {
+                    c.to_string()
+                } else {
+                    format!("\\{c}")
+                }
+            })
+            .collect()
+    }
+
+    /// An object with some key containing `part` (`not every key lacks it`).
+    fn some_key_contains(part: &str) -> Value {
+        json!({"not": {"propertyNames": {"not": {"pattern": literal(part)}}}})
+    }
+
+    /// The regions a class may name: [`alicloud::endpoint::known_regions`], what a driver calling the
+    /// regional endpoints admits (with `BERTH_ALICLOUD_REGIONS` set, the operator's list decides).
+    pub fn regions() -> Vec<&'static str> {
+        ::alicloud::endpoint::known_regions()
+    }
+
+    /// `machine.spec.providerID`: empty, or an instance id, or `<region>.<instance id>`.
+    pub fn provider_id_pattern() -> String {
+        format!("^(|(({})\\.)?{INSTANCE_ID})$", regions().join("|"))
+    }
+
+    fn nullable(kind: &str) -> Value {
+        json!({"type": [kind, "null"]})
+    }
+
+    fn integer(min: i64, max: i64) -> Value {
+        json!({"type": ["integer", "null"], "minimum": min, "maximum": max})
+    }
+
+    fn one_of_or_unset(values: &[&str]) -> Value {
+        let mut all: Vec<Value> = vec![json!(""), Value::Null];
+        all.extend(values.iter().map(|v| json!(v)));
+        json!({"type": ["string", "null"], "enum": all})
+    }
+
+    /// `machineClass.providerSpec`.
+    pub fn provider_spec(for_create: bool) -> Value {
+        let text = || nullable("string");
+        let any_i64 = || integer(i64::MIN, i64::MAX);
+        let tags = if for_create {
+            json!({
+                "type": "object",
+                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch. At most 18 (ECS takes 20 and Berth adds two), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
+                "maxProperties": MAX_SPEC_TAGS,
+                "propertyNames": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_TAG_LEN,
+                    "allOf": [
+                        {"not": {"pattern": "^aliyun"}},
+                        {"not": {"pattern": "^acs:"}},
+                        {"not": {"enum": [MACHINE_TAG, OWNER_TAG]}}
+                    ]
+                },
+                "additionalProperties": {"type": "string", "maxLength": MAX_TAG_LEN},
+                "allOf": [some_key_contains(CLUSTER_TAG), some_key_contains(ROLE_TAG)]
+            })
+        } else {
+            json!({
+                "type": "object",
+                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch.",
+                "additionalProperties": {"type": "string"},
+                "allOf": [some_key_contains(CLUSTER_TAG), some_key_contains(ROLE_TAG)]
+            })
+        };
+        let disk = if for_create {
+            json!({
+                "type": "object",
+                "required": ["name", "category", "size"],
+                "properties": {
+                    "name": {"type": "string", "pattern": DISK_NAME, "maxLength": 64},
+                    "category": {"type": "string", "minLength": 1},
+                    "description": text(),
+                    "encrypted": nullable("boolean"),
+                    "deleteWithInstance": nullable("boolean"),
+                    "size": {"type": "integer", "minimum": 20, "maximum": 32768}
+                },
+                "if": {"properties": {"category": {"const": EPHEMERAL_SSD}}, "required": ["category"]},
+                "then": {"properties": {"size": {"maximum": MAX_EPHEMERAL_SSD_GIB}}}
+            })
+        } else {
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": text(),
+                    "category": text(),
+                    "description": text(),
+                    "encrypted": nullable("boolean"),
+                    "deleteWithInstance": nullable("boolean"),
+                    "size": any_i64()
+                }
+            })
+        };
+        let mut spec = json!({
+            "type": "object",
+            "description": "MCM's Alicloud provider spec; fields Berth does not know are ignored, as MCM's decoder does.",
+            "required": ["region", "tags"],
+            "properties": {
+                "apiVersion": text(),
+                "imageID": text(),
+                "instanceType": text(),
+                "region": {"type": "string", "enum": regions()},
+                "zoneID": text(),
+                "securityGroupID": text(),
+                "vSwitchID": text(),
+                "privateIPAddress": text(),
+                "systemDisk": {
+                    "type": ["object", "null"],
+                    "properties": {"category": text(), "size": any_i64()}
+                },
+                "dataDisks": {"type": ["array", "null"], "items": disk},
+                "instanceChargeType": text(),
+                "internetChargeType": text(),
+                "internetMaxBandwidthIn": any_i64(),
+                "internetMaxBandwidthOut": any_i64(),
+                "spotStrategy": text(),
+                "IoOptimized": text(),
+                "ioOptimized": text(),
+                "tags": tags,
+                "keyPairName": text()
+            },
+            // The two spellings are one field: sending both is refused as a duplicate.
+            "not": {"required": ["IoOptimized", "ioOptimized"]}
+        });
+        if for_create {
+            let p = &mut spec["properties"];
+            for field in [
+                "imageID",
+                "zoneID",
+                "instanceType",
+                "vSwitchID",
+                "keyPairName",
+            ] {
+                p[field] = json!({"type": "string", "pattern": NOT_BLANK});
+            }
+            p["instanceChargeType"] = one_of_or_unset(&["PostPaid", "PrePaid"]);
+            p["internetChargeType"] = one_of_or_unset(&["PayByTraffic", "PayByBandwidth"]);
+            p["spotStrategy"] = one_of_or_unset(&["NoSpot", "SpotWithPriceLimit", "SpotAsPriceGo"]);
+            p["IoOptimized"] = one_of_or_unset(&["none", "optimized"]);
+            p["ioOptimized"] = one_of_or_unset(&["none", "optimized"]);
+            p["internetMaxBandwidthIn"] = integer(0, 200);
+            p["internetMaxBandwidthOut"] = integer(0, 100);
+            p["systemDisk"]["properties"]["size"] = json!({
+                "description": "GiB: 0 (or none) for ECS's default, else 20 to 2048",
+                "anyOf": [{"type": "null"}, {"const": 0}, {"type": "integer", "minimum": 20, "maximum": 2048}]
+            });
+            p["dataDisks"]["maxItems"] = json!(16);
+            p["dataDisks"]["description"] = json!(
+                "At most 16; each name unique within the class (it names the disk <machine>-<name>-data-disk)"
+            );
+            spec["required"] = json!([
+                "region",
+                "tags",
+                "imageID",
+                "zoneID",
+                "instanceType",
+                "vSwitchID",
+                "keyPairName"
+            ]);
+        }
+        spec
+    }
+
+    /// `secret`: the access key, plain in `stringData` (the driver also reads it from `data`,
+    /// base64-encoded, when `stringData` lacks it, and takes the fallback names `accessKeyID` and
+    /// `accessKeySecret`; this document names the one form a request can rely on).
+    pub fn secret(for_create: bool) -> Value {
+        let text_key = json!({"type": "string", "pattern": BASE64_ASCII});
+        let mut data = json!({
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "properties": {"alicloudSecurityToken": text_key, "securityToken": text_key}
+        });
+        let mut string_data = json!({
+            "type": "object",
+            "required": ["alicloudAccessKeyID", "alicloudAccessKeySecret"],
+            "additionalProperties": {"type": "string"},
+            "properties": {
+                "alicloudAccessKeyID": {"type": "string", "pattern": NOT_BLANK, "description": "The access key id (under `berth up`, the emulator's, which it prints)"},
+                "alicloudAccessKeySecret": {"type": "string", "pattern": NOT_BLANK, "description": "Its secret"},
+                "alicloudSecurityToken": {"type": "string", "description": "An STS token, if the key is temporary"}
+            }
+        });
+        if for_create {
+            data["properties"]["userData"] = json!({
+                "type": "string",
+                "pattern": BASE64,
+                "maxLength": MAX_USER_DATA_BASE64,
+                "description": "The user data, base64-encoded: at most 32 KiB encoded, ECS's limit"
+            });
+            string_data["properties"]["userData"] = json!({
+                "type": "string",
+                "description": "The user data, plain: at most 24 KiB of UTF-8 (32 KiB base64-encoded, ECS's limit)"
+            });
+        }
+        json!({
+            "type": "object",
+            "required": ["stringData"],
+            "properties": {"stringData": string_data, "data": data}
+        })
+    }
+
+    /// `machine`: its name (a DNS-1123 subdomain; 2 to 128 characters to be created, ECS's limit),
+    /// UID and providerID.
+    pub fn machine(for_create: bool) -> Value {
+        let mut name = json!({
+            "type": "string",
+            "pattern": domain::schema::DNS1123_SUBDOMAIN,
+            "maxLength": domain::names::MAX_SUBDOMAIN_LEN
+        });
+        if for_create {
+            name["minLength"] = json!(2);
+            name["maxLength"] = json!(128);
+        }
+        json!({
+            "required": ["metadata"],
+            "properties": {
+                "metadata": {
+                    "required": ["name"],
+                    "properties": {
+                        "name": name,
+                        "uid": {"type": "string", "pattern": UID, "maxLength": MAX_UID_LEN, "not": {"pattern": UID_RESERVED}}
+                    }
+                },
+                "spec": {"properties": {"providerID": {"type": "string", "pattern": provider_id_pattern()}}}
+            }
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1176,5 +1506,166 @@ mod tests {
         assert_eq!(distinct.len(), 50);
         assert!(series.iter().all(|t| t.len() == 64 && t.is_ascii()));
         assert_eq!(series[7], client_token(&m, 7));
+    }
+
+    /// Each pattern of [`schema`] against the validator it stands for: a value matches exactly when
+    /// the driver accepts it (or, where a pattern says it is narrower, only values it accepts match).
+    mod schema_patterns {
+        use super::super::schema::*;
+        use super::*;
+        use base64::Engine as _;
+
+        fn re(pattern: &str) -> regex::Regex {
+            regex::Regex::new(pattern).unwrap()
+        }
+
+        #[test]
+        fn uids() {
+            let (uid, reserved) = (re(UID), re(UID_RESERVED));
+            let long = "u".repeat(128);
+            let too_long = "u".repeat(129);
+            for case in [
+                "",
+                "0d9a3c1e-7f44",
+                "a.b_c-D",
+                &long,
+                &too_long,
+                "a b",
+                "x:y",
+                "aliyun-x",
+                "Aliyun",
+                "ü",
+                "a/b",
+            ] {
+                let by_schema =
+                    uid.is_match(case) && !reserved.is_match(case) && case.len() <= MAX_UID_LEN;
+                let mut m = Machine::default();
+                m.metadata.uid = case.into();
+                assert_eq!(by_schema, Owner::of(&m).is_ok(), "{case:?}");
+            }
+        }
+
+        #[test]
+        fn disk_names() {
+            let name = re(DISK_NAME);
+            let long = format!("a{}", "b".repeat(63));
+            let too_long = format!("a{}", "b".repeat(64));
+            for case in [
+                "d1",
+                "a1.b-c_d:e",
+                "a",
+                "1bad",
+                "a b",
+                "",
+                &long,
+                &too_long,
+                "aé",
+                "A:",
+            ] {
+                let by_schema = name.is_match(case) && case.chars().count() <= 64;
+                let accepted = disk_name_matches(case) && case.len() <= 64;
+                assert_eq!(by_schema, accepted, "{case:?}");
+            }
+        }
+
+        #[test]
+        fn provider_ids() {
+            let pattern = re(&provider_id_pattern());
+            for case in [
+                "cn-shanghai.i-1",
+                "i-1",
+                "eu-central-1.i-abc123",
+                "xx-nowhere-1.i-1",
+                "cn-shanghai.",
+                " cn-shanghai.i-1",
+                "cn-shanghai.I-1",
+                "cn-shanghai.i-",
+                "cn-shanghai.x-1",
+                "x@127.0.0.1:9/.i-1",
+                ".i-1",
+                &format!("i-{}", "a".repeat(62)),
+                &format!("i-{}", "a".repeat(63)),
+            ] {
+                assert_eq!(
+                    pattern.is_match(case),
+                    decode_provider_id(case, &policy()).is_ok(),
+                    "{case:?}"
+                );
+            }
+            // Empty: the machine has no VM yet (nothing is decoded).
+            assert!(pattern.is_match(""));
+        }
+
+        #[test]
+        fn regions_are_the_known_ones() {
+            let listed = regions();
+            assert!(listed.contains(&"cn-shanghai") && listed.contains(&"cn-hangzhou"));
+            for r in &listed {
+                assert!(policy().admit(r).is_ok(), "{r}");
+            }
+            assert!(policy().admit("xx-nowhere-1").is_err());
+        }
+
+        #[test]
+        fn base64_is_what_the_secret_decodes() {
+            let (any, ascii) = (re(BASE64), re(BASE64_ASCII));
+            let engine = base64::engine::general_purpose::STANDARD;
+            // Every encoding of short byte strings: matched exactly when decodable; the ASCII
+            // pattern exactly when the bytes are ASCII.
+            let samples: Vec<Vec<u8>> = (0u16..=255)
+                .map(|b| vec![b as u8])
+                .chain((0u16..=255).map(|b| vec![b'a', b as u8]))
+                .chain((0u16..=255).map(|b| vec![b as u8, b'z', b as u8]))
+                .chain((0u16..=255).map(|b| vec![b'x', b'y', b'z', b as u8, b'w']))
+                .chain([b"hello world".to_vec(), Vec::new()])
+                .collect();
+            for bytes in samples {
+                let text = engine.encode(&bytes);
+                assert!(any.is_match(&text), "{text}");
+                assert_eq!(ascii.is_match(&text), bytes.is_ascii(), "{text} {bytes:?}");
+            }
+            for bad in ["QQ", "QR==", "QUJ=", "a b=", "====", "Q===", "QUJD\n"] {
+                assert!(engine.decode(bad).is_err(), "{bad}");
+                assert!(!any.is_match(bad), "{bad}");
+                assert!(!ascii.is_match(bad), "{bad}");
+            }
+        }
+
+        #[test]
+        fn tag_rules_count_characters() {
+            let mut v = valid();
+            v["tags"]["ü".repeat(128)] = json!("ü".repeat(128));
+            ProviderSpec::decode(&v)
+                .unwrap()
+                .validate_for_create(&policy())
+                .unwrap();
+            v["tags"]["ü".repeat(129)] = json!("x");
+            let msg = ProviderSpec::decode(&v)
+                .unwrap()
+                .validate_for_create(&policy())
+                .unwrap_err()
+                .message;
+            assert!(msg.contains("1 to 128 characters"), "{msg}");
+        }
+
+        #[test]
+        fn local_ssds_are_at_most_800_gib() {
+            let mut v = valid();
+            v["dataDisks"] = json!([{"name": "eph", "category": "DiskEphemeralSSD", "size": 800}]);
+            ProviderSpec::decode(&v)
+                .unwrap()
+                .validate_for_create(&policy())
+                .unwrap();
+            v["dataDisks"][0]["size"] = json!(801);
+            let msg = ProviderSpec::decode(&v)
+                .unwrap()
+                .validate_for_create(&policy())
+                .unwrap_err()
+                .message;
+            assert!(
+                msg.contains("dataDisks[0].size: Invalid value: 801: must be between 20 and 800"),
+                "{msg}"
+            );
+        }
     }
 }

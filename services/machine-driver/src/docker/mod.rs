@@ -556,14 +556,21 @@ impl Docker {
         .cloned()
     }
 
-    /// The request's Engine and the class's scope. `secret` may name the Engine.
+    /// The request's Engine and the class's scope. `secret` may name the Engine. Everything about
+    /// the request's shape is checked before the Engine is chosen (the spec, its scope, bootstrap
+    /// and grace period, and `extra`), so a malformed request is a 400 even on a driver whose
+    /// Engine is unusable (412) or down (503).
     async fn target(
         &self,
         class: &MachineClass,
         secret: &Secret,
+        extra: impl FnOnce(&ProviderSpec) -> Result<(), Status>,
     ) -> Result<(Target, ProviderSpec), Status> {
         let spec = ProviderSpec::decode(&class.provider_spec)?;
         let scope = spec.scope()?;
+        spec.bootstrap()?;
+        spec.stop_grace()?;
+        extra(&spec)?;
         let host = self.engine_address(secret)?;
         let engine = self.engine(&host).await?;
         Ok((
@@ -1130,9 +1137,27 @@ impl Provider for Docker {
         let span = tracing::info_span!("docker.create_machine", machine = %name);
         let call = async {
             let spec = ProviderSpec::decode(&req.machine_class.provider_spec)?;
-            let host = self.engine_address(&req.secret)?;
-            let plan = spec.plan(&self.settings, host.starts_with("unix://"))?;
-            let user_data = spec::user_data(&req.secret, plan.bootstrap)?;
+            // The request's shape first (400), then what this driver's settings refuse (412): the
+            // Engine it names or the default one, then the spec's registry, privileges, mounts.
+            let bootstrap = spec.bootstrap()?;
+            let user_data = spec::user_data(&req.secret, bootstrap);
+            let host = self.engine_address(&req.secret);
+            let plan = spec.plan(
+                &self.settings,
+                host.as_ref().is_ok_and(|h| h.starts_with("unix://")),
+            );
+            if let Some(e) = [
+                plan.as_ref().err(),
+                user_data.as_ref().err(),
+                host.as_ref().err(),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|e| e.code == Code::InvalidArgument)
+            {
+                return Err(e.clone());
+            }
+            let (host, plan, user_data) = (host?, plan?, user_data?);
             let t = Target {
                 engine: self.engine(&host).await?,
                 host,
@@ -1189,10 +1214,16 @@ impl Provider for Docker {
     ) -> Result<InitializeMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        // Read by the lookup after the Engine is chosen; its shape is checked first.
+        spec::check_provider_id(&req.machine)?;
         let deadline = Instant::now() + self.operation_timeout;
         let span = tracing::info_span!("docker.initialize_machine", machine = %name);
         let call = async {
-            let (t, spec) = self.target(&req.machine_class, &req.secret).await?;
+            let (t, spec) = self
+                .target(&req.machine_class, &req.secret, |spec| {
+                    spec::user_data(&req.secret, spec.bootstrap()?).map(|_| ())
+                })
+                .await?;
             let bootstrap = spec.bootstrap()?;
             let user_data = spec::user_data(&req.secret, bootstrap)?;
             let c = self
@@ -1235,9 +1266,13 @@ impl Provider for Docker {
     async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        // Read by the lookup after the Engine is chosen; its shape is checked first.
+        spec::check_provider_id(&req.machine)?;
         let span = tracing::info_span!("docker.delete_machine", machine = %name);
         let call = async {
-            let (t, spec) = self.target(&req.machine_class, &req.secret).await?;
+            let (t, spec) = self
+                .target(&req.machine_class, &req.secret, |_| Ok(()))
+                .await?;
             let grace = spec.stop_grace()?;
             // With a providerID, only that container: the orphan collector sends a live machine's
             // name with an orphan's id, and the live machine's container must survive.
@@ -1294,9 +1329,13 @@ impl Provider for Docker {
     ) -> Result<GetMachineStatusResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        // Read by the lookup after the Engine is chosen; its shape is checked first.
+        spec::check_provider_id(&req.machine)?;
         let span = tracing::debug_span!("docker.get_machine_status", machine = %name);
         let call = async {
-            let (t, spec) = self.target(&req.machine_class, &req.secret).await?;
+            let (t, spec) = self
+                .target(&req.machine_class, &req.secret, |_| Ok(()))
+                .await?;
             let bootstrap = spec.bootstrap()?;
             let c = self
                 .find(&t, req, &name, &uid, true)
@@ -1326,7 +1365,9 @@ impl Provider for Docker {
         req: &ListMachinesRequest,
     ) -> Result<BTreeMap<String, String>, Status> {
         let call = async {
-            let (t, _) = self.target(&req.machine_class, &req.secret).await?;
+            let (t, _) = self
+                .target(&req.machine_class, &req.secret, |_| Ok(()))
+                .await?;
             let listed = t
                 .engine
                 .list_containers(Some(ListContainersOptions {

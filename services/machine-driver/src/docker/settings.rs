@@ -214,10 +214,12 @@ impl Settings {
         if self.default_host.as_ref() == Ok(&host) || self.allowed_hosts.contains(&host) {
             Ok(host)
         } else {
-            Err(Status::invalid(
-                FIELD,
+            // Well-formed, but this driver's operator does not allow it: a precondition on where
+            // the request was sent, not a malformed request.
+            Err(Status::new(
+                Code::FailedPrecondition,
                 format!(
-                    "names a Docker Engine this driver may not use; the operator allows Engine addresses with {ENV_ENDPOINTS}"
+                    "{FIELD}: names a Docker Engine this driver may not use; the operator allows Engine addresses with {ENV_ENDPOINTS}"
                 ),
             ))
         }
@@ -292,6 +294,7 @@ mod tests {
             DEFAULT_DOCKER_HOST
         );
         let e = s.engine_for(Some("tcp://10.1.2.3:2375")).unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition);
         assert_eq!(
             e.message,
             "secret.data[dockerHost]: names a Docker Engine this driver may not use; the operator allows Engine addresses with BERTH_DOCKER_ENDPOINTS"

@@ -16,7 +16,7 @@ use domain::{Code, Quantity, Status, names};
 use serde::Deserialize;
 
 use super::settings::{
-    DOCKER_HUB, ENV_ALLOW_PRIVILEGED, ENV_REGISTRIES, Settings, is_registry_host,
+    DOCKER_HUB, ENV_ALLOW_PRIVILEGED, ENV_REGISTRIES, HostPathRefusal, Settings, is_registry_host,
 };
 
 /// Where the spec sits in a request body; every field error starts with it.
@@ -66,6 +66,14 @@ const MAX_UID_LEN: usize = 128;
 pub const MAX_USER_DATA: usize = 1024 * 1024;
 /// The Engine refuses containers with less memory than this.
 const MIN_MEMORY: u64 = 6 * 1024 * 1024;
+/// The longest cluster or role name a tag may give, in characters.
+const MAX_SCOPE_NAME: usize = 253;
+/// The longest `command` or `args` entry, in characters.
+const MAX_ARG_CHARS: usize = 4096;
+/// The longest `env` value, in characters.
+const MAX_ENV_VALUE_CHARS: usize = 32 * 1024;
+/// The longest `labels` value, in characters.
+const MAX_LABEL_VALUE_CHARS: usize = 1024;
 /// The longest grace period a deletion gives a container to stop.
 const MAX_STOP_GRACE: u32 = 300;
 /// The grace period when the spec gives none (Docker's own default).
@@ -118,6 +126,7 @@ pub struct ProviderSpec {
     /// `bootstrap`: `none` (default) or `exec` (run the user data once with `docker exec`).
     pub bootstrap: String,
     /// `stopGracePeriodSeconds`: how long DeleteMachine lets the container stop before killing it.
+    #[serde(deserialize_with = "crate::provider::optional_whole")]
     pub stop_grace_period_seconds: Option<u32>,
 }
 
@@ -190,20 +199,37 @@ pub struct Plan {
     pub stop_grace: u32,
 }
 
-/// Collects rule violations so one answer names every bad field.
+/// Collects rule violations so one answer names every bad field. A field can be malformed (the
+/// request's own mistake, InvalidArgument, 400) or well-formed but outside what this driver's
+/// operator allows (a registry, privileged mode, a host directory: FailedPrecondition, 412, naming
+/// the setting that would allow it). Every shape rule is checked first: a request with a malformed
+/// field is a 400 whatever this host's settings are, so the answer to a request does not depend on
+/// where it was sent unless the request is well-formed.
 #[derive(Default)]
-struct Violations(Vec<String>);
+struct Violations {
+    shape: Vec<String>,
+    operator: Vec<String>,
+}
 
 impl Violations {
     fn add(&mut self, field: &str, rule: impl std::fmt::Display) {
-        self.0.push(format!("{SPEC}.{field}: {rule}"));
+        self.shape.push(format!("{SPEC}.{field}: {rule}"));
+    }
+
+    fn not_allowed(&mut self, field: &str, rule: impl std::fmt::Display) {
+        self.operator.push(format!("{SPEC}.{field}: {rule}"));
     }
 
     fn into_result(self) -> Result<(), Status> {
-        if self.0.is_empty() {
-            Ok(())
+        if !self.shape.is_empty() {
+            Err(Status::new(Code::InvalidArgument, self.shape.join("; ")))
+        } else if !self.operator.is_empty() {
+            Err(Status::new(
+                Code::FailedPrecondition,
+                self.operator.join("; "),
+            ))
         } else {
-            Err(Status::new(Code::InvalidArgument, self.0.join("; ")))
+            Ok(())
         }
     }
 }
@@ -348,7 +374,11 @@ impl ProviderSpec {
                 .filter_map(|k| k.strip_prefix(prefix))
                 .collect();
             match found.as_slice() {
-                [one] if !one.is_empty() && one.len() <= 253 && !has_control(one) => {
+                [one]
+                    if !one.is_empty()
+                        && one.chars().count() <= MAX_SCOPE_NAME
+                        && !has_control(one) =>
+                {
                     Some((*one).to_owned())
                 }
                 [] | [_] => {
@@ -419,7 +449,7 @@ impl ProviderSpec {
         if let (Pull::IfNotPresent, Some(image)) = (pull, &image)
             && !settings.may_pull_from(&image.registry)
         {
-            v.add(
+            v.not_allowed(
                 "pull",
                 format!(
                     "IfNotPresent would pull from registry {:?}, which the operator does not allow ({ENV_REGISTRIES})",
@@ -427,15 +457,16 @@ impl ProviderSpec {
                 ),
             );
         }
+        // Berth's own limits, in characters (what a document's maxLength counts).
         for (field, list) in [("command", &self.command), ("args", &self.args)] {
             if list.len() > 256 {
                 v.add(field, "must have at most 256 entries");
             }
             for (i, s) in list.iter().enumerate() {
-                if s.len() > 4096 || s.contains('\0') {
+                if s.chars().count() > MAX_ARG_CHARS || s.contains('\0') {
                     v.add(
                         &format!("{field}[{i}]"),
-                        "must be at most 4096 bytes without NUL",
+                        "must be at most 4096 characters without NUL",
                     );
                 }
             }
@@ -453,10 +484,10 @@ impl ProviderSpec {
                     format!("{name:?} is not a variable name: letters, digits and '_', not starting with a digit"),
                 );
             }
-            if value.len() > 32 * 1024 || value.contains('\0') {
+            if value.chars().count() > MAX_ENV_VALUE_CHARS || value.contains('\0') {
                 v.add(
                     &format!("env[{name}]"),
-                    "must be at most 32 KiB without NUL",
+                    "must be at most 32768 characters without NUL",
                 );
             }
         }
@@ -472,7 +503,7 @@ impl ProviderSpec {
                     format!("keys under {RESERVED_LABEL_PREFIX} are the driver's own"),
                 );
             }
-            if value.len() > 1024 || has_control(value) {
+            if value.chars().count() > MAX_LABEL_VALUE_CHARS || has_control(value) {
                 v.add(
                     &format!("labels[{key}]"),
                     "must be at most 1024 characters without control characters",
@@ -518,13 +549,13 @@ impl ProviderSpec {
                     None
                 }
                 Err(e) => {
-                    v.0.push(e.message);
+                    v.shape.push(e.message);
                     None
                 }
             },
         };
         if self.privileged && !settings.allow_privileged {
-            v.add(
+            v.not_allowed(
                 "privileged",
                 format!(
                     "privileged containers are not allowed by the operator ({ENV_ALLOW_PRIVILEGED})"
@@ -539,8 +570,12 @@ impl ProviderSpec {
         for (i, m) in self.mounts.iter().enumerate() {
             let host = match settings.admit_host_path(&m.host_path, resolve_locally) {
                 Ok(p) => Some(p),
-                Err(rule) => {
+                Err(rule @ HostPathRefusal::NotAPath(_)) => {
                     v.add(&format!("mounts[{i}].hostPath"), rule);
+                    None
+                }
+                Err(rule) => {
+                    v.not_allowed(&format!("mounts[{i}].hostPath"), rule);
                     None
                 }
             };
@@ -559,7 +594,7 @@ impl ProviderSpec {
                 }
                 Ok(p) => Some(p),
                 Err(e) => {
-                    v.0.push(format!("{SPEC}.{}", e.message));
+                    v.shape.push(format!("{SPEC}.{}", e.message));
                     None
                 }
             };
@@ -571,8 +606,8 @@ impl ProviderSpec {
                 });
             }
         }
-        let bootstrap = self.bootstrap().map_err(|e| v.0.push(e.message)).ok();
-        let stop_grace = self.stop_grace().map_err(|e| v.0.push(e.message)).ok();
+        let bootstrap = self.bootstrap().map_err(|e| v.shape.push(e.message)).ok();
+        let stop_grace = self.stop_grace().map_err(|e| v.shape.push(e.message)).ok();
         v.into_result()?;
         Ok(Plan {
             image: image.expect("checked"),
@@ -710,6 +745,15 @@ pub fn decode_provider_id(provider_id: &str) -> Result<&str, Status> {
         })
 }
 
+/// A machine's providerID, when it has one, names a container ([`decode_provider_id`]).
+pub fn check_provider_id(machine: &Machine) -> Result<(), Status> {
+    let provider_id = machine.spec.provider_id.as_str();
+    if !provider_id.is_empty() {
+        decode_provider_id(provider_id)?;
+    }
+    Ok(())
+}
+
 /// The user data to write into the container. With `bootstrap: exec` it is required and must be a
 /// program the kernel can run: a script starting with `#!` (the container may have no shell to
 /// interpret anything else).
@@ -732,6 +776,269 @@ pub fn user_data(secret: &Secret, bootstrap: Bootstrap) -> Result<Option<Vec<u8>
             ),
         )),
         _ => Ok(data),
+    }
+}
+
+/// The document's description of what the Docker provider accepts: the rules above as JSON Schema,
+/// so a request a generator makes from the document is one the driver takes, or one only this
+/// driver's settings refuse (412). The tests below hold each pattern to its validator. Every call
+/// decodes the whole spec (unknown fields refused) and checks its tags, bootstrap and grace period;
+/// CreateMachine checks the rest ([`ProviderSpec::plan`]).
+pub mod schema {
+    use serde_json::{Value, json};
+
+    use super::{
+        CLUSTER_TAG, MAX_ARG_CHARS, MAX_ENV_VALUE_CHARS, MAX_LABEL_VALUE_CHARS, MAX_MACHINE_NAME,
+        MAX_SCOPE_NAME, MAX_STOP_GRACE, MAX_UID_LEN, PROVIDER_ID_PREFIX, RESERVED_LABEL_PREFIX,
+        ROLE_TAG, SECRET_DOCKER_HOST, SECRET_USER_DATA, STATE_DIR,
+    };
+    use domain::orchestrator::{BASE_PATH_PATTERN, DOCKER_HOST_PATTERN};
+
+    /// A DNS-1123 subdomain, unanchored.
+    const SUBDOMAIN: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+    /// A path component of an image name.
+    const COMPONENT: &str = "[a-z0-9]([a-z0-9._-]*[a-z0-9])?";
+    /// The first of several components when no registry is named: without a `.` (the Engine would
+    /// read one with a `.` as a registry host).
+    const FIRST_COMPONENT: &str = "[a-z0-9]([a-z0-9_-]*[a-z0-9])?";
+    /// A registry host: `localhost`, a dotted name, or a name with a port.
+    const REGISTRY: &str = "(localhost|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))";
+    /// A tag and a digest.
+    const TAG_AND_DIGEST: &str =
+        "(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[a-z0-9]+:[A-Fa-f0-9]{32,})?";
+    /// No NUL character.
+    pub const NO_NUL: &str = "^[^\\u0000]*$";
+    /// No control character (C0, DEL or C1), as [`super::has_control`] says.
+    pub const NO_CONTROL: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
+    /// An environment variable's name ([`super::is_env_name`]).
+    pub const ENV_NAME: &str = "^[A-Za-z_][A-Za-z0-9_]*$";
+    /// A Docker network's name ([`super::is_network_name`]), or none.
+    pub const NETWORK: &str = "^([a-zA-Z0-9][a-zA-Z0-9_.-]*)?$";
+    /// A memory limit of at least 6Mi in mebibytes or gibibytes: the forms a request can rely on
+    /// (the driver takes any quantity of at least 6Mi).
+    pub const MEMORY: &str = "^(([6-9]|[1-9][0-9]{1,6})Mi|[1-9][0-9]{0,5}Gi)$";
+    /// Standard base64, padded, the last character's unused bits zero (as the driver decodes it).
+    pub const BASE64: &str = crate::alicloud::spec::schema::BASE64;
+
+    /// An image reference ([`super::parse_image`]): `[registry/]name[:tag][@digest]`, a little
+    /// narrower (a port is 1 to 65535 without leading zeros).
+    pub fn image_pattern() -> String {
+        format!(
+            "^({REGISTRY}/{COMPONENT}(/{COMPONENT})*|{FIRST_COMPONENT}(/{COMPONENT})+|{COMPONENT}){TAG_AND_DIGEST}$"
+        )
+    }
+
+    /// `machine.spec.providerID` of a container: `docker:///<container name>`, or none.
+    pub fn provider_id_pattern() -> String {
+        format!("^(|{PROVIDER_ID_PREFIX}{SUBDOMAIN})$")
+    }
+
+    /// A tag key starting with `prefix`, then a name of 1 to 253 characters without control ones.
+    fn scope_key(prefix: &str) -> String {
+        format!(
+            "^{}[^\\u0000-\\u001f\\u007f-\\u009f]{{1,{MAX_SCOPE_NAME}}}$",
+            prefix.replace('.', "\\.")
+        )
+    }
+
+    fn scope_prefix(prefix: &str) -> String {
+        format!("^{}", prefix.replace('.', "\\."))
+    }
+
+    /// `tags`: exactly one `kubernetes.io/cluster/<cluster>` key and one `kubernetes.io/role/<role>`
+    /// (a schema can say "at least one, and every such key well-formed"; the description says one).
+    fn tags() -> Value {
+        let well_formed = |prefix: &str| json!({"anyOf": [{"not": {"pattern": scope_prefix(prefix)}}, {"pattern": scope_key(prefix)}]});
+        let present = |prefix: &str| json!({"not": {"propertyNames": {"not": {"pattern": scope_prefix(prefix)}}}});
+        json!({
+            "type": "object",
+            "description": "Exactly one key kubernetes.io/cluster/<cluster> and one kubernetes.io/role/<role>: they scope which containers the class may see and touch.",
+            "additionalProperties": {"type": "string"},
+            "propertyNames": {"allOf": [well_formed(CLUSTER_TAG), well_formed(ROLE_TAG)]},
+            "allOf": [present(CLUSTER_TAG), present(ROLE_TAG)]
+        })
+    }
+
+    /// `machineClass.providerSpec`.
+    pub fn provider_spec(for_create: bool) -> Value {
+        let strings = || json!({"type": "array", "items": {"type": "string"}});
+        let string_map = || json!({"type": "object", "additionalProperties": {"type": "string"}});
+        let mount = json!({
+            "type": "object",
+            "additionalProperties": false,
+            "properties": {
+                "hostPath": {"type": "string"},
+                "containerPath": {"type": "string"},
+                "readOnly": {"type": "boolean"}
+            }
+        });
+        let mut spec = json!({
+            "type": "object",
+            "description": "Berth's Docker provider spec; unknown fields are refused.",
+            "additionalProperties": false,
+            "required": ["tags"],
+            "properties": {
+                "apiVersion": {"type": "string"},
+                "kind": {"type": "string"},
+                "image": {"type": "string"},
+                "pull": {"type": "string"},
+                "command": strings(),
+                "args": strings(),
+                "env": string_map(),
+                "labels": string_map(),
+                "network": {"type": "string"},
+                "cpus": {"type": ["number", "null"]},
+                "memory": {"type": ["string", "null"]},
+                "privileged": {"type": "boolean", "description": "Needs BERTH_DOCKER_ALLOW_PRIVILEGED (else 412)"},
+                "mounts": {"type": "array", "items": mount},
+                "tags": tags(),
+                "bootstrap": {"type": "string", "enum": ["", "none", "exec"], "description": "none (the default) or exec: run the user data once with docker exec"},
+                "stopGracePeriodSeconds": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_STOP_GRACE}
+            }
+        });
+        if !for_create {
+            return spec;
+        }
+        let text = |max: usize, pattern: &str| json!({"type": "string", "maxLength": max, "pattern": pattern});
+        let p = &mut spec["properties"];
+        p["image"] = json!({"type": "string", "maxLength": 512, "pattern": image_pattern()});
+        p["pull"] = json!({"type": "string", "enum": ["", "Never", "IfNotPresent"], "description": "Never (the default: a missing image is 412) or IfNotPresent (from a registry BERTH_DOCKER_REGISTRIES allows, else 412)"});
+        // `items` holds for the entries after `prefixItems`, so the first entry says it all again.
+        let mut first = text(MAX_ARG_CHARS, NO_NUL);
+        first["minLength"] = json!(1);
+        p["command"] = json!({
+            "type": "array",
+            "maxItems": 256,
+            "items": text(MAX_ARG_CHARS, NO_NUL),
+            "prefixItems": [first]
+        });
+        p["args"] = json!({"type": "array", "maxItems": 256, "items": text(MAX_ARG_CHARS, NO_NUL)});
+        p["env"] = json!({
+            "type": "object",
+            "maxProperties": 256,
+            "propertyNames": {"type": "string", "maxLength": 256, "pattern": ENV_NAME},
+            "additionalProperties": text(MAX_ENV_VALUE_CHARS, NO_NUL)
+        });
+        p["labels"] = json!({
+            "type": "object",
+            "maxProperties": 64,
+            "propertyNames": {
+                "type": "string",
+                "maxLength": 317,
+                "pattern": domain::schema::LABEL_KEY,
+                "not": {"pattern": format!("^{}", RESERVED_LABEL_PREFIX.replace('.', "\\."))}
+            },
+            "additionalProperties": text(MAX_LABEL_VALUE_CHARS, NO_CONTROL)
+        });
+        p["network"] = json!({"type": "string", "maxLength": 128, "pattern": NETWORK, "not": {"const": "host"}});
+        p["cpus"] = json!({"type": ["number", "null"], "minimum": 0.01, "maximum": 1024});
+        p["memory"] = json!({"type": ["string", "null"], "pattern": MEMORY});
+        p["mounts"] = json!({
+            "type": "array",
+            "maxItems": 32,
+            "description": "Host directories BERTH_DOCKER_MOUNT_PATHS allows (else 412), each at its own containerPath",
+            "items": {
+                "type": "object",
+                "additionalProperties": false,
+                "required": ["hostPath", "containerPath"],
+                "properties": {
+                    "hostPath": {"type": "string", "maxLength": 4096, "pattern": BASE_PATH_PATTERN},
+                    "containerPath": {
+                        "type": "string",
+                        "maxLength": 4096,
+                        "pattern": BASE_PATH_PATTERN,
+                        "not": {"pattern": format!("^/+{}(/|$)", STATE_DIR.trim_start_matches('/').replace('/', "/+"))}
+                    },
+                    "readOnly": {"type": "boolean"}
+                }
+            }
+        });
+        spec["required"] = json!(["tags", "image"]);
+        spec
+    }
+
+    /// `secret`: the Engine (`dockerHost`, plain; BERTH_DOCKER_HOSTS says which may be named, else
+    /// 412) and the user data.
+    pub fn secret() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "stringData": {
+                    "type": "object",
+                    "additionalProperties": {"type": "string"},
+                    "properties": {
+                        SECRET_DOCKER_HOST: {
+                            "type": "string",
+                            "maxLength": 4096,
+                            "description": "The Engine, unix:///path or tcp://host:port; empty for the driver's default",
+                            "anyOf": [{"const": ""}, {"pattern": DOCKER_HOST_PATTERN}]
+                        },
+                        SECRET_USER_DATA: {"type": "string"}
+                    }
+                },
+                "data": {
+                    "type": "object",
+                    "description": "Base64-encoded values; this document gives dockerHost in stringData only",
+                    "additionalProperties": {"type": "string"},
+                    "properties": {SECRET_USER_DATA: {"type": "string", "pattern": BASE64}}
+                }
+            },
+            // stringData wins: data's dockerHost is read only when stringData has none.
+            "if": {"not": {"required": ["stringData"], "properties": {"stringData": {"required": [SECRET_DOCKER_HOST]}}}},
+            "then": {"properties": {"data": {"propertyNames": {"not": {"const": SECRET_DOCKER_HOST}}}}}
+        })
+    }
+
+    /// With `bootstrap: exec`, the user data is required and starts with `#!` (`IyE` in base64).
+    /// CreateMachine and InitializeMachine read it.
+    pub fn exec_needs_a_script() -> Value {
+        json!({
+            "if": {
+                "required": ["machineClass"],
+                "properties": {"machineClass": {
+                    "required": ["providerSpec"],
+                    "properties": {"providerSpec": {"required": ["bootstrap"], "properties": {"bootstrap": {"const": "exec"}}}}
+                }}
+            },
+            "then": {
+                "required": ["secret"],
+                "properties": {"secret": {"anyOf": [
+                    {"required": ["stringData"], "properties": {"stringData": {"required": [SECRET_USER_DATA], "properties": {SECRET_USER_DATA: {"pattern": "^#!"}}}}},
+                    {
+                        "required": ["data"],
+                        "properties": {
+                            "data": {"required": [SECRET_USER_DATA], "properties": {SECRET_USER_DATA: {"pattern": "^IyE"}}},
+                            "stringData": {"not": {"required": [SECRET_USER_DATA]}}
+                        }
+                    }
+                ]}}
+            }
+        })
+    }
+
+    /// `machine`: its name (a DNS-1123 subdomain of 2 to 63 characters, the container's host
+    /// name), UID and, for the calls that look a container up, providerID.
+    pub fn machine(with_provider_id: bool) -> Value {
+        let mut machine = json!({
+            "required": ["metadata"],
+            "properties": {
+                "metadata": {
+                    "required": ["name"],
+                    "properties": {
+                        "name": {"type": "string", "pattern": domain::schema::DNS1123_SUBDOMAIN, "minLength": 2, "maxLength": MAX_MACHINE_NAME},
+                        "uid": {"type": "string", "pattern": "^[A-Za-z0-9._-]*$", "maxLength": MAX_UID_LEN}
+                    }
+                }
+            }
+        });
+        if with_provider_id {
+            machine["properties"]["spec"] = json!({"properties": {"providerID": {
+                "type": "string",
+                "pattern": provider_id_pattern(),
+                "maxLength": PROVIDER_ID_PREFIX.len() + MAX_MACHINE_NAME
+            }}});
+        }
+        machine
     }
 }
 
@@ -854,7 +1161,7 @@ mod tests {
             ),
             (
                 json!({"args": ["a\u{0}b"]}),
-                "machineClass.providerSpec.args[0]: must be at most 4096 bytes without NUL",
+                "machineClass.providerSpec.args[0]: must be at most 4096 characters without NUL",
             ),
             (
                 json!({"env": {"1X": "v"}}),
@@ -925,13 +1232,26 @@ mod tests {
             let got = refused(extra.clone());
             assert!(got.contains(want), "{extra}: {got}");
         }
-        // One answer names every bad field.
-        let got = refused(json!({"image": "", "cpus": 9999, "privileged": true}));
+        // One answer names every malformed field; what only the operator's settings refuse waits
+        // until the request is well-formed, and is then a FailedPrecondition naming the setting.
+        let e = plan(json!({"image": "", "cpus": 9999, "privileged": true})).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
         assert_eq!(
-            got.matches("machineClass.providerSpec.").count(),
-            3,
-            "{got}"
+            e.message.matches("machineClass.providerSpec.").count(),
+            2,
+            "{}",
+            e.message
         );
+        let e = plan(json!({"privileged": true, "pull": "IfNotPresent", "image": "ghcr.io/x/y", "mounts": [{"hostPath": "/etc", "containerPath": "/etc"}]})).unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition, "{}", e.message);
+        assert_eq!(
+            e.message.matches("machineClass.providerSpec.").count(),
+            3,
+            "{}",
+            e.message
+        );
+        let e = plan(json!({"mounts": [{"hostPath": "rel", "containerPath": "/x"}]})).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument, "{}", e.message);
     }
 
     #[test]
@@ -1043,5 +1363,155 @@ mod tests {
         assert!(!e.message.contains("token-abc123"));
         let script = Secret::from_string_data([("userData", "#!/bin/sh\necho hi\n")]);
         assert!(user_data(&script, Bootstrap::Exec).unwrap().is_some());
+    }
+
+    /// Each pattern of [`schema`] against the validator it stands for: a value matches exactly when
+    /// the driver accepts it, or, where the pattern says it is narrower, only values it accepts.
+    mod schema_patterns {
+        use super::super::schema::*;
+        use super::*;
+
+        fn re(pattern: &str) -> regex::Regex {
+            regex::Regex::new(pattern).unwrap()
+        }
+
+        #[test]
+        fn image_references() {
+            let pattern = re(&image_pattern());
+            let exact = [
+                "alpine",
+                "alpine:3.20",
+                "library/alpine@sha256:0123456789abcdef0123456789abcdef",
+                "localhost:5000/berth/m:v1",
+                "localhost/x",
+                "ghcr.io/org/img",
+                "GHCR.io/org/img",
+                "kindest/node:v1.31.0",
+                "a.b",
+                "a.b/c",
+                "a_b.c/x",
+                "a__b/c-d",
+                "my-reg:5000/x",
+                "",
+                "a b",
+                "UPPER",
+                "a:",
+                "a@sha256:xyz",
+                "-a",
+                "a//b",
+                "a:b:c/d",
+                "a:.x",
+                "a/b:-x",
+                "x:5000",
+                "-reg.io/x",
+                "reg-.io/x",
+                "a.b:0/x",
+            ];
+            for case in exact {
+                assert_eq!(
+                    pattern.is_match(case),
+                    parse_image(case).is_ok(),
+                    "{case:?}"
+                );
+            }
+            // Narrower: ports the validator also reads (leading zeros) are left out.
+            assert!(parse_image("reg:05000/x").is_ok() && !pattern.is_match("reg:05000/x"));
+            let long = format!("a:{}", "t".repeat(128));
+            assert!(pattern.is_match(&long) && parse_image(&long).is_ok());
+            let too_long = format!("a:{}", "t".repeat(129));
+            assert!(!pattern.is_match(&too_long) && parse_image(&too_long).is_err());
+        }
+
+        #[test]
+        fn names_networks_and_memory() {
+            let env = re(ENV_NAME);
+            for case in ["A_B", "_x", "a1", "1X", "", "a-b", "ü", "A B"] {
+                assert_eq!(env.is_match(case), is_env_name(case), "{case:?}");
+            }
+            let network = re(NETWORK);
+            for case in ["kind", "a_b.c-d", "0", "-x", "a b", "container:x", "ü"] {
+                assert_eq!(network.is_match(case), is_network_name(case), "{case:?}");
+            }
+            let memory = re(MEMORY);
+            for case in ["6Mi", "512Mi", "9999999Mi", "1Gi", "999999Gi"] {
+                assert!(memory.is_match(case), "{case:?}");
+                let q = Quantity::parse_field("m", case).unwrap();
+                assert!(
+                    q.bytes() >= MIN_MEMORY && i64::try_from(q.bytes()).is_ok(),
+                    "{case:?}"
+                );
+            }
+            for case in ["5Mi", "0Gi", "1Ki", "lots", "", "06Mi", "1.5Gi"] {
+                assert!(!memory.is_match(case), "{case:?}");
+            }
+        }
+
+        #[test]
+        fn controls_and_provider_ids() {
+            let (no_nul, no_control) = (re(NO_NUL), re(NO_CONTROL));
+            for case in [
+                "plain",
+                "tab\there",
+                "nul\0",
+                "del\u{7f}",
+                "c1\u{85}",
+                "ü",
+                "",
+            ] {
+                assert_eq!(no_control.is_match(case), !has_control(case), "{case:?}");
+                assert_eq!(no_nul.is_match(case), !case.contains('\0'), "{case:?}");
+            }
+            let pattern = re(&provider_id_pattern());
+            for case in [
+                "docker:///worker-1",
+                "docker:///w",
+                "docker://worker-1",
+                "docker:////worker-1",
+                "docker:///",
+                "docker:///a/b",
+                "docker:///A",
+                "w",
+            ] {
+                assert_eq!(
+                    pattern.is_match(case),
+                    decode_provider_id(case).is_ok(),
+                    "{case:?}"
+                );
+            }
+        }
+
+        #[test]
+        fn scope_tags() {
+            for (tags, ok) in [
+                (
+                    json!({"kubernetes.io/cluster/c": "1", "kubernetes.io/role/r": ""}),
+                    true,
+                ),
+                (
+                    json!({"kubernetes.io/cluster/": "1", "kubernetes.io/role/r": "1"}),
+                    false,
+                ),
+                (
+                    json!({"kubernetes.io/cluster/c\n": "1", "kubernetes.io/role/r": "1"}),
+                    false,
+                ),
+                (
+                    json!({"kubernetes.io/cluster/ü": "1", "kubernetes.io/role/r": "1", "x": "y"}),
+                    true,
+                ),
+                (json!({"kubernetes.io/role/r": "1"}), false),
+            ] {
+                let spec = ProviderSpec::decode(&json!({"tags": tags})).unwrap();
+                assert_eq!(spec.scope().is_ok(), ok, "{tags}");
+            }
+            let mut tags = serde_json::Map::new();
+            tags.insert(
+                format!("kubernetes.io/cluster/{}", "ü".repeat(253)),
+                json!("1"),
+            );
+            tags.insert("kubernetes.io/role/r".into(), json!("1"));
+            let spec = ProviderSpec::decode(&json!({"tags": tags})).unwrap();
+            assert!(spec.scope().is_ok());
+        }
     }
 }

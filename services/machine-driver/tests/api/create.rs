@@ -233,3 +233,33 @@ async fn throttling_is_absorbed_by_retries() {
     let stats = app.emulator.stats();
     assert!(stats.throttled > 0, "{stats:?}");
 }
+
+#[tokio::test]
+async fn a_uid_is_one_machine_s_and_a_released_machine_s_uid_can_be_used_again() {
+    let app = spawn_app().await;
+    let with_uid = |name: &str| {
+        let mut r = req(name);
+        r.machine.metadata.uid = "uid-shared".into();
+        r
+    };
+    let a = with_uid("m-uid-a");
+    app.create(&a).await.unwrap();
+    // Another name with the same UID: ECS refuses the UID's ClientToken as used with other
+    // parameters, and the instance that token made is m-uid-a's, which keeps it.
+    let b = with_uid("m-uid-b");
+    let e = app.create(&b).await.unwrap_err();
+    assert_code(&e, Code::AlreadyExists, 409);
+    assert!(e.status.message.contains("\"m-uid-a\""), "{e}");
+    assert!(app.instances_named("m-uid-b").is_empty());
+    // Once m-uid-a's VM is released, its token stands for nothing any more: the next token of the
+    // UID's series makes m-uid-b's VM (a retry, not a 503 forever).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while let Err(e) = app.delete(&a).await {
+        assert_code(&e, Code::Unavailable, 503);
+        assert!(std::time::Instant::now() < deadline, "{e}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let made = app.create(&b).await.unwrap();
+    assert_eq!(app.instances_named("m-uid-b").len(), 1);
+    assert_eq!(app.create(&b).await.unwrap().provider_id, made.provider_id);
+}

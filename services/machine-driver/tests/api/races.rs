@@ -308,8 +308,9 @@ async fn the_operators_region_allow_list_narrows_the_regions() {
         c.regions = vec![alicloud::Region::parse("cn-beijing").unwrap()];
     })
     .await;
+    // A region ECS serves that the list leaves out: well-formed, refused by this driver's set-up.
     let e = app.create(&req("m-allow")).await.unwrap_err();
-    assert_code(&e, Code::InvalidArgument, 400);
+    assert_code(&e, Code::FailedPrecondition, 412);
     assert_eq!(
         e.status.message,
         "machineClass.providerSpec.region: is not a region this driver is allowed to use (the operator's allow-list)"
@@ -318,7 +319,31 @@ async fn the_operators_region_allow_list_narrows_the_regions() {
         .status(&with_provider_id(req("m-allow"), "cn-shanghai.i-abc"))
         .await
         .unwrap_err();
-    assert_code(&e, Code::InvalidArgument, 400);
+    assert_code(&e, Code::FailedPrecondition, 412);
+    // A region no driver would take (one ECS does not serve) stays the request's mistake.
+    let mut spec = provider_spec();
+    spec["region"] = json!("xx-nowhere-1");
+    let r = MachineRequest {
+        machine_class: class_with(spec),
+        ..req("m-allow")
+    };
+    assert_code(
+        &app.create(&r).await.unwrap_err(),
+        Code::InvalidArgument,
+        400,
+    );
+    // ... and a malformed field is reported before the region the operator leaves out.
+    let mut spec = provider_spec();
+    spec["imageID"] = json!("");
+    let r = MachineRequest {
+        machine_class: class_with(spec),
+        ..req("m-allow")
+    };
+    assert_code(
+        &app.create(&r).await.unwrap_err(),
+        Code::InvalidArgument,
+        400,
+    );
     let mut spec = provider_spec();
     spec["region"] = json!("cn-beijing");
     let r = MachineRequest {
@@ -330,12 +355,13 @@ async fn the_operators_region_allow_list_narrows_the_regions() {
         created.provider_id.starts_with("cn-beijing.i-"),
         "{created:?}"
     );
-    // A providerID naming a region outside the list is refused before any lookup.
+    // A providerID naming a region outside the list is refused before any lookup: a region ECS
+    // serves, so a precondition of this driver's set-up.
     let e = app
         .status(&with_provider_id(r, "cn-shanghai.i-abc"))
         .await
         .unwrap_err();
-    assert_code(&e, Code::InvalidArgument, 400);
+    assert_code(&e, Code::FailedPrecondition, 412);
     assert!(
         e.status
             .message
