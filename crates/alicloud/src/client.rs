@@ -609,87 +609,130 @@ impl EcsClient {
         Err(decode_error(action, status, &headers, &body))
     }
 
-    /// Signs the call and builds the HTTP request: V1 as a POST form (every parameter, common ones
-    /// and `Signature` included, in the body, so long user data never hits URL limits); V3 as the
-    /// SDKs send it, parameters in the query, an empty body, and the signature in `Authorization`.
+    /// Signs the call ([`sign_call`]) and builds the HTTP request.
     fn build(&self, action: &str, params: &Params) -> Result<reqwest::RequestBuilder, Error> {
-        let creds = &self.credentials;
         let nonce = uuid::Uuid::new_v4().simple().to_string();
         let timestamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
-        let url = format!("{}/", self.endpoint);
-        match self.shared.config.signature {
-            SignatureVersion::V1 => {
-                let mut all: BTreeMap<String, String> = params.as_map().clone();
-                for (k, v) in [
-                    ("Action", action),
-                    ("Version", API_VERSION),
-                    ("Format", "JSON"),
-                    ("AccessKeyId", creds.access_key_id()),
-                    ("SignatureMethod", "HMAC-SHA1"),
-                    ("SignatureVersion", "1.0"),
-                    ("SignatureNonce", &nonce),
-                    ("Timestamp", &timestamp),
-                ] {
-                    all.insert(k.to_owned(), v.to_owned());
-                }
-                if let Some(token) = creds.security_token() {
-                    all.insert("SecurityToken".into(), token.expose().to_owned());
-                }
-                let signature =
-                    sign::v1_signature("POST", &all, creds.access_key_secret().expose());
-                all.insert("Signature".into(), signature);
-                Ok(self
-                    .shared
-                    .http
-                    .post(url)
-                    .header(http::header::HOST, &self.host)
-                    .header(
-                        http::header::CONTENT_TYPE,
-                        "application/x-www-form-urlencoded",
-                    )
-                    .header(http::header::ACCEPT, "application/json")
-                    .body(sign::canonical_query(&all)))
+        let call = sign_call(
+            self.shared.config.signature,
+            &self.host,
+            &self.credentials,
+            action,
+            params,
+            &nonce,
+            &timestamp,
+        );
+        let mut req = self
+            .shared
+            .http
+            .post(format!("{}{}", self.endpoint, call.path_and_query));
+        for (k, v) in &call.headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        Ok(req.body(call.body))
+    }
+}
+
+/// One signed ECS call, as [`EcsClient`] sends it (always a POST).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignedCall {
+    /// What follows the endpoint: `/`, or `/?<canonical query>`.
+    pub path_and_query: String,
+    /// The headers, lower-case names, in the order they are sent.
+    pub headers: Vec<(String, String)>,
+    /// The body: V1's form, V3's empty one.
+    pub body: String,
+}
+
+/// Signs one call: V1 as a POST form (every parameter, common ones and `Signature` included, in the
+/// body, so long user data never hits URL limits); V3 as the SDKs send it, parameters in the query,
+/// an empty body, and the signature in `Authorization`. Pure (the nonce and the timestamp,
+/// `%Y-%m-%dT%H:%M:%SZ` in UTC, are the caller's), so the fuzz targets hold exactly what the client
+/// sends against the emulator's independent verifier.
+pub fn sign_call(
+    version: SignatureVersion,
+    host: &str,
+    creds: &Credentials,
+    action: &str,
+    params: &Params,
+    nonce: &str,
+    timestamp: &str,
+) -> SignedCall {
+    match version {
+        SignatureVersion::V1 => {
+            let mut all: BTreeMap<String, String> = params.as_map().clone();
+            // `Signature` is the protocol's: a parameter of that name would be signed, then
+            // replaced by the signature, and the verifier (which signs all but it) would refuse.
+            all.remove("Signature");
+            for (k, v) in [
+                ("Action", action),
+                ("Version", API_VERSION),
+                ("Format", "JSON"),
+                ("AccessKeyId", creds.access_key_id()),
+                ("SignatureMethod", "HMAC-SHA1"),
+                ("SignatureVersion", "1.0"),
+                ("SignatureNonce", nonce),
+                ("Timestamp", timestamp),
+            ] {
+                all.insert(k.to_owned(), v.to_owned());
             }
-            SignatureVersion::V3 => {
-                let payload_hash = sign::sha256_hex(b"");
-                let mut headers: BTreeMap<String, String> = BTreeMap::new();
-                headers.insert("host".into(), self.host.clone());
-                headers.insert("x-acs-action".into(), action.to_owned());
-                headers.insert("x-acs-version".into(), API_VERSION.into());
-                headers.insert("x-acs-date".into(), timestamp);
-                headers.insert("x-acs-signature-nonce".into(), nonce);
-                headers.insert("x-acs-content-sha256".into(), payload_hash.clone());
-                if let Some(token) = creds.security_token() {
-                    headers.insert("x-acs-security-token".into(), token.expose().to_owned());
-                }
-                let parts = sign::V3Parts {
-                    method: "POST",
-                    path: "/",
-                    query: params.as_map(),
-                    headers: &headers,
-                    payload_hash: &payload_hash,
-                };
-                let authorization = sign::v3_authorization(
-                    &parts,
-                    creds.access_key_id(),
-                    creds.access_key_secret().expose(),
-                );
-                let query = sign::canonical_query(params.as_map());
-                let url = if query.is_empty() {
-                    url
-                } else {
-                    format!("{url}?{query}")
-                };
-                let mut req = self
-                    .shared
-                    .http
-                    .post(url)
-                    .header(http::header::ACCEPT, "application/json")
-                    .header(http::header::AUTHORIZATION, authorization);
-                for (k, v) in &headers {
-                    req = req.header(k.as_str(), v.as_str());
-                }
-                Ok(req)
+            if let Some(token) = creds.security_token() {
+                all.insert("SecurityToken".into(), token.expose().to_owned());
+            }
+            let signature = sign::v1_signature("POST", &all, creds.access_key_secret().expose());
+            all.insert("Signature".into(), signature);
+            SignedCall {
+                path_and_query: "/".to_owned(),
+                headers: vec![
+                    ("host".to_owned(), host.to_owned()),
+                    (
+                        "content-type".to_owned(),
+                        "application/x-www-form-urlencoded".to_owned(),
+                    ),
+                    ("accept".to_owned(), "application/json".to_owned()),
+                ],
+                body: sign::canonical_query(&all),
+            }
+        }
+        SignatureVersion::V3 => {
+            let payload_hash = sign::sha256_hex(b"");
+            let mut headers: BTreeMap<String, String> = BTreeMap::new();
+            headers.insert("host".into(), host.to_owned());
+            headers.insert("x-acs-action".into(), action.to_owned());
+            headers.insert("x-acs-version".into(), API_VERSION.into());
+            headers.insert("x-acs-date".into(), timestamp.to_owned());
+            headers.insert("x-acs-signature-nonce".into(), nonce.to_owned());
+            headers.insert("x-acs-content-sha256".into(), payload_hash.clone());
+            if let Some(token) = creds.security_token() {
+                headers.insert("x-acs-security-token".into(), token.expose().to_owned());
+            }
+            let parts = sign::V3Parts {
+                method: "POST",
+                path: "/",
+                query: params.as_map(),
+                headers: &headers,
+                payload_hash: &payload_hash,
+            };
+            let authorization = sign::v3_authorization(
+                &parts,
+                creds.access_key_id(),
+                creds.access_key_secret().expose(),
+            );
+            let query = sign::canonical_query(params.as_map());
+            let path_and_query = if query.is_empty() {
+                "/".to_owned()
+            } else {
+                format!("/?{query}")
+            };
+            let mut sent = vec![
+                ("accept".to_owned(), "application/json".to_owned()),
+                ("authorization".to_owned(), authorization),
+            ];
+            sent.extend(headers);
+            SignedCall {
+                path_and_query,
+                headers: sent,
+                body: String::new(),
             }
         }
     }
@@ -754,6 +797,47 @@ fn decode_error(action: &str, status: u16, headers: &http::HeaderMap, body: &[u8
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Seen while writing the `ecs_canonicalise` fuzz target's cross-check (its seed with a
+    /// `Signature` parameter): such a parameter was signed, then overwritten by the signature, so
+    /// the emulator's verifier refused the call.
+    #[test]
+    fn a_v1_call_verifies_whatever_its_parameters_are_named() {
+        let creds = Credentials::new("id", "secret");
+        let mut params = Params::new();
+        params
+            .set("Signature", "forged")
+            .set("RegionId", "cn-shanghai");
+        let timestamp = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+        let call = sign_call(
+            SignatureVersion::V1,
+            "ecs.aliyuncs.com",
+            &creds,
+            "DescribeRegions",
+            &params,
+            "nonce-1",
+            &timestamp,
+        );
+        let mut headers = http::HeaderMap::new();
+        for (k, v) in &call.headers {
+            headers.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        let (action, got) = ecs_emulator::authenticate_request(
+            &http::Method::POST,
+            &call.path_and_query.parse().unwrap(),
+            &headers,
+            call.body.as_bytes(),
+            &[ecs_emulator::AccessKey::new("id", "secret")],
+            Duration::from_secs(900),
+        )
+        .unwrap();
+        assert_eq!(action, "DescribeRegions");
+        assert_eq!(got["RegionId"], "cn-shanghai");
+        assert!(!got.contains_key("Signature"));
+    }
 
     #[test]
     fn authority_drops_default_ports_only() {

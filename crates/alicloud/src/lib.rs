@@ -53,7 +53,7 @@ pub mod params;
 pub mod ratelimit;
 pub mod sign;
 
-pub use client::{API_VERSION, Ecs, EcsClient, deadline_in};
+pub use client::{API_VERSION, Ecs, EcsClient, SignedCall, deadline_in, sign_call};
 pub use config::{EcsConfig, EcsConfigError, RetryPolicy, SignatureVersion};
 pub use credentials::{Credentials, SecretString};
 pub use endpoint::{Region, RegionError};

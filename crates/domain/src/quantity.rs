@@ -257,22 +257,21 @@ impl fmt::Display for Quantity {
         if self.bytes == 0 {
             return f.write_str("0");
         }
-        match self.format {
-            QuantityFormat::BinarySi => {
-                for (name, power) in BINARY.iter().rev() {
-                    let unit = 1u64 << (10 * power);
-                    if self.bytes.is_multiple_of(unit) {
-                        return write!(f, "{}{name}", self.bytes / unit);
-                    }
+        if self.format == QuantityFormat::BinarySi {
+            for (name, power) in BINARY.iter().rev() {
+                let unit = 1u64 << (10 * power);
+                if self.bytes.is_multiple_of(unit) {
+                    return write!(f, "{}{name}", self.bytes / unit);
                 }
             }
-            QuantityFormat::DecimalSi => {
-                for (name, exp) in DECIMAL.iter().rev().filter(|(_, e)| *e > 0) {
-                    let unit = 10u64.pow(*exp as u32);
-                    if self.bytes.is_multiple_of(unit) {
-                        return write!(f, "{}{name}", self.bytes / unit);
-                    }
-                }
+        }
+        // A plain number reads back as decimal, so a binary value no binary unit divides is written
+        // as that decimal value is (`97.65625Ki` prints `100k`, as `100000` does): the canonical form
+        // stays a fixed point.
+        for (name, exp) in DECIMAL.iter().rev().filter(|(_, e)| *e > 0) {
+            let unit = 10u64.pow(*exp as u32);
+            if self.bytes.is_multiple_of(unit) {
+                return write!(f, "{}{name}", self.bytes / unit);
             }
         }
         write!(f, "{}", self.bytes)
@@ -427,6 +426,25 @@ mod tests {
             assert_eq!(q.to_string(), canonical, "{text}");
             let again: Quantity = canonical.parse().unwrap();
             assert_eq!(again.bytes(), q.bytes());
+        }
+    }
+
+    /// Found by the `quantity` fuzz target (`0097.65625Ki`): a binary value no binary unit divides
+    /// printed as a plain number, which reads back as decimal and printed differently.
+    #[test]
+    fn the_canonical_form_is_a_fixed_point() {
+        for (text, canonical) in [
+            ("0097.65625Ki", "100k"),
+            ("0.5Ki", "512"),
+            ("1.5Ki", "1536"),
+        ] {
+            let q: Quantity = text.parse().unwrap();
+            assert_eq!(q.to_string(), canonical, "{text}");
+            let again: Quantity = canonical.parse().unwrap();
+            assert_eq!(
+                (again.bytes(), again.to_string()),
+                (q.bytes(), q.to_string())
+            );
         }
     }
 

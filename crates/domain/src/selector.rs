@@ -178,7 +178,11 @@ impl FromStr for Selector {
 
 impl fmt::Display for Selector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let join = |vs: &BTreeSet<String>| vs.iter().cloned().collect::<Vec<_>>().join(",");
+        // The set holding only the empty value is written `(,)`: `()` is refused as no value at all.
+        let join = |vs: &BTreeSet<String>| match vs.iter().cloned().collect::<Vec<_>>().join(",") {
+            j if j.is_empty() => ",".to_string(),
+            j => j,
+        };
         for (i, r) in self.requirements.iter().enumerate() {
             if i > 0 {
                 f.write_str(",")?;
@@ -258,6 +262,29 @@ mod tests {
         for s in no {
             assert!(!s.parse::<Selector>().unwrap().matches(&l), "{s}");
         }
+    }
+
+    /// Seen while writing the `label_selector` fuzz target's round-trip property: `a in (,)` (the
+    /// empty value) printed `a in ()`, which is refused.
+    #[test]
+    fn a_set_of_only_the_empty_value_prints_in_a_form_that_parses_back() {
+        for text in ["a in (,)", "a notin ( , )", "a in (,,)"] {
+            let s: Selector = text.parse().unwrap();
+            let printed = s.to_string();
+            assert_eq!(
+                printed.parse::<Selector>().unwrap(),
+                s,
+                "{text} -> {printed}"
+            );
+        }
+        assert_eq!(
+            "a in (,)".parse::<Selector>().unwrap().to_string(),
+            "a in (,)"
+        );
+        assert_eq!(
+            "a in (,x)".parse::<Selector>().unwrap().to_string(),
+            "a in (,x)"
+        );
     }
 
     #[test]

@@ -213,7 +213,12 @@ async fn register_orchestrator(
 
 /// Reads a registration body field by field, so each refusal names the field it is about, and holds
 /// what it points at to the operator's limits (by its text: links are [`check_links`]'s).
-fn parse_registration(body: &Value, limits: &OrchestratorLimits) -> Result<Registration, ApiError> {
+///
+/// Public so the fuzz targets (`fuzz/`) run exactly the checks RegisterOrchestrator runs.
+pub fn parse_registration(
+    body: &Value,
+    limits: &OrchestratorLimits,
+) -> Result<Registration, ApiError> {
     const FIELDS: [&str; 5] = ["kind", "label", "region", "config", "default"];
     let empty = Map::new();
     let map = match body {
