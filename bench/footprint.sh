@@ -23,9 +23,8 @@ port=18380
 kb() { awk -v k="$2" '$1 == k ":" {printf "%.1f MB", $2 / 1024}' "/proc/$1/status"; }
 ready() { for _ in $(seq 200); do curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1 && return; sleep 0.05; done; }
 
-./target/release/berth token create --scopes admin --name bench -o json >"$work/token.json"
-token=$(sed -n 's/.*"token": "\(.*\)".*/\1/p' "$work/token.json")
-sed -n 's/.*"tokensFileLine": "\(.*\)".*/\1/p' "$work/token.json" >"$work/tokens"
+# The gateway binary mints its own tokens: the benchmark needs no release build of the CLI.
+token=$(BERTH_TOKENS_FILE=$work/tokens ./target/release/gateway token create --admin --name bench)
 # The gateway's upstream, started once and left out of the table.
 registry_port=18379
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$registry_port BERTH_DATA_DIR=$work/upstream DOCKER_HOST=tcp://127.0.0.1:1 \

@@ -5,7 +5,7 @@
 #                                      # operations, the fault suite, each fuzz target for
 #                                      # FUZZ_SECONDS (default 300)
 #   tests/reliability/run.sh --short   # CI: debug binaries (those `cargo test` built), 2 seeds of 150
-#                                      # operations, the fault suite, fuzz targets a few seconds each
+#                                      # operations, the fault suite, each fuzz target for 5 s
 #
 # Every part prints its own table and closes with its own `N passed, N failed`; the script closes
 # with the sum in the same form and exits 1 when anything failed. Parts whose tool is missing here
@@ -35,7 +35,7 @@ if [ "$mode" = short ]; then
   cargo build -q "${services[@]}" -p berth-tests --bins
   bin_dir=${CARGO_TARGET_DIR:-target}/debug
   crash=(--seeds 2 --ops 150)
-  fuzz_seconds=${FUZZ_SECONDS:-3}
+  fuzz_seconds=${FUZZ_SECONDS:-5}
 else
   cargo build -q --release "${services[@]}" -p berth-tests --bins
   bin_dir=${CARGO_TARGET_DIR:-target}/release
