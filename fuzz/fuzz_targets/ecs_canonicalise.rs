@@ -207,9 +207,11 @@ fuzz_target!(|data: &[u8]| {
     {
         return;
     }
-    // A header value carries no whitespace at its ends (HTTP drops it): a V3 security token with
-    // some cannot be sent as it is (no STS token has any).
-    if input.v3 && input.token.is_some_and(|t| t.trim() != t) {
+    // A header value carries no whitespace at its ends (HTTP drops it): a V3 security token or key
+    // id with some cannot be sent as it is (no STS token or key id has any).
+    if input.v3
+        && (input.token.is_some_and(|t| t.trim() != t) || input.key_id.trim() != input.key_id)
+    {
         return;
     }
     let key = AccessKey {
