@@ -983,9 +983,10 @@ pub mod schema {
                     "properties": {SECRET_USER_DATA: {"type": "string", "pattern": BASE64}}
                 }
             },
-            // stringData wins: data's dockerHost is read only when stringData has none.
+            // stringData wins: data's dockerHost is read only when stringData has none, and then
+            // this document gives it only empty (the driver's default Engine).
             "if": {"not": {"required": ["stringData"], "properties": {"stringData": {"required": [SECRET_DOCKER_HOST]}}}},
-            "then": {"properties": {"data": {"propertyNames": {"not": {"const": SECRET_DOCKER_HOST}}}}}
+            "then": {"properties": {"data": {"properties": {SECRET_DOCKER_HOST: {"const": ""}}}}}
         })
     }
 
