@@ -105,7 +105,7 @@ nginx -c "$work/nginx.conf"
 cat >"$work/haproxy.cfg" <<HAPROXY
 global
   pidfile $work/haproxy.pid
-  maxconn 20000
+  maxconn 8000
   nbthread $(nproc)
 defaults
   mode http
