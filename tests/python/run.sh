@@ -95,15 +95,15 @@ committed_gateway_doc="$repo/openapi/gateway.json"
 # - DOCKER_HOST is one Berth cannot use (it speaks unix:// and tcp:// only): the registry's detection
 #   does not probe it and chooses `local`, and the machine driver answers a well-formed Docker machine
 #   with 412 (FailedPrecondition: this driver's set-up has no Engine), its documented precondition;
-# - the Engines a registration (BERTH_DOCKER_ENDPOINTS) or a machine's secret (BERTH_DOCKER_HOSTS) may
-#   name are a socket nobody listens on, so neither can reach the local Engine either.
-# The emulator moves instances between states at once (BERTH_ECS_EMULATOR_*_MS=0): a machine just
+# - the Engines a registration or a machine's secret may name (BERTH_DOCKER_ENDPOINTS, one setting for
+#   both) are a socket nobody listens on, so neither can reach the local Engine either.
+# The emulator moves instances between states at once (BERTH_ECS_EMULATOR_{PENDING,STARTING,STOPPING}=0): a machine just
 # created is Running for the next case, so no case meets MCM's retry answer (503 while an instance is
 # Pending or Stopping) only because an earlier case made the machine a moment before. Its regions are
 # the ones the documents list (the regions ECS is known to serve), as an operator's allow-list would
 # have them, so a region the documents do not list is refused as it would be on Alibaba Cloud.
 no_engine="unix://$work/no-docker-engine.sock"
-DOCKER_HOST="ssh://no-docker-engine.invalid" BERTH_DOCKER_ENDPOINTS="$no_engine" BERTH_DOCKER_HOSTS="$no_engine" \
+DOCKER_HOST="ssh://no-docker-engine.invalid" BERTH_DOCKER_ENDPOINTS="$no_engine" \
   BERTH_ECS_EMULATOR_PENDING=0 BERTH_ECS_EMULATOR_STARTING=0 BERTH_ECS_EMULATOR_STOPPING=0 \
   BERTH_ALICLOUD_REGIONS="$("$py" tests/python/harness.py regions "$repo/openapi/machine-driver.json")" \
   BERTH_INTERNAL_TOKEN_FILE="$work/internal-token" BERTH_LOG=warn \
