@@ -169,10 +169,42 @@ where
 /// A machine request for the emulator: an Alicloud class with the cluster and role tags, and a
 /// secret with the emulator's key.
 pub fn machine_request(name: &str) -> serde_json::Value {
+    alicloud_machine_request(&AlicloudMachine {
+        name,
+        uid: &format!("uid-{name}"),
+        cluster: "shoot--e2e",
+        class: "e2e-class",
+        key_id: ECS_KEY_ID,
+        key_secret: ECS_KEY_SECRET,
+        user_data: "#!/bin/sh\necho hi\n",
+    })
+}
+
+/// What varies between the suites' Alicloud machine requests.
+#[derive(Debug, Clone, Copy)]
+pub struct AlicloudMachine<'a> {
+    /// The machine's name.
+    pub name: &'a str,
+    /// Its UID (a new one is a new Machine object under the same name).
+    pub uid: &'a str,
+    /// The shoot: the machine's namespace and the cluster tag.
+    pub cluster: &'a str,
+    /// The machine class's name.
+    pub class: &'a str,
+    /// The emulator's access key id.
+    pub key_id: &'a str,
+    /// The emulator's access key secret.
+    pub key_secret: &'a str,
+    /// The secret's user data.
+    pub user_data: &'a str,
+}
+
+/// An Alicloud machine request as the MCM driver contract has it, for the emulator.
+pub fn alicloud_machine_request(m: &AlicloudMachine<'_>) -> serde_json::Value {
     serde_json::json!({
-        "machine": {"metadata": {"name": name, "namespace": "shoot--e2e", "uid": format!("uid-{name}")}},
+        "machine": {"metadata": {"name": m.name, "namespace": m.cluster, "uid": m.uid}},
         "machineClass": {
-            "metadata": {"name": "e2e-class"},
+            "metadata": {"name": m.class},
             "provider": "Alicloud",
             "providerSpec": {
                 "apiVersion": "mcm.gardener.cloud/v1alpha1",
@@ -184,9 +216,13 @@ pub fn machine_request(name: &str) -> serde_json::Value {
                 "vSwitchID": "vsw-1",
                 "systemDisk": {"category": "cloud_efficiency", "size": 50},
                 "keyPairName": "kp",
-                "tags": {"kubernetes.io/cluster/shoot--e2e": "1", "kubernetes.io/role/node": "1"}
+                "tags": {format!("kubernetes.io/cluster/{}", m.cluster): "1", "kubernetes.io/role/node": "1"}
             }
         },
-        "secret": {"stringData": {"alicloudAccessKeyID": ECS_KEY_ID, "alicloudAccessKeySecret": ECS_KEY_SECRET, "userData": "#!/bin/sh\necho hi\n"}}
+        "secret": {"stringData": {
+            "alicloudAccessKeyID": m.key_id,
+            "alicloudAccessKeySecret": m.key_secret,
+            "userData": m.user_data,
+        }}
     })
 }

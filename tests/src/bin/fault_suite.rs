@@ -72,25 +72,14 @@ fn volume(name: &str) -> Call {
 }
 
 fn machine(verb: &str, name: &str) -> Call {
-    let request = json!({
-        "machine": {"metadata": {"name": name, "namespace": "shoot--faults", "uid": format!("uid-{name}")}},
-        "machineClass": {
-            "metadata": {"name": "faults"},
-            "provider": "Alicloud",
-            "providerSpec": {
-                "apiVersion": "mcm.gardener.cloud/v1alpha1",
-                "imageID": "m-image",
-                "instanceType": "ecs.g6.large",
-                "region": "cn-shanghai",
-                "zoneID": "cn-shanghai-b",
-                "securityGroupID": "sg-1",
-                "vSwitchID": "vsw-1",
-                "keyPairName": "faults",
-                "systemDisk": {"category": "cloud_efficiency", "size": 50},
-                "tags": {"kubernetes.io/cluster/shoot--faults": "1", "kubernetes.io/role/node": "1"}
-            }
-        },
-        "secret": {"stringData": {"alicloudAccessKeyID": ECS_KEY_ID, "alicloudAccessKeySecret": ECS_KEY_SECRET}}
+    let request = berth_tests::alicloud_machine_request(&berth_tests::AlicloudMachine {
+        name,
+        uid: &format!("uid-{name}"),
+        cluster: "shoot--faults",
+        class: "faults",
+        key_id: ECS_KEY_ID,
+        key_secret: ECS_KEY_SECRET,
+        user_data: "",
     });
     post(&format!("/v1/machines:{verb}"), request, MACHINES)
 }

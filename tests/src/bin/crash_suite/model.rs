@@ -6,7 +6,6 @@ use std::time::Duration;
 use client::{ClientError, ClientOptions, ServiceClient, machines, storage};
 use domain::machine::MachineRequest;
 use domain::{Code, SecretString, VolumeProvisionerProfile};
-use serde_json::json;
 
 use crate::{ADMIN_TOKEN, ECS_KEY_ID, ECS_KEY_SECRET, NAMESPACE, USER_DATA};
 
@@ -99,33 +98,14 @@ pub(crate) fn machine_name(i: usize) -> String {
 }
 
 pub(crate) fn machine_request(seed: u64, name: &str, generation: u32) -> MachineRequest {
-    let request = json!({
-        "machine": {"metadata": {
-            "name": name,
-            "namespace": "shoot--crash",
-            "uid": format!("crash-{seed}-{name}-{generation}"),
-        }},
-        "machineClass": {
-            "metadata": {"name": "crash-class"},
-            "provider": "Alicloud",
-            "providerSpec": {
-                "apiVersion": "mcm.gardener.cloud/v1alpha1",
-                "imageID": "m-image",
-                "instanceType": "ecs.g6.large",
-                "region": "cn-shanghai",
-                "zoneID": "cn-shanghai-b",
-                "securityGroupID": "sg-1",
-                "vSwitchID": "vsw-1",
-                "systemDisk": {"category": "cloud_efficiency", "size": 50},
-                "keyPairName": "crash",
-                "tags": {"kubernetes.io/cluster/shoot--crash": "1", "kubernetes.io/role/node": "1"}
-            }
-        },
-        "secret": {"stringData": {
-            "alicloudAccessKeyID": ECS_KEY_ID,
-            "alicloudAccessKeySecret": ECS_KEY_SECRET,
-            "userData": USER_DATA,
-        }}
+    let request = berth_tests::alicloud_machine_request(&berth_tests::AlicloudMachine {
+        name,
+        uid: &format!("crash-{seed}-{name}-{generation}"),
+        cluster: "shoot--crash",
+        class: "crash-class",
+        key_id: ECS_KEY_ID,
+        key_secret: ECS_KEY_SECRET,
+        user_data: USER_DATA,
     });
     serde_json::from_value(request).expect("the suite's machine request is well formed")
 }
