@@ -8,11 +8,17 @@ fn the_binary_answers_help_version_and_healthcheck_without_serving() {
 /// Runs the gateway binary in `data_dir` until it logs that it listens, then stops it; returns its
 /// log.
 fn start_and_stop(data_dir: &std::path::Path, create_admin_token: bool) -> String {
+    let create = create_admin_token.to_string();
+    start_and_stop_with(data_dir, &[("BERTH_CREATE_ADMIN_TOKEN", create.as_str())])
+}
+
+/// Starts the binary with `env` added, reads its log until it listens, and stops it.
+fn start_and_stop_with(data_dir: &std::path::Path, env: &[(&str, &str)]) -> String {
     use std::io::{BufRead, BufReader};
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
         .env("BERTH_LISTEN", "127.0.0.1:0")
         .env("BERTH_DATA_DIR", data_dir)
-        .env("BERTH_CREATE_ADMIN_TOKEN", create_admin_token.to_string())
+        .envs(env.iter().copied())
         .env("BERTH_LOG", "info")
         .env_remove("BERTH_LOG_FORMAT")
         .env_remove("BERTH_TOKENS_FILE")
@@ -98,29 +104,7 @@ fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
     );
 
     // The retired name: it starts, and says once what to set instead.
-    use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .env("BERTH_LISTEN", "127.0.0.1:0")
-        .env("BERTH_DATA_DIR", dir.path())
-        .env("BERTH_GATEWAY_WORKERS", "2")
-        .env("BERTH_LOG", "info")
-        .env_remove("BERTH_LOG_FORMAT")
-        .env_remove("BERTH_TOKENS_FILE")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("the gateway binary starts");
-    let mut log = String::new();
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-        let line = line.unwrap();
-        log.push_str(&line);
-        log.push('\n');
-        if line.contains("gateway listening") {
-            break;
-        }
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let log = start_and_stop_with(dir.path(), &[("BERTH_GATEWAY_WORKERS", "2")]);
     assert_eq!(
         log.matches("BERTH_GATEWAY_WORKERS is deprecated").count(),
         1,

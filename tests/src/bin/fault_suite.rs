@@ -425,7 +425,7 @@ async fn main() -> std::process::ExitCode {
         volume("baseline"),
         machine("create", "baseline"),
     ] {
-        s_send_ok(&suite, &mut t, &call).await;
+        send_expecting_success(&suite, &mut t, &call).await;
     }
     report("baseline: no fault", t);
 
@@ -474,7 +474,7 @@ async fn main() -> std::process::ExitCode {
 }
 
 /// A call that must succeed: the baseline before any fault.
-async fn s_send_ok(s: &Suite, t: &mut Tally, call: &Call) {
+async fn send_expecting_success(s: &Suite, t: &mut Tally, call: &Call) {
     let status = s.send(t, call, &[]).await;
     if !(200..300).contains(&status) && t.wrong.is_empty() {
         t.wrong(format!("{} {} answered {status}", call.method, call.path));
