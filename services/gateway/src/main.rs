@@ -19,6 +19,12 @@ async fn main() -> std::process::ExitCode {
                 eprintln!("gateway token: {e}\n\n{}", gateway::mint::USAGE);
                 std::process::ExitCode::from(2)
             }
+            // A refused setting exits as a serving gateway's start does (2), so scripts tell a
+            // configuration mistake from a file that could not be written.
+            Err(e @ gateway::mint::MintError::Config(_)) => {
+                eprintln!("gateway token: {e}");
+                std::process::ExitCode::from(2)
+            }
             Err(e) => {
                 eprintln!("gateway token: {e}");
                 std::process::ExitCode::FAILURE

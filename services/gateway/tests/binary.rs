@@ -112,3 +112,22 @@ fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
     );
     assert!(log.contains("set BERTH_WORKERS instead"), "{log}");
 }
+
+#[test]
+fn gateway_token_refuses_a_misspelled_variable_as_a_start_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["token", "create", "--admin", "--name", "ops"])
+        .env("BERTH_DATA_DIR", dir.path())
+        .env("BERTH_TOKENS_FLIE", dir.path().join("elsewhere"))
+        .output()
+        .expect("the gateway binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("did you mean BERTH_TOKENS_FILE?"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "no token is minted");
+    assert!(!dir.path().join("tokens").exists());
+}
