@@ -162,8 +162,14 @@ pub struct Secret {
     /// Name and namespace, if the caller sent them (MCM does not).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<ObjectMeta>,
-    /// Base64-encoded values.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Base64-encoded values (the standard alphabet, padded, no white space). Every one is checked
+    /// when a secret is read, as Kubernetes checks a Secret's: a value that is not base64 is refused
+    /// naming its key, even where `stringData` holds the same key and wins.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "base64_values::deserialize"
+    )]
     pub data: BTreeMap<String, String>,
     /// Plain values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -172,15 +178,22 @@ pub struct Secret {
 
 impl Secret {
     /// The value of `key`: `stringData` first, then `data` decoded from base64. A `data` value that is
-    /// not base64 is an InvalidArgument naming the key (never the value).
+    /// not base64 (one set in code; a decoded secret has none) is an InvalidArgument naming the key
+    /// (never the value).
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>, Status> {
         if let Some(v) = self.string_data.get(key) {
             return Ok(Some(v.clone().into_bytes()));
         }
+        self.get_data(key)
+    }
+
+    /// The value of `key` in `data`, decoded from base64, whatever `stringData` holds (a request is
+    /// checked for all it sends, not only for what wins).
+    pub fn get_data(&self, key: &str) -> Result<Option<Vec<u8>>, Status> {
         match self.data.get(key) {
             None => Ok(None),
             Some(v) => base64::engine::general_purpose::STANDARD
-                .decode(v.trim())
+                .decode(v)
                 .map(Some)
                 .map_err(|_| {
                     Status::invalid(&format!("secret.data[{key}]"), "is not valid base64")
@@ -463,6 +476,37 @@ pub struct ProviderList {
     pub providers: Vec<ProviderInfo>,
 }
 
+/// `Secret.data` as read from JSON: every value base64, refused where it is not with the value's own
+/// path (`secret.data.<key>`) and a rule that never repeats it.
+mod base64_values {
+    use std::collections::BTreeMap;
+
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, de::Error as _};
+
+    /// A `data` value that decodes as base64.
+    struct Encoded(String);
+
+    impl<'de> Deserialize<'de> for Encoded {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let text = String::deserialize(d)?;
+            match base64::engine::general_purpose::STANDARD.decode(&text) {
+                Ok(_) => Ok(Encoded(text)),
+                Err(_) => Err(D::Error::custom(
+                    "is not valid base64 (standard alphabet, padded, no white space)",
+                )),
+            }
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        let map = BTreeMap::<String, Encoded>::deserialize(d)?;
+        Ok(map.into_iter().map(|(k, v)| (k, v.0)).collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -492,6 +536,29 @@ mod tests {
         assert_eq!(s.get("missing").unwrap(), None);
         let e = s.get("b").unwrap_err();
         assert_eq!(e.message, "secret.data[b]: is not valid base64");
+    }
+
+    #[test]
+    fn every_data_value_is_base64_even_where_string_data_wins() {
+        let ok: Secret = serde_json::from_str(
+            r#"{"data": {"a": "aGVsbG8K", "b": ""}, "stringData": {"a": "x"}}"#,
+        )
+        .unwrap();
+        assert_eq!(ok.get_str("a").unwrap().as_deref(), Some("x"));
+        for bad in [
+            r#""\u0084""#,
+            r#"" aGVsbG8K""#,
+            r#""aGVsbG8K\n""#,
+            r#""aGVsbG8""#,
+            r#""aGVsbG9=""#,
+        ] {
+            let body =
+                format!(r#"{{"data": {{"userData": {bad}}}, "stringData": {{"userData": ""}}}}"#);
+            let e = serde_json::from_str::<Secret>(&body)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("is not valid base64"), "{bad}: {e}");
+        }
     }
 
     #[test]

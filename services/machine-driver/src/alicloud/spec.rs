@@ -608,6 +608,17 @@ pub fn credentials(secret: &Secret) -> Result<Credentials, Status> {
         first_key_named(secret, &["alicloudAccessKeySecret", "accessKeySecret"])?
             .ok_or_else(|| missing("alicloudAccessKeySecret", "accessKeySecret"))?;
     refuse_placeholders((id_key, &id), (secret_key, &key_secret))?;
+    // Both token keys of `data` hold base64 of ASCII text, whichever of them (or of stringData's)
+    // is used: the document says so of each, and a request is refused for what it sends, not only
+    // for what this call happens to read.
+    for key in ["alicloudSecurityToken", "securityToken"] {
+        if secret.get_data(key)?.is_some_and(|token| !token.is_ascii()) {
+            return Err(Status::invalid(
+                &format!("secret.data[{key}]"),
+                "must be base64 of ASCII text (an STS token)",
+            ));
+        }
+    }
     let credentials = Credentials::new(id, key_secret);
     Ok(
         match first_key(secret, &["alicloudSecurityToken", "securityToken"])? {
@@ -1043,7 +1054,8 @@ pub mod schema {
         let text_key = json!({"type": "string", "pattern": BASE64_ASCII});
         let mut data = json!({
             "type": "object",
-            "additionalProperties": {"type": "string"},
+            "description": "Base64-encoded values, every one checked (as Kubernetes does) even where stringData wins",
+            "additionalProperties": {"type": "string", "pattern": BASE64},
             "properties": {"alicloudSecurityToken": text_key, "securityToken": text_key}
         });
         let mut string_data = json!({

@@ -978,8 +978,8 @@ pub mod schema {
                 },
                 "data": {
                     "type": "object",
-                    "description": "Base64-encoded values; this document gives dockerHost in stringData only",
-                    "additionalProperties": {"type": "string"},
+                    "description": "Base64-encoded values, every one checked (as Kubernetes does) even where stringData wins; this document gives dockerHost in stringData only",
+                    "additionalProperties": {"type": "string", "pattern": BASE64},
                     "properties": {SECRET_USER_DATA: {"type": "string", "pattern": BASE64}}
                 }
             },

@@ -112,9 +112,10 @@ async fn missing_secret_keys_are_invalid_argument_naming_the_key_never_the_value
         .map(|_| ())
         .and(app.create(&r).await.map(|_| ()));
     let e = e.unwrap_err();
+    // Refused as the body is read, as Kubernetes refuses such a Secret: every data value is base64.
     assert_eq!(
         e.status.message,
-        "secret.data[alicloudAccessKeyID]: is not valid base64"
+        "secret.data.alicloudAccessKeyID: is not valid base64 (standard alphabet, padded, no white space)"
     );
     assert_eq!(app.emulator.instance_count(), 0);
 
@@ -124,4 +125,42 @@ async fn missing_secret_keys_are_invalid_argument_naming_the_key_never_the_value
     app.create(&r).await.unwrap();
     let i = &app.instances_named("m-fallback")[0];
     assert_eq!(i["UserDataBytes"], 0);
+}
+
+/// Every `data` value is read as base64, and a token key as ASCII text, even where `stringData`
+/// holds the same key and wins: a request is refused for what it sends, as the document says, not
+/// only for what this call reads (schemathesis found a bad `data.userData` behind an empty
+/// `stringData.userData` answered 412 for the Engine instead of 400).
+#[tokio::test]
+async fn a_data_value_behind_string_data_is_still_checked() {
+    let app = spawn_app().await;
+    let mut r = req("m-shadowed");
+    r.secret
+        .string_data
+        .insert("userData".into(), String::new());
+    r.secret.data.insert("userData".into(), "\u{84}".into());
+    let e = app.create(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(
+        e.status
+            .message
+            .starts_with("secret.data.userData: is not valid base64"),
+        "{}",
+        e.status.message
+    );
+    let mut r = req("m-shadowed");
+    r.secret
+        .string_data
+        .insert("alicloudSecurityToken".into(), "sts".into());
+    // base64 of "é": valid base64, not ASCII text.
+    r.secret
+        .data
+        .insert("alicloudSecurityToken".into(), "w6k=".into());
+    let e = app.create(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert_eq!(
+        e.status.message,
+        "secret.data[alicloudSecurityToken]: must be base64 of ASCII text (an STS token)"
+    );
+    assert_eq!(app.emulator.instance_count(), 0);
 }
