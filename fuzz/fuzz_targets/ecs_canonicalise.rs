@@ -199,25 +199,20 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(decoded, expected, "canonical query {canonical:?}");
     assert!(sign::v1_string_to_sign("post", params.as_map()).starts_with("POST&%2F&"));
 
-    // The emulator's key: an empty id or secret is never configured. ACS3's `Authorization` header
-    // has no escaping, so an id with a comma cannot be written in it (no access key id has one).
-    if input.key_id.is_empty()
-        || input.secret.is_empty()
-        || (input.v3 && input.key_id.contains(','))
-    {
-        return;
-    }
-    // A header value carries no whitespace at its ends (HTTP drops it): a V3 security token or key
-    // id with some cannot be sent as it is (no STS token or key id has any).
-    if input.v3
-        && (input.token.is_some_and(|t| t.trim() != t) || input.key_id.trim() != input.key_id)
-    {
+    // The emulator's key is the one the client's `Credentials` hold: they trim whitespace at the ends
+    // of the id, secret and token (as MCM's secret reader does), and a token that trims to nothing is
+    // no token; an operator's key has none at its ends. An empty id or secret is never configured.
+    // ACS3's `Authorization` header has no escaping, so an id with a comma cannot be written in it
+    // (no access key id has one).
+    let (key_id, secret) = (input.key_id.trim(), input.secret.trim());
+    let token = input.token.map(str::trim).filter(|t| !t.is_empty());
+    if key_id.is_empty() || secret.is_empty() || (input.v3 && key_id.contains(',')) {
         return;
     }
     let key = AccessKey {
-        id: input.key_id.to_owned(),
-        secret: input.secret.to_owned(),
-        security_token: input.token.map(str::to_owned),
+        id: key_id.to_owned(),
+        secret: secret.to_owned(),
+        security_token: token.map(str::to_owned),
     };
     let Some((uri, headers, body)) = build(&input, &params, input.secret) else {
         return;
