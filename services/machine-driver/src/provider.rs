@@ -26,6 +26,69 @@ use tracing::Instrument as _;
 /// InitializeMachine. Without this condition a VM counts as initialised.
 pub const INITIALIZED_CONDITION: &str = "Initialized";
 
+/// Collects a provider spec's rule violations so one answer names every bad field. A field is
+/// either malformed (the request's own mistake: InvalidArgument, 400) or well-formed but outside
+/// what this driver's operator allows (a region, a registry, privileged mode, a host directory:
+/// FailedPrecondition, 412, naming the setting that would allow it). Every malformed field is
+/// reported first, so the answer to a request depends on where it was sent only once the request is
+/// well-formed.
+#[derive(Default)]
+pub(crate) struct Violations {
+    /// Put before every field named (`machineClass.providerSpec`), or nothing.
+    prefix: &'static str,
+    shape: Vec<String>,
+    operator: Vec<String>,
+}
+
+impl Violations {
+    /// Violations of fields under `prefix`.
+    pub(crate) fn under(prefix: &'static str) -> Self {
+        Violations {
+            prefix,
+            ..Violations::default()
+        }
+    }
+
+    /// A malformed field.
+    pub(crate) fn add(&mut self, field: &str, rule: impl std::fmt::Display) {
+        let line = self.line(field, rule);
+        self.shape.push(line);
+    }
+
+    /// A malformed field whose refusal is already worded in full (a [`Status`]'s message).
+    pub(crate) fn add_worded(&mut self, refusal: String) {
+        self.shape.push(refusal);
+    }
+
+    /// A well-formed field this driver's operator does not allow.
+    pub(crate) fn not_allowed(&mut self, field: &str, rule: impl std::fmt::Display) {
+        let line = self.line(field, rule);
+        self.operator.push(line);
+    }
+
+    fn line(&self, field: &str, rule: impl std::fmt::Display) -> String {
+        if self.prefix.is_empty() {
+            format!("{field}: {rule}")
+        } else {
+            format!("{}.{field}: {rule}", self.prefix)
+        }
+    }
+
+    /// Every malformed field (400), else every refused one (412), else nothing.
+    pub(crate) fn into_result(self) -> Result<(), Status> {
+        if !self.shape.is_empty() {
+            Err(Status::new(Code::InvalidArgument, self.shape.join("; ")))
+        } else if !self.operator.is_empty() {
+            Err(Status::new(
+                Code::FailedPrecondition,
+                self.operator.join("; "),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// A machine provider plugin (MCM's `driver.Driver`).
 ///
 /// Every method is called with the class the registry chose the plugin for (except

@@ -485,19 +485,7 @@ impl Alicloud {
         if self.was_released(instance_id) {
             return Ok(None);
         }
-        let mut pause = Duration::from_millis(100);
-        let mut waited = Duration::ZERO;
-        loop {
-            if let Some(i) = self.by_id(client, instance_id, &[], deadline).await? {
-                return Ok(Some(i));
-            }
-            if waited >= CONFIRM_WINDOW {
-                return Ok(None);
-            }
-            tokio::time::sleep(pause).await;
-            waited += pause;
-            pause *= 2;
-        }
+        within_confirm_window(|| self.by_id(client, instance_id, &[], deadline)).await
     }
 
     /// Which instance a ClientToken ECS refused as used with other parameters made: one carrying
@@ -517,29 +505,21 @@ impl Alicloud {
             tags,
             ..DescribeInstances::default()
         };
-        let mut pause = Duration::from_millis(100);
-        let mut waited = Duration::ZERO;
-        loop {
+        let used = within_confirm_window(|| async {
             let found = client
                 .describe_all_instances(&filter, deadline)
                 .await
                 .map_err(|e| ecs_status(&e))?;
-            if found.iter().any(|i| i.instance_name == name) {
-                return Ok(TokenUse::ThisMachine);
-            }
-            if let Some(i) = found.first() {
-                return Ok(TokenUse::OtherMachine(
-                    i.instance_id.clone(),
-                    i.instance_name.clone(),
-                ));
-            }
-            if waited >= CONFIRM_WINDOW {
-                return Ok(TokenUse::Released);
-            }
-            tokio::time::sleep(pause).await;
-            waited += pause;
-            pause *= 2;
-        }
+            Ok(if found.iter().any(|i| i.instance_name == name) {
+                Some(TokenUse::ThisMachine)
+            } else {
+                found
+                    .first()
+                    .map(|i| TokenUse::OtherMachine(i.instance_id.clone(), i.instance_name.clone()))
+            })
+        })
+        .await?;
+        Ok(used.unwrap_or(TokenUse::Released))
     }
 
     /// Deletes the disks and network interfaces tagged for this machine that no instance uses any
@@ -1114,6 +1094,29 @@ impl Provider for Alicloud {
             .as_ref()
             .filter(|c| self.csi_drivers.contains(&c.driver) && !c.volume_handle.is_empty())
             .map(|c| c.volume_handle.clone())
+    }
+}
+
+/// What `look` finds, asked at once and then after pauses of 100 ms, 200 ms, ... until
+/// [`CONFIRM_WINDOW`] has passed: a cloud may list a new instance a moment after making it, so one
+/// look that finds nothing is not yet proof that there is nothing.
+async fn within_confirm_window<T, F, Fut>(mut look: F) -> Result<Option<T>, Status>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<Option<T>, Status>>,
+{
+    let mut pause = Duration::from_millis(100);
+    let mut waited = Duration::ZERO;
+    loop {
+        if let Some(found) = look().await? {
+            return Ok(Some(found));
+        }
+        if waited >= CONFIRM_WINDOW {
+            return Ok(None);
+        }
+        tokio::time::sleep(pause).await;
+        waited += pause;
+        pause *= 2;
     }
 }
 

@@ -19,6 +19,8 @@ use domain::{Code, Status, names};
 use serde::{Deserialize, Deserializer};
 use sha2::{Digest as _, Sha256};
 
+use crate::provider::Violations;
+
 /// Where the spec sits in a request body; every field error starts with it.
 const SPEC: &str = "machineClass.providerSpec";
 
@@ -162,26 +164,8 @@ pub struct ProviderSpec {
     pub key_pair_name: String,
 }
 
-/// Collects rule violations so one answer names every bad field.
-/// A field is either malformed (InvalidArgument, 400) or well-formed but outside what this driver's
-/// operator allows (a region ECS serves that `BERTH_ALICLOUD_REGIONS` leaves out: FailedPrecondition,
-/// 412); every malformed field is reported first, so a request's answer depends on where it was sent
-/// only once it is well-formed.
-#[derive(Default)]
-struct Violations {
-    shape: Vec<String>,
-    operator: Vec<String>,
-}
-
+/// The Alicloud spec's own rule shapes (MCM's messages), beside the shared ones.
 impl Violations {
-    fn add(&mut self, field: &str, rule: impl std::fmt::Display) {
-        self.shape.push(format!("{field}: {rule}"));
-    }
-
-    fn not_allowed(&mut self, field: &str, rule: impl std::fmt::Display) {
-        self.operator.push(format!("{field}: {rule}"));
-    }
-
     fn required(&mut self, value: &str, field: &str, message: &str) {
         if value.trim().is_empty() {
             self.add(&format!("{SPEC}.{field}"), message);
@@ -203,19 +187,6 @@ impl Violations {
                 &format!("{SPEC}.{field}"),
                 format!("Invalid value: {value}: must be between {low} and {high}, inclusive"),
             );
-        }
-    }
-
-    fn into_result(self) -> Result<(), Status> {
-        if !self.shape.is_empty() {
-            Err(Status::new(Code::InvalidArgument, self.shape.join("; ")))
-        } else if !self.operator.is_empty() {
-            Err(Status::new(
-                Code::FailedPrecondition,
-                self.operator.join("; "),
-            ))
-        } else {
-            Ok(())
         }
     }
 }

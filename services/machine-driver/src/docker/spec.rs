@@ -12,12 +12,13 @@ use bollard::models::{
 };
 use domain::machine::{Machine, Secret};
 use domain::orchestrator::normalize_base_path;
-use domain::{Code, Quantity, Status, names};
+use domain::{Quantity, Status, names};
 use serde::Deserialize;
 
 use super::settings::{
     DOCKER_HUB, ENV_ALLOW_PRIVILEGED, ENV_REGISTRIES, HostPathRefusal, Settings, is_registry_host,
 };
+use crate::provider::Violations;
 
 /// Where the spec sits in a request body; every field error starts with it.
 pub const SPEC: &str = "machineClass.providerSpec";
@@ -199,41 +200,6 @@ pub struct Plan {
     pub stop_grace: u32,
 }
 
-/// Collects rule violations so one answer names every bad field. A field can be malformed (the
-/// request's own mistake, InvalidArgument, 400) or well-formed but outside what this driver's
-/// operator allows (a registry, privileged mode, a host directory: FailedPrecondition, 412, naming
-/// the setting that would allow it). Every shape rule is checked first: a request with a malformed
-/// field is a 400 whatever this host's settings are, so the answer to a request does not depend on
-/// where it was sent unless the request is well-formed.
-#[derive(Default)]
-struct Violations {
-    shape: Vec<String>,
-    operator: Vec<String>,
-}
-
-impl Violations {
-    fn add(&mut self, field: &str, rule: impl std::fmt::Display) {
-        self.shape.push(format!("{SPEC}.{field}: {rule}"));
-    }
-
-    fn not_allowed(&mut self, field: &str, rule: impl std::fmt::Display) {
-        self.operator.push(format!("{SPEC}.{field}: {rule}"));
-    }
-
-    fn into_result(self) -> Result<(), Status> {
-        if !self.shape.is_empty() {
-            Err(Status::new(Code::InvalidArgument, self.shape.join("; ")))
-        } else if !self.operator.is_empty() {
-            Err(Status::new(
-                Code::FailedPrecondition,
-                self.operator.join("; "),
-            ))
-        } else {
-            Ok(())
-        }
-    }
-}
-
 /// Whether `s` has a control character (NUL, newline, ...), which no Engine field here may hold.
 fn has_control(s: &str) -> bool {
     s.chars().any(char::is_control)
@@ -360,7 +326,7 @@ impl ProviderSpec {
 
     /// The cluster and role from the tags: what every method needs to scope its lookups.
     pub fn scope(&self) -> Result<Scope, Status> {
-        let mut v = Violations::default();
+        let mut v = Violations::under(SPEC);
         let scope = self.check_scope(&mut v);
         v.into_result()?;
         Ok(scope.expect("a scope when there is no violation"))
@@ -429,7 +395,7 @@ impl ProviderSpec {
     /// Every rule, for CreateMachine. `resolve_locally`: the Engine runs on this host, so mount
     /// paths can also be checked with their symbolic links followed.
     pub fn plan(&self, settings: &Settings, resolve_locally: bool) -> Result<Plan, Status> {
-        let mut v = Violations::default();
+        let mut v = Violations::under(SPEC);
         let scope = self.check_scope(&mut v);
         let image = match parse_image(&self.image) {
             Ok(i) => Some(i),
@@ -549,7 +515,7 @@ impl ProviderSpec {
                     None
                 }
                 Err(e) => {
-                    v.shape.push(e.message);
+                    v.add_worded(e.message);
                     None
                 }
             },
@@ -594,7 +560,7 @@ impl ProviderSpec {
                 }
                 Ok(p) => Some(p),
                 Err(e) => {
-                    v.shape.push(format!("{SPEC}.{}", e.message));
+                    v.add_worded(format!("{SPEC}.{}", e.message));
                     None
                 }
             };
@@ -606,8 +572,8 @@ impl ProviderSpec {
                 });
             }
         }
-        let bootstrap = self.bootstrap().map_err(|e| v.shape.push(e.message)).ok();
-        let stop_grace = self.stop_grace().map_err(|e| v.shape.push(e.message)).ok();
+        let bootstrap = self.bootstrap().map_err(|e| v.add_worded(e.message)).ok();
+        let stop_grace = self.stop_grace().map_err(|e| v.add_worded(e.message)).ok();
         v.into_result()?;
         Ok(Plan {
             image: image.expect("checked"),
@@ -1046,6 +1012,7 @@ pub mod schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use domain::Code;
     use serde_json::json;
 
     fn spec(extra: serde_json::Value) -> serde_json::Value {
