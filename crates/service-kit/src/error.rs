@@ -184,6 +184,14 @@ impl IntoResponse for ApiError {
                 .max(1.0) as u64;
             headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
+        if http == StatusCode::UNAUTHORIZED {
+            // RFC 9110: a 401 names the scheme to authenticate with. Every credential Berth takes
+            // is a bearer token (the gateway's tokens, the internal credential).
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"berth\""),
+            );
+        }
         response
     }
 }
@@ -191,6 +199,20 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_401_names_the_bearer_scheme_and_a_429_when_to_come_back() {
+        let r = ApiError::from_code(Code::Unauthenticated, "a bearer token is required")
+            .into_response();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert_eq!(
+            r.headers()[header::WWW_AUTHENTICATE],
+            "Bearer realm=\"berth\""
+        );
+        let r = ApiError::from_code(Code::ResourceExhausted, "slow down").into_response();
+        assert!(r.headers().contains_key(header::RETRY_AFTER));
+        assert!(!r.headers().contains_key(header::WWW_AUTHENTICATE));
+    }
 
     #[test]
     fn internal_errors_hide_their_cause() {

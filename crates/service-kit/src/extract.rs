@@ -42,7 +42,7 @@ where
         if !is_json_content_type(request.headers()) {
             return Err(ApiError::from_code(
                 Code::InvalidArgument,
-                "body: expected Content-Type: application/json",
+                "body: expected Content-Type: application/json (or another application/*+json type)",
             )
             .with_http_status(StatusCode::UNSUPPORTED_MEDIA_TYPE));
         }

@@ -7,8 +7,10 @@
 //! panic (500), the service's own time limit (504). [`complete`] adds those to every operation that
 //! does not state them, as shared `components/responses` so each is written once, and makes every
 //! error answer `application/problem+json` (utoipa writes `application/json` for any body; the
-//! stack never sends that on an error). 429 and 503 answers carry `Retry-After`
-//! ([`crate::error::ApiError`] always sets it there), so it is declared on each of them.
+//! stack never sends that on an error). 429 and 503 answers carry `Retry-After`, and 401 answers
+//! `WWW-Authenticate` ([`crate::error::ApiError`] always sets them there), so each is declared where
+//! it is sent. A HEAD answer has no body, so a HEAD operation's answers declare none
+//! ([`bodiless_head`]): a generated client would otherwise try to parse one.
 
 use serde_json::{Map, Value, json};
 
@@ -16,6 +18,8 @@ use crate::error::PROBLEM_JSON;
 
 /// The shared `Retry-After` header's name under `components/headers`.
 pub const RETRY_AFTER_HEADER: &str = "RetryAfter";
+/// The shared `WWW-Authenticate` header's name under `components/headers`.
+pub const WWW_AUTHENTICATE_HEADER: &str = "WwwAuthenticate";
 
 /// The shared answers of the stack: (status, name under `components/responses`, description,
 /// whether only operations with a request body can get it).
@@ -35,7 +39,7 @@ const STACK_RESPONSES: [(&str, &str, &str, bool); 5] = [
     (
         "415",
         "UnsupportedMediaType",
-        "The body is not sent as Content-Type: application/json (code 3)",
+        "The body is not sent as JSON: Content-Type must be application/json or another application/*+json type (code 3)",
         true,
     ),
     (
@@ -62,33 +66,87 @@ pub fn response_ref(name: &str) -> Value {
     json!({"$ref": format!("#/components/responses/{name}")})
 }
 
-/// A shared problem+json response with `description`, with `Retry-After` when `retry_after`.
-pub fn problem_response(description: &str, retry_after: bool) -> Value {
+/// A shared problem+json response for `status` with `description`, declaring the headers an
+/// answer of that status carries.
+pub fn problem_response(status: &str, description: &str) -> Value {
     let mut response = json!({
         "description": description,
         "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}},
     });
-    if retry_after {
-        response["headers"] = json!({"Retry-After": retry_after_ref()});
+    let headers: Map<String, Value> = headers_sent_with(status).collect();
+    if !headers.is_empty() {
+        response["headers"] = Value::Object(headers);
     }
     response
 }
 
-fn retry_after_ref() -> Value {
-    json!({"$ref": format!("#/components/headers/{RETRY_AFTER_HEADER}")})
+/// The headers every error answer of `status` carries, as `(name, $ref)`: `Retry-After` on 429 and
+/// 503, `WWW-Authenticate` on 401.
+fn headers_sent_with(status: &str) -> impl Iterator<Item = (String, Value)> {
+    let header = |name: &str, shared: &str| {
+        (
+            name.to_string(),
+            json!({"$ref": format!("#/components/headers/{shared}")}),
+        )
+    };
+    let retry_after =
+        matches!(status, "429" | "503").then(|| header("Retry-After", RETRY_AFTER_HEADER));
+    let authenticate =
+        (status == "401").then(|| header("WWW-Authenticate", WWW_AUTHENTICATE_HEADER));
+    retry_after.into_iter().chain(authenticate)
 }
 
-/// The shared `Retry-After` header.
-pub fn retry_after_header() -> Value {
-    json!({
-        "description": "Whole seconds to wait before calling again",
-        "schema": {"type": "integer", "minimum": 1},
-    })
+/// The shared headers an error answer may carry, by their names under `components/headers`.
+pub fn shared_headers() -> [(&'static str, Value); 2] {
+    [
+        (
+            RETRY_AFTER_HEADER,
+            json!({
+                "description": "Whole seconds to wait before calling again",
+                "schema": {"type": "integer", "minimum": 1},
+            }),
+        ),
+        (
+            WWW_AUTHENTICATE_HEADER,
+            json!({
+                "description": "The scheme to authenticate with (RFC 9110): Bearer",
+                "schema": {"type": "string"},
+                "example": "Bearer realm=\"berth\"",
+            }),
+        ),
+    ]
 }
 
-/// Whether an HTTP status (as a document key) carries `Retry-After`.
-pub fn sends_retry_after(status: &str) -> bool {
-    matches!(status, "429" | "503")
+/// Makes every answer of every HEAD operation in `doc` bodiless: a shared (`$ref`) answer is
+/// written out with its description and headers only, an inline one loses its `content`.
+pub fn bodiless_head(doc: &mut Value) {
+    let shared = doc
+        .pointer("/components/responses")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let Some(paths) = doc.get_mut("paths").and_then(Value::as_object_mut) else {
+        return;
+    };
+    for item in paths.values_mut() {
+        let Some(head) = item.get_mut("head").and_then(Value::as_object_mut) else {
+            continue;
+        };
+        for response in responses_of(head).values_mut() {
+            if let Some(name) = response
+                .get("$ref")
+                .and_then(Value::as_str)
+                .and_then(|r| r.strip_prefix("#/components/responses/"))
+            {
+                *response = shared.get(name).cloned().unwrap_or_else(|| json!({}));
+            }
+            if let Some(response) = response.as_object_mut() {
+                response.remove("content");
+                response
+                    .entry("description")
+                    .or_insert_with(|| json!("An answer with no body (HEAD)"));
+            }
+        }
+    }
 }
 
 /// Completes a service's document: the stack's answers on every operation, every error answer as
@@ -127,19 +185,19 @@ pub fn complete(doc: &mut Value) {
         if let Some(shared) = shared {
             for (status, name, description, _) in STACK_RESPONSES {
                 if used.contains(&name) {
-                    shared.insert(
-                        name.to_string(),
-                        problem_response(description, sends_retry_after(status)),
-                    );
+                    shared.insert(name.to_string(), problem_response(status, description));
                 }
             }
         }
-        components
+        if let Some(headers) = components
             .entry("headers")
             .or_insert_with(|| json!({}))
             .as_object_mut()
-            .map(|h| h.insert(RETRY_AFTER_HEADER.to_string(), retry_after_header()));
+        {
+            headers.extend(shared_headers().map(|(name, h)| (name.to_string(), h)));
+        }
     }
+    bodiless_head(doc);
 }
 
 /// Calls `f` on each operation of a path item.
@@ -164,7 +222,8 @@ pub fn responses_of(operation: &mut Map<String, Value>) -> &mut Map<String, Valu
 }
 
 /// An inline error response as the stack really sends it: problem+json (not `application/json`),
-/// with `Retry-After` on 429 and 503. Shared (`$ref`) responses are written right where defined.
+/// with `Retry-After` on 429 and 503 and `WWW-Authenticate` on 401. Shared (`$ref`) responses are
+/// written right where defined.
 pub fn tell_the_truth(status: &str, response: &mut Value) {
     let is_error = status
         .parse::<u16>()
@@ -182,12 +241,10 @@ pub fn tell_the_truth(status: &str, response: &mut Value) {
     {
         content.entry(PROBLEM_JSON).or_insert(media);
     }
-    if sends_retry_after(status) {
+    for (name, header) in headers_sent_with(status) {
         let headers = response.entry("headers").or_insert_with(|| json!({}));
-        if let Some(headers) = headers.as_object_mut()
-            && !headers.contains_key("Retry-After")
-        {
-            headers.insert("Retry-After".to_string(), retry_after_ref());
+        if let Some(headers) = headers.as_object_mut() {
+            headers.entry(name).or_insert(header);
         }
     }
 }
@@ -233,5 +290,43 @@ mod tests {
         let shared = &doc["components"]["responses"];
         assert!(shared["InternalError"]["content"][PROBLEM_JSON].is_object());
         assert!(doc["components"]["headers"][RETRY_AFTER_HEADER].is_object());
+        assert_eq!(
+            shared["ServiceUnauthenticated"]["headers"]["WWW-Authenticate"]["$ref"],
+            "#/components/headers/WwwAuthenticate"
+        );
+        assert!(doc["components"]["headers"][WWW_AUTHENTICATE_HEADER].is_object());
+    }
+
+    /// A HEAD answer has no body: a generated client that expects one fails to parse the answer
+    /// (found with openapi-python-client on a 403 to HEAD /v1/orchestrators/{name}).
+    #[test]
+    fn head_answers_declare_no_body() {
+        let mut doc = json!({
+            "paths": {
+                "/v1/things/{name}": {
+                    "head": {"responses": {
+                        "200": {"description": "there", "headers": {"ETag": {"schema": {"type": "string"}}}},
+                        "404": {"description": "not there", "content": {"application/json": {"schema": {}}}}
+                    }},
+                    "get": {"responses": {"404": {"description": "not there", "content": {"application/json": {"schema": {}}}}}}
+                }
+            }
+        });
+        complete(&mut doc);
+        let head = &doc["paths"]["/v1/things/{name}"]["head"]["responses"];
+        for (status, response) in head.as_object().unwrap() {
+            assert!(response["content"].is_null(), "{status}: {response}");
+            assert!(response["$ref"].is_null(), "{status}: {response}");
+            assert!(response["description"].is_string(), "{status}");
+        }
+        assert!(head["200"]["headers"]["ETag"].is_object());
+        assert_eq!(
+            head["401"]["headers"]["WWW-Authenticate"]["$ref"],
+            "#/components/headers/WwwAuthenticate"
+        );
+        // GET keeps its problem body.
+        let get = &doc["paths"]["/v1/things/{name}"]["get"]["responses"];
+        assert!(get["404"]["content"][PROBLEM_JSON].is_object());
+        assert!(get["401"]["$ref"].is_string());
     }
 }

@@ -166,13 +166,13 @@ pub(crate) fn merge(docs: &[(UpstreamId, Option<Value>)]) -> Value {
     for (status, name, description) in GATEWAY_RESPONSES {
         responses.insert(
             name.to_string(),
-            openapi::problem_response(description, openapi::sends_retry_after(status)),
+            openapi::problem_response(status, description),
         );
     }
-    components.entry("headers").or_default().insert(
-        openapi::RETRY_AFTER_HEADER.to_string(),
-        openapi::retry_after_header(),
-    );
+    components
+        .entry("headers")
+        .or_default()
+        .extend(openapi::shared_headers().map(|(name, header)| (name.to_string(), header)));
     // A shared answer of a service that the gateway's own now stands for is no longer referenced.
     let referenced = serde_json::to_string(&paths).unwrap_or_default();
     components
@@ -194,12 +194,14 @@ pub(crate) fn merge(docs: &[(UpstreamId, Option<Value>)]) -> Value {
             missing.join(", ")
         ));
     }
-    json!({
+    let mut merged = json!({
         "openapi": "3.1.0",
         "info": {"title": "berth gateway", "version": env!("CARGO_PKG_VERSION"), "description": description},
         "paths": paths,
         "components": components,
-    })
+    });
+    openapi::bodiless_head(&mut merged);
+    merged
 }
 
 /// States the gateway's answers on one operation. Where the upstream states the same status by a

@@ -78,6 +78,12 @@ async fn every_route_needs_a_known_token_with_its_scope() {
     for (method, path, idx, scope) in ROUTES {
         let none = call(&h.url, method, path, None).await;
         assert_eq!(none.status(), 401, "{method} {path} without a token");
+        // RFC 9110: a 401 names the scheme to authenticate with.
+        assert_eq!(
+            none.headers()["www-authenticate"],
+            "Bearer realm=\"berth\"",
+            "{method} {path}"
+        );
         if method != "HEAD" {
             assert_eq!(none.headers()["content-type"], "application/problem+json");
         }

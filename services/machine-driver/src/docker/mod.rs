@@ -1496,8 +1496,8 @@ mod tests {
         assert_eq!(image("localhost:5000/a/b"), "localhost:5000/a/b:latest");
         assert_eq!(image("localhost:5000/a/b:v1"), "localhost:5000/a/b:v1");
         assert_eq!(
-            image("a@sha256:0123456789abcdef0123456789abcdef"),
-            "a@sha256:0123456789abcdef0123456789abcdef"
+            image("a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"),
+            "a@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
         );
     }
 

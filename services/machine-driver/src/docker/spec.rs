@@ -214,7 +214,7 @@ pub enum ImageRefError {
     Required,
     /// Not of the form the Engine reads.
     #[error(
-        "must be an image reference: [registry/]name[:tag][@sha256:digest], the name in lower-case letters, digits, '.', '_', '-' and '/'"
+        "must be an image reference: [registry/]name[:tag][@sha256:<64 hex digits>] (or sha384, sha512), the name in lower-case letters, digits, '.', '_', '-' and '/'"
     )]
     Malformed,
 }
@@ -233,13 +233,19 @@ pub fn parse_image(text: &str) -> Result<ImageRef, ImageRefError> {
         None => (text, None),
     };
     if let Some(d) = digest {
+        // The digests the Engine verifies (OCI's registered algorithms): anything else it refuses
+        // only when the container is made, which would read as the Engine's fault.
         let ok = d.split_once(':').is_some_and(|(algo, hex)| {
-            !algo.is_empty()
-                && algo
+            let len = match algo {
+                "sha256" => 64,
+                "sha384" => 96,
+                "sha512" => 128,
+                _ => return false,
+            };
+            hex.len() == len
+                && hex
                     .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-                && hex.len() >= 32
-                && hex.bytes().all(|b| b.is_ascii_hexdigit())
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
         });
         if !ok {
             return Err(RULE);
@@ -770,8 +776,7 @@ pub mod schema {
     /// A registry host: `localhost`, a dotted name, or a name with a port.
     const REGISTRY: &str = "(localhost|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))";
     /// A tag and a digest.
-    const TAG_AND_DIGEST: &str =
-        "(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@[a-z0-9]+:[A-Fa-f0-9]{32,})?";
+    const TAG_AND_DIGEST: &str = "(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?";
     /// No NUL character.
     pub const NO_NUL: &str = "^[^\\u0000]*$";
     /// No control character (C0, DEL or C1), as [`super::has_control`] says.
@@ -1262,7 +1267,7 @@ mod tests {
             ("alpine", "docker.io"),
             ("alpine:3.20", "docker.io"),
             (
-                "library/alpine@sha256:0123456789abcdef0123456789abcdef",
+                "library/alpine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
                 "docker.io",
             ),
             ("localhost:5000/berth/m:v1", "localhost:5000"),
@@ -1277,6 +1282,9 @@ mod tests {
             "UPPER",
             "a:",
             "a@sha256:xyz",
+            "alpine@foo:0123456789abcdef0123456789abcdef",
+            "alpine@sha256:0123456789abcdef0123456789abcdef",
+            "alpine@sha256:0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF0123456789ABCDEF",
             "-a",
             "a//b",
             "a:b:c/d",
@@ -1349,7 +1357,7 @@ mod tests {
             let exact = [
                 "alpine",
                 "alpine:3.20",
-                "library/alpine@sha256:0123456789abcdef0123456789abcdef",
+                "library/alpine@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
                 "localhost:5000/berth/m:v1",
                 "localhost/x",
                 "ghcr.io/org/img",
@@ -1365,6 +1373,9 @@ mod tests {
                 "UPPER",
                 "a:",
                 "a@sha256:xyz",
+                "alpine@foo:0123456789abcdef0123456789abcdef",
+                "alpine@sha256:0123456789abcdef0123456789abcdef",
+                "a@sha512:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
                 "-a",
                 "a//b",
                 "a:b:c/d",
