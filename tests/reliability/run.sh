@@ -2,10 +2,10 @@
 # The reliability suite (RELIABILITY.md): the long form, and the short form CI runs.
 #
 #   tests/reliability/run.sh           # long: release binaries, the crash suite over 20 seeds of 500
-#                                      # operations, the fault suite, each fuzz target for
-#                                      # FUZZ_SECONDS (default 300)
+#                                      # operations, the fault suite, the hostile-input suite,
+#                                      # each fuzz target for FUZZ_SECONDS (default 300)
 #   tests/reliability/run.sh --short   # CI: debug binaries (those `cargo test` built), 2 seeds of 150
-#                                      # operations and the fault suite (the fuzz targets only with
+#                                      # operations, the fault and hostile-input suites (the fuzz targets only with
 #                                      # BERTH_FUZZ_IN_SHORT=1: their cold build is beyond CI's time)
 #
 # Every part prints its own table and closes with its own `N passed, N failed`; the script closes
@@ -50,6 +50,10 @@ tally "$log"
 
 echo "== dependency faults: registry down, hung and flapping; ECS throttling, 5xx and latency; no Docker Engine"
 "$bin_dir/fault-suite" --bin-dir "$bin_dir" | tee "$log" || true
+tally "$log"
+
+echo "== hostile input: deep JSON, invalid UTF-8, huge heads, garbage and slow loris on every port"
+"$bin_dir/hostile-suite" --bin-dir "$bin_dir" | tee "$log" || true
 tally "$log"
 
 echo "== hostile input: the fuzz targets, ${fuzz_seconds}s each"

@@ -57,6 +57,9 @@ pub mod vars {
     pub const LOG: &str = "BERTH_LOG";
     /// Where services keep their state.
     pub const DATA_DIR: &str = "BERTH_DATA_DIR";
+    /// How long a connection may take to send a request head, idle time between requests included
+    /// (`30s`); then it is closed.
+    pub const IDLE_TIMEOUT: &str = "BERTH_IDLE_TIMEOUT";
     /// OTLP endpoint; when set, spans are exported there.
     pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
     /// Directories `local` orchestrators may use, comma-separated (default `<data dir>/volumes`,
@@ -81,6 +84,7 @@ pub mod vars {
         LOG_FORMAT,
         LOG,
         DATA_DIR,
+        IDLE_TIMEOUT,
     ];
     /// What [`crate::telemetry::init`] reads: all a program that is not a service (the emulator)
     /// takes from the kit.

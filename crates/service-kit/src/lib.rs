@@ -27,6 +27,7 @@
 //! - [`metrics`]: the HTTP metrics and the `/metrics` page, declared and recorded the one way every
 //!   Berth metric is (`metric-families`, re-exported there).
 //! - [`health`]: liveness and readiness ([`health::NotReady`] says why not).
+//! - [`memory`]: the process's memory settings (transparent huge pages off), applied at start.
 //! - [`outbound`]: [`outbound::inject_propagation`], which adds `traceparent` and `x-request-id` to a
 //!   service-to-service call (the typed client `client` is handed it by the services that build
 //!   one), and a reqwest wrapper that also adds the internal credential, for the gateway's own calls.
@@ -42,6 +43,7 @@ pub mod config;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod memory;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;

@@ -174,23 +174,6 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ProblemIo<T> {
     }
 }
 
-/// [`axum::serve`]'s listener, handing out [`ProblemIo`] connections.
-pub struct ProblemListener(pub tokio::net::TcpListener);
-
-impl axum::serve::Listener for ProblemListener {
-    type Io = ProblemIo<tokio::net::TcpStream>;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (stream, addr) = axum::serve::Listener::accept(&mut self.0).await;
-        (ProblemIo::new(stream), addr)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

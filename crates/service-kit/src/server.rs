@@ -8,24 +8,91 @@ use axum::Router;
 use futures::future::BoxFuture;
 use tokio::net::TcpListener;
 
-/// Serves `router` on `listener` until `shutdown` completes, then lets in-flight requests finish.
+/// How long a connection may take to send a request head, idle keep-alive time included, unless
+/// `BERTH_IDLE_TIMEOUT` says otherwise (hyper's own default, once it has a timer to keep it).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Serves `router` on `listener` until `shutdown` completes, then lets in-flight requests finish;
+/// [`serve_with`] the [`DEFAULT_IDLE_TIMEOUT`].
 pub async fn serve(
     router: Router,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    // hyper's own answers to requests it cannot parse come out as problem+json too. Answers are small
-    // and written whole: Nagle's algorithm would only hold them back.
-    let listener = crate::protocol::ProblemListener(listener).tap_io(|io| {
-        let _ = io.get_ref().set_nodelay(true);
-    });
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    serve_with(router, listener, shutdown, DEFAULT_IDLE_TIMEOUT).await
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then lets in-flight requests finish.
+///
+/// HTTP/1.1 on hyper's connection builder rather than `axum::serve`, for one setting axum does not
+/// give: a connection that has not sent a whole request head within `idle_timeout` (idle between
+/// requests included) is closed. Without it a slow-loris caller holds a connection, and a file
+/// descriptor, for as long as it trickles bytes (the hostile-input suite held 64 per service open).
+pub async fn serve_with(
+    router: Router,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    idle_timeout: Duration,
+) -> std::io::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt as _;
+
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let connections = tokio_util::task::TaskTracker::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut accept_failures = 0u32;
+    loop {
+        let (stream, peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => {
+                    accept_failures = 0;
+                    accepted
+                }
+                Err(e) => {
+                    // Out of descriptors or memory: wait for connections to end rather than spin,
+                    // longer each time, and say so once per streak.
+                    if accept_failures == 0 {
+                        tracing::warn!(error = %e, "cannot accept connections; backing off");
+                    }
+                    accept_failures = accept_failures.saturating_add(1);
+                    let pause = Duration::from_millis(10 << accept_failures.min(7));
+                    tokio::time::sleep(pause).await;
+                    continue;
+                }
+            },
+        };
+        // Answers are small and written whole: Nagle's algorithm would only hold them back.
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let stopping = stopping.clone();
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                router.clone().oneshot(request)
+            });
+            // hyper's own answers to requests it cannot parse come out as problem+json too.
+            let io = TokioIo::new(crate::protocol::ProblemIo::new(stream));
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(idle_timeout)
+                .serve_connection(io, service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = stopping.cancelled() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
+    stopping.cancel();
+    connections.close();
+    connections.wait().await;
+    Ok(())
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
@@ -196,6 +263,8 @@ pub struct Application {
     pub background: Vec<tokio::task::JoinHandle<()>>,
     /// Serves in place of [`serve`] when set.
     pub engine: Option<Engine>,
+    /// How long [`serve`] lets a connection take to send a request head (`BERTH_IDLE_TIMEOUT`).
+    pub idle_timeout: Duration,
 }
 
 impl Application {
@@ -206,6 +275,7 @@ impl Application {
             listener,
             background: Vec::new(),
             engine: None,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
         }
     }
 
@@ -229,7 +299,7 @@ impl Application {
     ) -> std::io::Result<()> {
         let result = match self.engine {
             Some(engine) => engine(self.router, self.listener, Box::pin(shutdown)).await,
-            None => serve(self.router, self.listener, shutdown).await,
+            None => serve_with(self.router, self.listener, shutdown, self.idle_timeout).await,
         };
         for task in self.background {
             task.abort();
@@ -256,6 +326,7 @@ where
     Fut: Future<Output = Result<Application, Box<dyn std::error::Error + Send + Sync>>>,
 {
     use std::process::ExitCode;
+    crate::memory::limit_footprint();
     let reads: Vec<&str> = crate::config::vars::EVERY_SERVICE
         .iter()
         .chain(reads)
@@ -324,7 +395,22 @@ where
             return ExitCode::from(2);
         }
     };
-    let app = match build(env).await {
+    let idle_timeout =
+        match env.duration_or(crate::config::vars::IDLE_TIMEOUT, DEFAULT_IDLE_TIMEOUT) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                eprintln!(
+                    "{name}: {} must be more than 0",
+                    crate::config::vars::IDLE_TIMEOUT
+                );
+                return ExitCode::from(2);
+            }
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    let mut app = match build(env).await {
         Ok(app) => app,
         Err(e) => {
             tracing::error!(error = %e, "{name} failed to start");
@@ -332,6 +418,7 @@ where
             return ExitCode::FAILURE;
         }
     };
+    app.idle_timeout = idle_timeout;
     tracing::info!(addr = %app.local_addr(), "{name} listening");
     match app.run_until(shutdown_signal()).await {
         Ok(()) => {
