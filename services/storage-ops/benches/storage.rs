@@ -9,7 +9,10 @@
 //! 3. storage-ops' store (one writer, group commit): 1 caller, then 64 concurrent callers.
 //! 4. AddStorage over HTTP with the local backend (lookup in a fake in-memory registry, two commits, mkdir and fsyncs per
 //!    volume): 1 client, then 32 concurrent clients.
-//! 5. ListStorage page latency over HTTP at 1 000 and at 100 000 volumes: first page, a page from the
+//! 5. Where one AddStorage's time goes: each step it takes, timed alone, one at a time (HTTP round
+//!    trip with a read, the registry look-up, one store commit, the local backend's create and its
+//!    parts: the `mkdir`, the directory `fsync`, the path checks).
+//! 6. ListStorage page latency over HTTP at 1 000 and at 100 000 volumes: first page, a page from the
 //!    middle via `continue`, a 1000-item page, and a label-selector page.
 
 use std::collections::BTreeMap;
@@ -162,6 +165,7 @@ async fn store_inserts(dir: &Path, callers: usize) -> f64 {
 
 struct Stack {
     storage: client::storage::Client,
+    registry_url: String,
     ops: Arc<storage_ops::ops::Ops>,
     _servers: Vec<service_kit::testing::TestServer>,
 }
@@ -203,6 +207,7 @@ async fn start_stack(dir: &Path) -> Stack {
             ClientOptions::default(),
         )),
         ops,
+        registry_url,
         _servers: vec![server],
     }
 }
@@ -234,6 +239,212 @@ async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> f64 {
         t.await.unwrap();
     }
     (per * clients) as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Mean and median of `rounds` timed runs of `step`, in microseconds.
+async fn time_step<F, Fut>(rounds: usize, mut step: F) -> (f64, f64)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut samples = Vec::with_capacity(rounds);
+    for i in 0..rounds {
+        let started = Instant::now();
+        step(i).await;
+        samples.push(started.elapsed());
+    }
+    let mean = samples.iter().sum::<Duration>().as_secs_f64() * 1e6 / rounds as f64;
+    samples.sort();
+    (mean, samples[rounds / 2].as_secs_f64() * 1e6)
+}
+
+/// The steps of one AddStorage, each timed alone (sequentially, one caller).
+async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
+    use storage_ops::backend::{Backend, ObjectRef, local::LocalBackend};
+    const ROUNDS: usize = 300;
+    println!(
+        "  Where one AddStorage goes (one caller, each step alone, {ROUNDS} rounds; mean / median us):"
+    );
+    let print = |label: &str, (mean, median): (f64, f64)| {
+        println!("    {label:<56} {mean:>8.0} / {median:>6.0} us");
+    };
+    let storage = stack.storage.clone();
+    storage
+        .add(&VolumeProvisionerProfile {
+            name: "probe".into(),
+            namespace: Some("breakdown".into()),
+            capacity: "1Gi".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    print(
+        "HTTP round trip + handler + one read (GET a volume)",
+        time_step(ROUNDS, |_| {
+            let storage = storage.clone();
+            async move {
+                storage.get("breakdown", "probe").await.unwrap();
+            }
+        })
+        .await,
+    );
+    let registry =
+        client::registry::Client::new(ServiceClient::new(registry_url, ClientOptions::default()));
+    print(
+        "registry: resolve the default orchestrator (HTTP)",
+        time_step(ROUNDS, |_| {
+            let registry = registry.clone();
+            async move {
+                registry.default_orchestrator().await.unwrap();
+            }
+        })
+        .await,
+    );
+    let store = stack.ops.store().clone();
+    let mut uids = Vec::with_capacity(ROUNDS);
+    let inserted = time_step(ROUNDS, |i| {
+        let store = store.clone();
+        let mut r = row("breakdown-rows", &format!("r{i:05}"), false);
+        r.phase = VolumePhase::Provisioning;
+        uids.push(r.uid.clone());
+        async move {
+            store.insert(r, Some(u64::MAX)).await.unwrap();
+        }
+    })
+    .await;
+    print("store: insert one row (one commit, fsync)", inserted);
+    print(
+        "store: set_status Ready (one commit, fsync)",
+        time_step(ROUNDS, |i| {
+            let store = store.clone();
+            let uid = uids[i].clone();
+            async move {
+                store
+                    .set_status(
+                        &uid,
+                        storage_ops::store::StatusUpdate {
+                            phase: VolumePhase::Ready,
+                            reason: "Provisioned".into(),
+                            message: String::new(),
+                            location: Some("/x".into()),
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .await,
+    );
+    let base = dir.join("vols");
+    let backend = LocalBackend::new(
+        &base.display().to_string(),
+        vec![dir.display().to_string()].into(),
+    );
+    let object = |i: usize, ns: &str| ObjectRef {
+        uid: uuid::Uuid::new_v4().to_string(),
+        namespace: ns.into(),
+        name: format!("b{i:05}"),
+        capacity_bytes: 1 << 30,
+        file: false,
+    };
+    print(
+        "local backend: create (checks, mkdir, directory fsync)",
+        time_step(ROUNDS, |i| {
+            let (backend, v) = (backend.clone(), object(i, "breakdown-backend"));
+            async move {
+                backend.create(&v).await.unwrap();
+            }
+        })
+        .await,
+    );
+    // The core of an add (no HTTP, no registry), both orders, on the same store and disk.
+    let core_row = |i: usize, tag: &str| {
+        let mut r = row("breakdown-core", &format!("{tag}{i:05}"), false);
+        r.backend_config = serde_json::json!({"basePath": base.display().to_string()});
+        r
+    };
+    print(
+        "core, two commits: insert Provisioning, create, Ready",
+        time_step(ROUNDS, |i| {
+            let (store, backend) = (store.clone(), backend.clone());
+            let mut r = core_row(i, "two");
+            r.phase = VolumePhase::Provisioning;
+            async move {
+                let r = store.insert(r, Some(u64::MAX)).await.unwrap();
+                let v = ObjectRef::of(&r);
+                let location = backend.create(&v).await.unwrap();
+                store
+                    .set_status(
+                        &r.uid,
+                        storage_ops::store::StatusUpdate {
+                            phase: VolumePhase::Ready,
+                            reason: "Provisioned".into(),
+                            message: String::new(),
+                            location: Some(location),
+                        },
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .await,
+    );
+    print(
+        "core, one commit: create uncommitted, insert Ready, mark",
+        time_step(ROUNDS, |i| {
+            let (store, backend) = (store.clone(), backend.clone());
+            let mut r = core_row(i, "one");
+            async move {
+                let v = ObjectRef::of(&r);
+                r.location = backend.create_uncommitted(&v).await.unwrap();
+                store.insert(r, Some(u64::MAX)).await.unwrap();
+                backend.mark_committed(&v).await.unwrap();
+            }
+        })
+        .await,
+    );
+    let ns_dir = base.join("breakdown-raw");
+    std::fs::create_dir_all(&ns_dir).unwrap();
+    print(
+        "  of which: mkdir alone (no fsync, no checks)",
+        time_step(ROUNDS, |i| {
+            let path = ns_dir.join(format!("m{i:05}"));
+            async move {
+                std::fs::create_dir(&path).unwrap();
+            }
+        })
+        .await,
+    );
+    print(
+        "  of which: mkdir then fsync of its directory",
+        time_step(ROUNDS, |i| {
+            let path = ns_dir.join(format!("f{i:05}"));
+            let parent = ns_dir.clone();
+            async move {
+                std::fs::create_dir(&path).unwrap();
+                std::fs::File::open(&parent).unwrap().sync_all().unwrap();
+            }
+        })
+        .await,
+    );
+    print(
+        "  of which: canonicalize the base and namespace paths",
+        time_step(ROUNDS, |_| {
+            let (base, ns) = (base.clone(), ns_dir.clone());
+            async move {
+                std::fs::canonicalize(&base).unwrap();
+                std::fs::canonicalize(&ns).unwrap();
+            }
+        })
+        .await,
+    );
+    print(
+        "  of which: a spawn_blocking round trip",
+        time_step(ROUNDS, |_| async {
+            tokio::task::spawn_blocking(|| ()).await.unwrap();
+        })
+        .await,
+    );
 }
 
 /// Seeds `ns` up to `target` rows (1 in 10 labelled gold), 256 callers at a time.
@@ -387,6 +598,7 @@ async fn main() {
     println!("    1 client                                        {a1:>9.0} volumes/s");
     let a32 = adds(&stack, 32, total_adds, "par").await;
     println!("    32 clients                                      {a32:>9.0} volumes/s");
+    add_breakdown(&stack, dir.path(), &stack.registry_url).await;
 
     // A fresh database, so the table holds exactly the seeded volumes.
     let list_dir = dir.path().join("list");

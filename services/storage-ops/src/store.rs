@@ -14,7 +14,9 @@
 //! last commits on power loss or a kernel crash; `FULL` syncs the WAL at every commit so an
 //! acknowledged AddStorage or DeleteStorage survives both. A lost row after the backend made its object
 //! would turn an acknowledged volume into an orphan, so storage-ops takes `FULL`, and pays for it with
-//! group commit (one `fsync` per batch, not per request) instead of weakening it.
+//! group commit (one `fsync` per batch, not per request) instead of weakening it, and with fewer
+//! commits: AddStorage on the local backend writes its row once, already Ready, after the object is
+//! made and synced (see `ops::add` for why that is crash-safe), so one add is one commit, not two.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;

@@ -238,6 +238,9 @@ impl DockerBackend {
                     namespace: v.labels.get(LABEL_NAMESPACE)?.clone(),
                     name: v.labels.get(LABEL_NAME)?.clone(),
                     location: v.name,
+                    // Docker volumes cannot be marked (labels are fixed at creation): their row is
+                    // always written first.
+                    uncommitted: false,
                 })
             })
             .collect())

@@ -7,10 +7,21 @@
 //! resolved base path, so a symbolic link planted under `basePath` cannot redirect a volume elsewhere.
 //! A made object is `fsync`ed together with its directory before it is reported, so a volume the
 //! database calls Ready survives a power loss on the backend too.
+//!
+//! # Uncommitted objects: mode 000
+//!
+//! AddStorage makes a new volume's object before its row ([`Backend::create_uncommitted`]), with
+//! mode 000 given to the `mkdir`/`open` that makes it: the mark is part of the new inode, so the one
+//! directory `fsync` that makes the object durable makes the mark durable with it, at no cost. Once
+//! the row is committed the mode becomes 0700 (0600 for a file) with a `chmod` that is not synced: if
+//! a power loss undoes it, the object is owned by a row and the reconciler sets it again. So an
+//! object of mode 000 without a row was never acknowledged to anyone, and is removed only if it is
+//! still empty (a directory `rmdir` accepts, a file with no block written). A volume's own mode 000
+//! is therefore reserved: Berth sets it back to 0700 on a volume that has a row.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -143,45 +154,52 @@ impl LocalBackend {
         Ok(Some(resolved))
     }
 
-    fn create_blocking(&self, v: &ObjectRef) -> Result<String, BackendError> {
+    /// Makes `v`'s object and syncs it with its directory; `uncommitted` makes a new one of mode 000
+    /// (see the module docs), otherwise it is made, or found and marked committed.
+    fn create_blocking(&self, v: &ObjectRef, uncommitted: bool) -> Result<String, BackendError> {
         let dir = self
             .namespace_dir(&v.namespace, true)?
             .expect("create makes the namespace directory");
         let path = dir.join(Self::object_name(v));
-        if v.file {
-            let file = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
-                .open(&path)
-                .map_err(|e| BackendError::io("making the volume's file", &path, &e))?;
-            // Sparse: set_len allocates nothing, so the file has the exact capacity and costs no space.
-            file.set_len(v.capacity_bytes)
-                .map_err(|e| BackendError::io("sizing the volume's file", &path, &e))?;
-            file.sync_all()
-                .map_err(|e| BackendError::io("syncing the volume's file", &path, &e))?;
+        let made = if uncommitted {
+            make_object(&path, v, UNCOMMITTED_MODE, true)
         } else {
-            match DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    let m = fs::symlink_metadata(&path).map_err(|e| {
-                        BackendError::io("reading the volume's directory", &path, &e)
-                    })?;
-                    if !m.is_dir() {
-                        return Err(BackendError::new(
-                            Code::AlreadyExists,
-                            "the volume's path exists and is not a directory",
-                        )
-                        .with_detail(format!("at {}", path.display())));
-                    }
-                }
-                Err(e) => return Err(BackendError::io("making the volume's directory", &path, &e)),
+            // Found uncommitted (made by an add a crash interrupted after its row was written, or a
+            // `chmod` a power loss undid): committed now, or the file could not be opened to size it.
+            mark_committed_at(&path)?;
+            make_object(&path, v, final_mode(v.file), false)
+        };
+        made?;
+        if let Err(e) = sync_dir(&dir) {
+            if uncommitted {
+                // Take back what this call made, so a failed add leaves nothing (if this fails too,
+                // the object is uncommitted and the reconciler removes it).
+                let _ = remove_uncommitted_at(&path);
             }
+            return Err(e);
         }
-        sync_dir(&dir)?;
         Ok(path.display().to_string())
+    }
+
+    /// Marks `v`'s object committed (a no-op when it is, or is gone).
+    fn mark_committed_blocking(&self, v: &ObjectRef) -> Result<(), BackendError> {
+        let Some(dir) = self.namespace_dir(&v.namespace, false)? else {
+            return Ok(());
+        };
+        mark_committed_at(&dir.join(Self::object_name(v)))
+    }
+
+    /// Removes an uncommitted object a scan found, if it still is uncommitted and empty.
+    fn remove_uncommitted_blocking(
+        &self,
+        namespace: &str,
+        object: &str,
+    ) -> Result<(), BackendError> {
+        let Some(dir) = self.namespace_dir(namespace, false)? else {
+            return Ok(());
+        };
+        // Not synced: an uncommitted object a power loss brings back is removed again.
+        remove_uncommitted_at(&dir.join(object))
     }
 
     fn remove_blocking(&self, namespace: &str, object: &str) -> Result<(), BackendError> {
@@ -190,6 +208,11 @@ impl LocalBackend {
         };
         let path = dir.join(object);
         let removed = match fs::symlink_metadata(&path) {
+            // Mode 000 (uncommitted): a directory must be readable to be emptied.
+            Ok(m) if m.is_dir() && m.mode() & 0o7777 == UNCOMMITTED_MODE => {
+                fs::set_permissions(&path, fs::Permissions::from_mode(DIR_MODE))
+                    .and_then(|()| fs::remove_dir_all(&path))
+            }
             Ok(m) if m.is_dir() => fs::remove_dir_all(&path),
             Ok(_) => fs::remove_file(&path),
             Err(e) => Err(e),
@@ -255,11 +278,14 @@ impl LocalBackend {
                     continue;
                 };
                 if let Some((name, uid)) = parse_object_name(&file) {
+                    // An entry gone since the listing is skipped: it is nobody's any more.
+                    let Ok(m) = entry.metadata() else { continue };
                     found.push(Found {
                         uid: uid.to_string(),
                         namespace: namespace.clone(),
                         name: name.to_string(),
                         location: entry.path().display().to_string(),
+                        uncommitted: is_uncommitted(&m),
                     });
                 }
             }
@@ -280,6 +306,108 @@ pub fn parse_object_name(file: &str) -> Option<(&str, &str)> {
     (parsed.hyphenated().to_string() == uid
         && domain::names::validate_volume_name("name", name).is_ok())
     .then_some((name, uid))
+}
+
+/// The mode of a committed directory.
+const DIR_MODE: u32 = 0o700;
+/// The mode of a committed file.
+const FILE_MODE: u32 = 0o600;
+/// The mode that marks an object uncommitted (see the module docs).
+const UNCOMMITTED_MODE: u32 = 0o000;
+
+fn final_mode(file: bool) -> u32 {
+    if file { FILE_MODE } else { DIR_MODE }
+}
+
+fn is_uncommitted(m: &fs::Metadata) -> bool {
+    (m.is_dir() || m.is_file()) && m.mode() & 0o7777 == UNCOMMITTED_MODE
+}
+
+/// Makes the directory or sparse file at `path` with `mode`; `new` refuses one already there (an
+/// uncommitted object has a fresh uid: one already there is not this add's), otherwise one there is
+/// taken as made.
+fn make_object(path: &Path, v: &ObjectRef, mode: u32, new: bool) -> Result<(), BackendError> {
+    if v.file {
+        let file = OpenOptions::new()
+            .write(true)
+            .create(!new)
+            .create_new(new)
+            .truncate(false)
+            .mode(mode)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(path)
+            .map_err(|e| BackendError::io("making the volume's file", path, &e))?;
+        // Sparse: set_len allocates nothing, so the file has the exact capacity and costs no space.
+        let sized = file
+            .set_len(v.capacity_bytes)
+            .map_err(|e| BackendError::io("sizing the volume's file", path, &e))
+            .and_then(|()| {
+                file.sync_all()
+                    .map_err(|e| BackendError::io("syncing the volume's file", path, &e))
+            });
+        if sized.is_err() && new {
+            // This call made it: take it back (or leave it uncommitted, for the reconciler).
+            let _ = remove_uncommitted_at(path);
+        }
+        return sized;
+    }
+    match DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists && !new => {
+            let m = fs::symlink_metadata(path)
+                .map_err(|e| BackendError::io("reading the volume's directory", path, &e))?;
+            if m.is_dir() {
+                Ok(())
+            } else {
+                Err(BackendError::new(
+                    Code::AlreadyExists,
+                    "the volume's path exists and is not a directory",
+                )
+                .with_detail(format!("at {}", path.display())))
+            }
+        }
+        Err(e) => Err(BackendError::io("making the volume's directory", path, &e)),
+    }
+}
+
+/// Gives the uncommitted object at `path` its committed mode; anything else (committed, gone, a
+/// link) is left as it is. `chmod` follows links, so the object is looked at first: the namespace
+/// directory it is in is 0700 and Berth's, so nobody else can swap a link in between.
+fn mark_committed_at(path: &Path) -> Result<(), BackendError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if is_uncommitted(&m) => {
+            fs::set_permissions(path, fs::Permissions::from_mode(final_mode(m.is_file())))
+                .map_err(|e| BackendError::io("marking the volume's object committed", path, &e))
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(BackendError::io("reading the volume's object", path, &e)),
+    }
+}
+
+/// Removes the uncommitted object at `path` if it still is uncommitted and holds nothing: an empty
+/// directory (`rmdir` refuses any other), a file with no block written. Gone already is success.
+fn remove_uncommitted_at(path: &Path) -> Result<(), BackendError> {
+    let refuse = |why: &str| {
+        BackendError::new(
+            Code::FailedPrecondition,
+            format!("an uncommitted object {why}; left in place"),
+        )
+        .with_detail(format!("at {}", path.display()))
+    };
+    let removed = match fs::symlink_metadata(path) {
+        Ok(m) if !is_uncommitted(&m) => return Err(refuse("is not uncommitted any more")),
+        Ok(m) if m.is_dir() => fs::remove_dir(path),
+        Ok(m) if m.blocks() == 0 => fs::remove_file(path),
+        Ok(_) => return Err(refuse("has data written in it")),
+        Err(e) => Err(e),
+    };
+    match removed {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == ErrorKind::DirectoryNotEmpty => Err(refuse("is not empty")),
+        Err(e) => Err(BackendError::io("removing an uncommitted object", path, &e)),
+    }
 }
 
 fn read_dir(path: &Path) -> Result<fs::ReadDir, BackendError> {
@@ -332,7 +460,26 @@ impl Backend for LocalBackend {
     fn create<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<String, BackendError>> {
         let this = self.clone();
         let v = v.clone();
-        Box::pin(blocking(move || this.create_blocking(&v)))
+        Box::pin(blocking(move || this.create_blocking(&v, false)))
+    }
+
+    fn creates_uncommitted(&self) -> bool {
+        true
+    }
+
+    fn create_uncommitted<'a>(
+        &'a self,
+        v: &'a ObjectRef,
+    ) -> BoxFuture<'a, Result<String, BackendError>> {
+        let this = self.clone();
+        let v = v.clone();
+        Box::pin(blocking(move || this.create_blocking(&v, true)))
+    }
+
+    fn mark_committed<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {
+        let this = self.clone();
+        let v = v.clone();
+        Box::pin(blocking(move || this.mark_committed_blocking(&v)))
     }
 
     fn delete<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {
@@ -355,6 +502,11 @@ impl Backend for LocalBackend {
     fn remove_found<'a>(&'a self, f: &'a Found) -> BoxFuture<'a, Result<(), BackendError>> {
         let this = self.clone();
         let (namespace, object) = (f.namespace.clone(), format!("{}-{}", f.name, f.uid));
+        if f.uncommitted {
+            return Box::pin(blocking(move || {
+                this.remove_uncommitted_blocking(&namespace, &object)
+            }));
+        }
         Box::pin(blocking(move || this.remove_blocking(&namespace, &object)))
     }
 
@@ -457,6 +609,65 @@ mod tests {
         );
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "nothing made");
         assert!(backend.scan().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn uncommitted_objects_are_mode_000_until_marked_and_removed_only_while_empty() {
+        let tmp = tempfile::tempdir().unwrap();
+        let backend = LocalBackend::new(
+            &tmp.path().join("base").display().to_string(),
+            roots(tmp.path()),
+        );
+        let mode = |at: &str| fs::symlink_metadata(at).unwrap().mode() & 0o7777;
+        let (dir, file) = (object("dir", false), object("blob", true));
+        let at_dir = backend.create_uncommitted(&dir).await.unwrap();
+        let at_file = backend.create_uncommitted(&file).await.unwrap();
+        assert_eq!((mode(&at_dir), mode(&at_file)), (0, 0));
+        assert_eq!(fs::metadata(&at_file).unwrap().len(), 1 << 30);
+        // A fresh uid's object is never taken over: one already there is an error.
+        assert!(backend.create_uncommitted(&dir).await.is_err());
+        let found = backend.scan().await.unwrap();
+        assert!(found.iter().all(|f| f.uncommitted), "{found:?}");
+
+        backend.mark_committed(&dir).await.unwrap();
+        backend.mark_committed(&dir).await.unwrap();
+        assert_eq!(mode(&at_dir), 0o700);
+        let found = backend.scan().await.unwrap();
+        let committed = found.iter().find(|f| f.uid == dir.uid).unwrap();
+        assert!(!committed.uncommitted);
+        // An object found uncommitted but committed since is not removed as an uncommitted one.
+        let stale = Found {
+            uncommitted: true,
+            ..committed.clone()
+        };
+        assert!(backend.remove_found(&stale).await.is_err());
+        assert!(Path::new(&at_dir).is_dir());
+
+        // `create` of an object left uncommitted (its row written before a crash) marks it.
+        backend.create(&file).await.unwrap();
+        assert_eq!(mode(&at_file), 0o600);
+
+        // An uncommitted object with something in it is left in place; an empty one goes.
+        let full = object("full", false);
+        let at_full = backend.create_uncommitted(&full).await.unwrap();
+        fs::set_permissions(&at_full, fs::Permissions::from_mode(0o700)).unwrap();
+        fs::write(Path::new(&at_full).join("data"), b"x").unwrap();
+        fs::set_permissions(&at_full, fs::Permissions::from_mode(0o000)).unwrap();
+        let empty = object("empty", false);
+        let at_empty = backend.create_uncommitted(&empty).await.unwrap();
+        for f in backend.scan().await.unwrap() {
+            if f.uid == full.uid {
+                assert!(backend.remove_found(&f).await.is_err());
+            } else if f.uid == empty.uid {
+                backend.remove_found(&f).await.unwrap();
+                backend.remove_found(&f).await.unwrap();
+            }
+        }
+        assert!(Path::new(&at_full).exists());
+        assert!(!Path::new(&at_empty).exists());
+        // A volume's delete removes it whatever its mode.
+        backend.delete(&full).await.unwrap();
+        assert!(!Path::new(&at_full).exists());
     }
 
     #[test]

@@ -5,6 +5,14 @@
 //! find orphans). Every operation is idempotent by the volume's uid: making an object that is already
 //! there, or removing one that is already gone, succeeds.
 //!
+//! A backend that can mark an object *uncommitted* durably and for free (the `local` one: by its
+//! mode, set by the very `mkdir` or `open` that makes it) lets AddStorage make the object before the
+//! volume's row exists ([`Backend::create_uncommitted`]), so a create costs one database commit
+//! instead of two. The mark is what keeps that safe: an object without a row is then either
+//! uncommitted (an add that has not committed yet, or one a crash interrupted: never acknowledged,
+//! never handed to anyone, so the reconciler removes it whatever the orphan policy) or a true orphan
+//! (reported, or removed only under `BERTH_ORPHAN_POLICY=delete`), and the two are never confused.
+//!
 //! # Layout
 //! - [`local`]: a directory (or sparse file) per volume under the orchestrator's `basePath`.
 //! - [`docker`]: a Docker Engine volume per Berth volume, labelled with its uid.
@@ -130,19 +138,47 @@ pub struct Found {
     pub name: String,
     /// Where it is.
     pub location: String,
+    /// Made by [`Backend::create_uncommitted`] and not marked committed since (see the module docs).
+    pub uncommitted: bool,
 }
 
 /// The low-level work of one orchestrator.
 pub trait Backend: Send + Sync {
-    /// Makes the object for `v` (or finds it made) and says where it is.
+    /// Makes the object for `v` (or finds it made, and marks it committed if it was not) and says
+    /// where it is. For a volume whose row is already written.
     fn create<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<String, BackendError>>;
+    /// Whether [`Backend::create_uncommitted`] works here.
+    fn creates_uncommitted(&self) -> bool {
+        false
+    }
+    /// Makes a new object for `v`, marked uncommitted, durably (object and mark survive a power loss
+    /// once this answers), before `v` has a row; says where it is. On failure it leaves nothing, or
+    /// an uncommitted object the reconciler removes.
+    fn create_uncommitted<'a>(
+        &'a self,
+        v: &'a ObjectRef,
+    ) -> BoxFuture<'a, Result<String, BackendError>> {
+        let _ = v;
+        Box::pin(std::future::ready(Err(BackendError::new(
+            Code::Unimplemented,
+            format!("{} cannot make uncommitted objects", self.identity()),
+        ))))
+    }
+    /// Clears the uncommitted mark of `v`'s object, once its row is committed. Need not be durable:
+    /// a mark that comes back after a power loss is on an object a row owns, which the reconciler
+    /// marks committed again.
+    fn mark_committed<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = v;
+        Box::pin(std::future::ready(Ok(())))
+    }
     /// Removes the object for `v`; an object already gone is success.
     fn delete<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>>;
     /// Measures the object for `v`.
     fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>>;
     /// Every object this backend holds that Berth made.
     fn scan(&self) -> BoxFuture<'_, Result<Vec<Found>, BackendError>>;
-    /// Removes an object a scan found.
+    /// Removes an object a scan found. One found uncommitted is removed only if it still is, and is
+    /// empty (nobody was ever told where it is, so nothing may be in it).
     fn remove_found<'a>(&'a self, f: &'a Found) -> BoxFuture<'a, Result<(), BackendError>>;
     /// What and where it is, for messages and for telling two backends apart (`local:/srv/vols`).
     fn identity(&self) -> String;

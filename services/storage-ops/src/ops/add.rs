@@ -1,5 +1,27 @@
-//! AddStorage: idempotent by (namespace, name) and spec; a row is written before the backend makes
-//! anything, so a crash half-way leaves something the same request (or the reconciler) finishes.
+//! AddStorage: idempotent by (namespace, name) and spec, durable in one database commit.
+//!
+//! # Why one commit is enough
+//!
+//! A new volume's uid is chosen here, and its backend object is named after it. On a backend that
+//! can mark an object uncommitted (the `local` one, see [`crate::backend`]) the add makes the object
+//! first, marked, and durable (its directory synced), then commits the row, already Ready, in one
+//! transaction, then clears the mark (not synced). So a volume is acknowledged only once its row and
+//! its object are both on disk, and a crash anywhere leaves one of:
+//! - nothing, or an uncommitted object no row owns: never acknowledged, never shown to anyone; the
+//!   reconciler removes it whatever the orphan policy, and the client's retry makes a new one;
+//! - a committed row whose object is still marked: the reconciler clears the mark.
+//!
+//! The add holds the volume's lock from before the object is made until its mark is cleared, and
+//! the reconciler removes an uncommitted object only under that lock, after seeing that no row owns
+//! it: so it never takes the object of an add about to commit. At start nothing is in flight.
+//!
+//! Backends that cannot mark objects (Docker: its labels are fixed at creation) keep the older
+//! order: a Provisioning row first, then the object, then Ready (two commits), so every object they
+//! hold has had a row from before it existed.
+//!
+//! A backend failure is recorded as a Failed row either way: the same request retries it (and
+//! finishes a row a crash left half-made) through [`Ops::provision`], and the row keeps its share
+//! of the orchestrator's capacity until it is deleted.
 
 use std::sync::Arc;
 
@@ -8,7 +30,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Ops, OpsError, reasons, to_volume};
 use crate::backend::{Backend, ObjectRef, capacity_limit};
-use crate::store::{StatusUpdate, VolumeRow, now};
+use crate::store::{StatusUpdate, StoreError, VolumeRow, now};
 
 /// The hash of a normalised spec: two requests are "the same volume" when these are equal.
 pub fn spec_hash(spec: &VolumeSpec, orchestrator: &str) -> String {
@@ -133,14 +155,78 @@ impl Ops {
             resource_version: 0,
         };
         let limit = capacity_limit(orchestrator.kind, &orchestrator.config);
-        let row = self.store.insert(row, limit).await?;
-        let row = self.provision(backend.as_ref(), row).await?;
+        let row = if backend.creates_uncommitted() {
+            self.create_then_commit(backend.as_ref(), row, limit)
+                .await?
+        } else {
+            let row = self.store.insert(row, limit).await?;
+            self.provision(backend.as_ref(), row).await?
+        };
         tracing::info!(namespace = %row.namespace, name = %row.name, uid = %row.uid, orchestrator = %row.orchestrator, location = %row.location, "volume provisioned");
         Ok((to_volume(&row), true))
     }
 
-    /// Asks the backend to make `row`'s object and records the outcome: Ready, or Failed with the
-    /// backend's words (answered as the backend's code).
+    /// A new volume on a backend that marks uncommitted objects: the object made (uncommitted and
+    /// durable), then the row committed Ready, then the mark cleared (see the module docs). The
+    /// caller holds the volume's lock throughout.
+    async fn create_then_commit(
+        &self,
+        backend: &dyn Backend,
+        mut row: VolumeRow,
+        limit: Option<u64>,
+    ) -> Result<VolumeRow, OpsError> {
+        let object = ObjectRef::of(&row);
+        let location = match backend.create_uncommitted(&object).await {
+            Ok(location) => location,
+            Err(e) => {
+                // The backend took back what it had begun; if it could not, the object is
+                // uncommitted and this row owns it: the retry's `create` marks it committed, a
+                // delete removes it.
+                row.phase = VolumePhase::Failed;
+                row.reason = reasons::BACKEND_ERROR.into();
+                row.message.clone_from(&e.message);
+                self.store.insert(row.clone(), limit).await?;
+                tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "backend failed to make a volume");
+                return Err(OpsError::ProvisionFailed {
+                    namespace: row.namespace,
+                    name: row.name,
+                    cause: e,
+                });
+            }
+        };
+        row.phase = VolumePhase::Ready;
+        row.reason = reasons::PROVISIONED.into();
+        row.message = String::new();
+        row.location = location;
+        match self.store.insert(row, limit).await {
+            Ok(row) => {
+                // Not synced, and a failure here is not the caller's: the volume is made and
+                // recorded; the reconciler clears a mark that is still there.
+                if let Err(e) = backend.mark_committed(&object).await {
+                    tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "a made volume's object is still marked uncommitted; the reconciler will retry");
+                }
+                Ok(row)
+            }
+            Err(e) => {
+                // Refused (capacity, or the name taken): nothing was committed, so the object is
+                // nobody's; take it back now. Any other failure leaves it to the reconciler, which
+                // removes it once it sees no row owns it.
+                if matches!(
+                    e,
+                    StoreError::CapacityExhausted { .. } | StoreError::Exists(..)
+                ) && let Err(removal) = backend.remove_found(&found_uncommitted(&object)).await
+                {
+                    tracing::warn!(namespace = %object.namespace, name = %object.name, uid = %object.uid, error = %removal, "an uncommitted object could not be taken back; the reconciler will remove it");
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Asks the backend to make the object of `row`, a row already written, and records the outcome:
+    /// Ready, or Failed with the backend's words (answered as the backend's code). Two commits in
+    /// all (the row's, then this one), which is why new volumes on a backend that marks uncommitted
+    /// objects do not come here.
     pub(super) async fn provision(
         &self,
         backend: &dyn Backend,
@@ -180,5 +266,16 @@ impl Ops {
                 })
             }
         }
+    }
+}
+
+/// What a scan would find for the uncommitted object of `v` (to remove it through the same path).
+fn found_uncommitted(v: &ObjectRef) -> crate::backend::Found {
+    crate::backend::Found {
+        uid: v.uid.clone(),
+        namespace: v.namespace.clone(),
+        name: v.name.clone(),
+        location: String::new(),
+        uncommitted: true,
     }
 }

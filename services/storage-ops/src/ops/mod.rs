@@ -1,12 +1,15 @@
 //! StorageOps: AddStorage, DeleteStorage, ReadStorage, ListStorage, stats, orphans and the reconcile
 //! pass, on top of the store, the registry and the backends.
 //!
-//! The order of writes is what makes a crash harmless: a row is written (`Provisioning`) before the
-//! backend makes anything, and removed only after the backend has removed its object (`Deleting` in
-//! between). So every backend object has had a row from before it existed, a row left half-way is
-//! finished by [`Ops::reconcile_once`], and an object without a row can only be something Berth did not
-//! make or a leftover the orphan scan reports. Work on one volume holds that volume's lock, and runs
-//! in its own task, so a caller that hangs up cannot stop it half-way.
+//! The order of writes is what makes a crash harmless. A new volume's object is made before its row
+//! only on a backend that marks it uncommitted until the row is committed (one commit per add; see
+//! `add`); elsewhere a row is written (`Provisioning`) before the backend makes anything. A row is
+//! removed only after the backend has removed its object (`Deleting` in between). So an object
+//! without a row is either marked uncommitted (an add not yet committed, or one a crash stopped: the
+//! reconciler takes it back, under the volume's lock) or something Berth cannot account for, which
+//! the orphan scan reports; a row left half-way is finished by [`Ops::reconcile_once`]. Work on one
+//! volume holds that volume's lock, and runs in its own task, so a caller that hangs up cannot stop
+//! it half-way.
 //!
 //! # Layout
 //! - this module: [`Ops`] (the store, the registry, the backends and the per-volume locks), the

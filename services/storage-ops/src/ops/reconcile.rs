@@ -1,5 +1,17 @@
-//! The reconciler's work: finish volumes a crash left half-done, and find (and, by policy, remove)
-//! backend objects Berth made that no volume owns.
+//! The reconciler's work: finish volumes a crash left half-done, take back the objects of adds that
+//! never committed, and find (and, by policy, remove) backend objects Berth made that no volume owns.
+//!
+//! Three kinds of objects are told apart (see [`crate::backend`] and `add`):
+//! - owned by a row: a volume's; one still marked uncommitted (its add was stopped between its
+//!   commit and clearing the mark) is marked committed;
+//! - uncommitted and owned by no row: made by an add that has not committed, or never will (a
+//!   crash, a refusal). Never acknowledged to anyone, so it is removed whatever the orphan policy,
+//!   under the volume's lock (an add in flight holds it from before its object exists until after
+//!   its commit) and only once no row owns it; it is not listed as an orphan;
+//! - committed and owned by no row: an orphan, left by something Berth cannot account for (a
+//!   database restored from an older copy, another Berth on the same path, a hand-made directory),
+//!   so it may hold data someone wants: reported, and removed only under
+//!   [`OrphanPolicy::Delete`].
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,8 +19,17 @@ use std::sync::Arc;
 use domain::{OrchestratorKind, Orphan, OrphanList, VolumePhase};
 
 use super::{Ops, reasons};
-use crate::backend::{Backend, Found};
+use crate::backend::{Backend, Found, ObjectRef};
 use crate::store::VolumeRow;
+
+/// One object a scan found, with what the reconciler needs to deal with it.
+struct Scanned {
+    orphan: Orphan,
+    found: Found,
+    backend: Arc<dyn Backend>,
+    /// Whether a row (a volume, or a retained object's record) owns it.
+    owned: bool,
+}
 
 /// What the reconciler does with orphans.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,8 +103,8 @@ impl Ops {
         (targets, unscanned)
     }
 
-    /// Scans every backend for objects Berth made that no volume owns.
-    pub async fn find_orphans(&self) -> (Vec<(Orphan, Found, Arc<dyn Backend>)>, Vec<String>) {
+    /// Scans every backend for the objects Berth made, each with whether a row owns it.
+    async fn scan_objects(&self) -> (Vec<Scanned>, Vec<String>) {
         let (targets, mut unscanned) = self.scan_targets().await;
         let mut found = Vec::new();
         for (orchestrator, kind, backend) in targets {
@@ -99,8 +120,10 @@ impl Ops {
                 }
             }
         }
-        // Read the owners after listing the backends: a row is written before its object is made,
-        // so an object listed above has its row in this set unless it really has none.
+        // Read the owners after listing the backends: an object listed above as committed had its
+        // row committed before its mark was cleared (or before it was made), so the row is in this
+        // set unless it really has none (or was deleted since). Uncommitted ones are checked again,
+        // under their volume's lock, before anything is done to them.
         let owners = match self.store.owner_uids().await {
             Ok(o) => o,
             Err(e) => {
@@ -108,23 +131,33 @@ impl Ops {
                 return (Vec::new(), unscanned);
             }
         };
-        let orphans = found
+        let scanned = found
             .into_iter()
-            .filter(|(_, _, f, _)| !owners.contains(&f.uid))
-            .map(|(orchestrator, kind, f, backend)| {
-                (
-                    Orphan {
-                        orchestrator,
-                        kind,
-                        location: f.location.clone(),
-                        uid: f.uid.clone(),
-                        namespace: f.namespace.clone(),
-                        name: f.name.clone(),
-                    },
-                    f,
-                    backend,
-                )
+            .map(|(orchestrator, kind, found, backend)| Scanned {
+                owned: owners.contains(&found.uid),
+                orphan: Orphan {
+                    orchestrator,
+                    kind,
+                    location: found.location.clone(),
+                    uid: found.uid.clone(),
+                    namespace: found.namespace.clone(),
+                    name: found.name.clone(),
+                },
+                found,
+                backend,
             })
+            .collect();
+        (scanned, unscanned)
+    }
+
+    /// Scans every backend for objects Berth made that no volume owns (uncommitted ones are not
+    /// orphans: the reconciler takes them back).
+    pub async fn find_orphans(&self) -> (Vec<(Orphan, Found, Arc<dyn Backend>)>, Vec<String>) {
+        let (scanned, unscanned) = self.scan_objects().await;
+        let orphans = scanned
+            .into_iter()
+            .filter(|s| !s.owned && !s.found.uncommitted)
+            .map(|s| (s.orphan, s.found, s.backend))
             .collect();
         (orphans, unscanned)
     }
@@ -139,8 +172,8 @@ impl Ops {
         }
     }
 
-    /// One reconcile pass: finish every half-done volume nobody is working on, then deal with orphans
-    /// as the policy says.
+    /// One reconcile pass: finish every half-done volume nobody is working on, settle the objects of
+    /// adds that were stopped half-way, then deal with orphans as the policy says.
     pub async fn reconcile_once(&self) {
         match self.store.unfinished().await {
             Ok(rows) => {
@@ -150,27 +183,96 @@ impl Ops {
             }
             Err(e) => tracing::error!(error = %e, "reconcile: cannot read unfinished volumes"),
         }
-        let (orphans, unscanned) = self.find_orphans().await;
+        let (scanned, unscanned) = self.scan_objects().await;
         for problem in unscanned {
             tracing::warn!(%problem, "reconcile: a backend was not scanned");
         }
-        for (orphan, found, backend) in orphans {
-            if self.orphan_policy == OrphanPolicy::Report {
-                tracing::warn!(orchestrator = %orphan.orchestrator, location = %orphan.location, uid = %orphan.uid, "orphan: a backend object Berth made that no volume owns");
-                continue;
+        for Scanned {
+            orphan,
+            found,
+            backend,
+            owned,
+        } in scanned
+        {
+            match (owned, found.uncommitted) {
+                (true, false) => {}
+                (true, true) => self.mark_committed(&found, backend.as_ref()).await,
+                (false, true) => self.take_back(&found, backend.as_ref()).await,
+                (false, false) => self.orphan(&orphan, &found, backend.as_ref()).await,
             }
-            // Owned-ness never comes back for a uid (uids are new per volume), but check once more
-            // right before removing anything.
-            if !matches!(self.store.owns(&found.uid).await, Ok(false)) {
-                continue;
+        }
+    }
+
+    /// An owned object still marked uncommitted: its add stopped between its commit and clearing the
+    /// mark (or a power loss undid the clearing). Marked committed if its volume is Ready or its
+    /// object retained (the backend looks at the object itself, so the size and kind are not needed).
+    async fn mark_committed(&self, found: &Found, backend: &dyn Backend) {
+        let Some(_guard) = self.locks.try_lock(&found.namespace, &found.name) else {
+            return; // an add or delete is working on it right now
+        };
+        match self.store.get_uid(&found.uid).await {
+            Ok(Some(row)) if row.phase == VolumePhase::Ready => {}
+            // A Failed one is made again by its retry, a Deleting one removed.
+            Ok(Some(_)) | Err(_) => return,
+            // Retained by a delete since: kept, so usable.
+            Ok(None) if matches!(self.store.owns(&found.uid).await, Ok(true)) => {}
+            Ok(None) => return,
+        }
+        let object = ObjectRef {
+            uid: found.uid.clone(),
+            namespace: found.namespace.clone(),
+            name: found.name.clone(),
+            capacity_bytes: 0,
+            file: false,
+        };
+        match backend.mark_committed(&object).await {
+            Ok(()) => {
+                tracing::info!(namespace = %found.namespace, name = %found.name, uid = %found.uid, "reconcile: marked a volume's object committed")
             }
-            match backend.remove_found(&found).await {
-                Ok(()) => {
-                    tracing::info!(orchestrator = %orphan.orchestrator, location = %orphan.location, uid = %orphan.uid, "orphan removed")
-                }
-                Err(e) => {
-                    tracing::warn!(location = %orphan.location, error = %e, "orphan could not be removed")
-                }
+            Err(e) => {
+                tracing::warn!(namespace = %found.namespace, name = %found.name, uid = %found.uid, error = %e, "reconcile: could not mark a volume's object committed")
+            }
+        }
+    }
+
+    /// An uncommitted object no row owns: removed, unless an add holds its volume's lock (it may be
+    /// about to commit) or a row owns it by now.
+    async fn take_back(&self, found: &Found, backend: &dyn Backend) {
+        let Some(_guard) = self.locks.try_lock(&found.namespace, &found.name) else {
+            return;
+        };
+        // Under the lock no add of this name is in flight, and only such an add could commit a row
+        // for this uid: so "no row" now stays true.
+        if !matches!(self.store.owns(&found.uid).await, Ok(false)) {
+            return;
+        }
+        match backend.remove_found(found).await {
+            Ok(()) => {
+                tracing::info!(namespace = %found.namespace, name = %found.name, uid = %found.uid, "reconcile: removed the object of an add that never committed")
+            }
+            Err(e) => {
+                tracing::warn!(namespace = %found.namespace, name = %found.name, uid = %found.uid, error = %e, "reconcile: could not remove the object of an add that never committed")
+            }
+        }
+    }
+
+    /// An object Berth made that no row owns, dealt with as the policy says.
+    async fn orphan(&self, orphan: &Orphan, found: &Found, backend: &dyn Backend) {
+        if self.orphan_policy == OrphanPolicy::Report {
+            tracing::warn!(orchestrator = %orphan.orchestrator, location = %orphan.location, uid = %orphan.uid, "orphan: a backend object Berth made that no volume owns");
+            return;
+        }
+        // Owned-ness never comes back for a uid (uids are new per volume), but check once more
+        // right before removing anything.
+        if !matches!(self.store.owns(&found.uid).await, Ok(false)) {
+            return;
+        }
+        match backend.remove_found(found).await {
+            Ok(()) => {
+                tracing::info!(orchestrator = %orphan.orchestrator, location = %orphan.location, uid = %orphan.uid, "orphan removed")
+            }
+            Err(e) => {
+                tracing::warn!(location = %orphan.location, error = %e, "orphan could not be removed")
             }
         }
     }
@@ -201,6 +303,132 @@ impl Ops {
             Err(e) => {
                 tracing::warn!(%namespace, %name, %uid, error = %e, "reconcile: could not finish a volume")
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+
+    use client::{ClientOptions, ServiceClient};
+    use domain::orchestrator::OrchestratorLimits;
+
+    use super::*;
+    use crate::backend::local::LocalBackend;
+    use crate::store::{Store, now};
+
+    /// Ops over a fresh store, with a registry that does not answer: the reconciler then scans the
+    /// backends the stored volumes live on.
+    async fn ops(dir: &Path, policy: OrphanPolicy) -> Ops {
+        let store = Store::open(&dir.join("s.db")).await.unwrap();
+        let registry = client::registry::Client::new(ServiceClient::new(
+            "http://127.0.0.1:9",
+            ClientOptions {
+                attempts: 1,
+                ..ClientOptions::default()
+            },
+        ));
+        let limits = OrchestratorLimits {
+            local_roots: vec![dir.display().to_string()],
+            docker_endpoints: Vec::new(),
+        };
+        Ops::new(store, registry, policy, limits)
+    }
+
+    fn ready_row(base: &Path, name: &str, uid: &str, location: &str) -> VolumeRow {
+        VolumeRow {
+            uid: uid.into(),
+            namespace: "team".into(),
+            name: name.into(),
+            orchestrator: "disk".into(),
+            kind: OrchestratorKind::Local,
+            backend_config: serde_json::json!({"basePath": base.display().to_string()}),
+            capacity: "1Mi".into(),
+            capacity_bytes: 1 << 20,
+            replicas: 1,
+            labels: Default::default(),
+            parameters: Default::default(),
+            spec_hash: String::new(),
+            phase: VolumePhase::Ready,
+            reason: reasons::PROVISIONED.into(),
+            message: String::new(),
+            location: location.into(),
+            created_at: now(),
+            updated_at: now(),
+            resource_version: 0,
+        }
+    }
+
+    fn object(name: &str) -> ObjectRef {
+        ObjectRef {
+            uid: uuid::Uuid::new_v4().to_string(),
+            namespace: "team".into(),
+            name: name.into(),
+            capacity_bytes: 1 << 20,
+            file: false,
+        }
+    }
+
+    fn mode(at: &str) -> u32 {
+        std::fs::symlink_metadata(at).unwrap().mode() & 0o7777
+    }
+
+    /// The crash windows of an add, under both policies: an object made but never committed is
+    /// taken back, but never while an add of its name holds the lock (it may be about to commit);
+    /// a committed one still marked is marked committed; neither is ever listed as an orphan.
+    #[tokio::test]
+    async fn uncommitted_objects_are_taken_back_unless_in_flight_and_committed_ones_marked() {
+        for policy in [OrphanPolicy::Report, OrphanPolicy::Delete] {
+            let tmp = tempfile::tempdir().unwrap();
+            let base = tmp.path().join("vols");
+            let ops = ops(tmp.path(), policy).await;
+            let backend = LocalBackend::new(
+                &base.display().to_string(),
+                vec![tmp.path().display().to_string()].into(),
+            );
+            // Stopped between its commit and clearing the mark: a Ready row, an object of mode 000.
+            let committed = object("committed");
+            let at_committed = backend.create_uncommitted(&committed).await.unwrap();
+            ops.store
+                .insert(
+                    ready_row(&base, "committed", &committed.uid, &at_committed),
+                    None,
+                )
+                .await
+                .unwrap();
+            // Stopped before its commit: no row.
+            let abandoned = object("abandoned");
+            let at_abandoned = backend.create_uncommitted(&abandoned).await.unwrap();
+            // In flight: made, not committed yet, its add holding the lock.
+            let in_flight = object("in-flight");
+            let at_in_flight = backend.create_uncommitted(&in_flight).await.unwrap();
+            let add = ops.locks.lock("team", "in-flight").await;
+
+            assert!(ops.orphans().await.items.is_empty(), "{policy:?}");
+            ops.reconcile_once().await;
+            assert_eq!(mode(&at_committed), 0o700, "{policy:?}");
+            assert!(!Path::new(&at_abandoned).exists(), "{policy:?}");
+            assert_eq!(
+                mode(&at_in_flight),
+                0,
+                "{policy:?}: an add in flight keeps its object"
+            );
+
+            // The add commits, marks, and lets go: its volume stays.
+            ops.store
+                .insert(
+                    ready_row(&base, "in-flight", &in_flight.uid, &at_in_flight),
+                    None,
+                )
+                .await
+                .unwrap();
+            drop(add);
+            ops.reconcile_once().await;
+            assert_eq!(mode(&at_in_flight), 0o700, "{policy:?}");
+            assert!(Path::new(&at_committed).is_dir(), "{policy:?}");
+            assert!(ops.orphans().await.items.is_empty(), "{policy:?}");
         }
     }
 }

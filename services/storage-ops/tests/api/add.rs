@@ -26,6 +26,9 @@ async fn add_read_list_delete_round_trip() {
     let dir = app.base.join("team").join(format!("data-{uid}"));
     assert_eq!(created.status.location, dir.display().to_string());
     assert!(dir.is_dir());
+    // Marked committed (0700, not the 000 of an uncommitted object) before the answer.
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o700);
 
     // Read after create sees it, at once.
     let read = app.storage.get("team", "data").await.unwrap();

@@ -95,6 +95,79 @@ async fn the_delete_policy_removes_orphans_and_nothing_else() {
     assert_eq!(app.storage.get("team", "live").await.unwrap(), live);
 }
 
+/// What an add stopped by a crash leaves, met by a restart under the default (`report`) policy:
+/// the object of an add that never committed (mode 000, no row) is taken back, one whose row was
+/// committed is marked committed and kept, and a committed object without a row is an orphan,
+/// reported and kept.
+#[tokio::test]
+async fn a_restart_takes_back_adds_that_never_committed_and_reports_only_true_orphans() {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let tmp = tempfile::tempdir().unwrap();
+    let registry_url = spawn_registry(tmp.path()).await;
+    let base = tmp.path().join("vols");
+    register_local(&registry_client(&registry_url), "disk", &base, None, true).await;
+    let db = tmp.path().join("storage.db");
+    let team = base.join("team");
+    std::fs::create_dir_all(&team).unwrap();
+    let made = |name: &str, mode: u32| {
+        let uid = uuid::Uuid::new_v4().to_string();
+        let at = team.join(format!("{name}-{uid}"));
+        std::fs::DirBuilder::new().mode(mode).create(&at).unwrap();
+        (uid, at)
+    };
+    let (_, abandoned) = made("abandoned", 0);
+    let (stray_uid, stray) = made("stray", 0o700);
+    let (committed_uid, committed) = made("committed", 0);
+    {
+        let store = storage_ops::store::Store::open(&db).await.unwrap();
+        store
+            .insert(
+                storage_ops::store::VolumeRow {
+                    uid: committed_uid.clone(),
+                    namespace: "team".into(),
+                    name: "committed".into(),
+                    orchestrator: "disk".into(),
+                    kind: OrchestratorKind::Local,
+                    backend_config: json!({"basePath": base.display().to_string()}),
+                    capacity: "1Gi".into(),
+                    capacity_bytes: 1 << 30,
+                    replicas: 1,
+                    labels: BTreeMap::new(),
+                    parameters: BTreeMap::new(),
+                    spec_hash: String::new(),
+                    phase: VolumePhase::Ready,
+                    reason: "Provisioned".into(),
+                    message: String::new(),
+                    location: committed.display().to_string(),
+                    created_at: storage_ops::store::now(),
+                    updated_at: storage_ops::store::now(),
+                    resource_version: 0,
+                },
+                None,
+            )
+            .await
+            .unwrap();
+    }
+    let url = spawn_storage(&db, &registry_url, &[]).await;
+    let storage = storage_client(&url);
+    eventually("the abandoned object is taken back", WAIT, || async {
+        (!abandoned.exists()).then_some(())
+    })
+    .await;
+    eventually("the committed object is marked committed", WAIT, || async {
+        let mode = std::fs::symlink_metadata(&committed).ok()?.mode() & 0o7777;
+        (mode == 0o700).then_some(())
+    })
+    .await;
+    let v = storage.get("team", "committed").await.unwrap();
+    assert_eq!(v.status.phase, VolumePhase::Ready);
+    let orphans = storage.orphans().await.unwrap();
+    assert_eq!(orphans.policy, "report");
+    let uids: Vec<&str> = orphans.items.iter().map(|o| o.uid.as_str()).collect();
+    assert_eq!(uids, [stray_uid.as_str()]);
+    assert!(stray.is_dir(), "a true orphan is only reported");
+}
+
 #[tokio::test]
 async fn a_restart_finishes_rows_a_crash_left_half_done() {
     let tmp = tempfile::tempdir().unwrap();

@@ -97,16 +97,27 @@ pub(crate) async fn settle_and_check(shared: &Shared, stack: &ProcessStack) {
         }
     }
     // Every backend directory is a listed volume's, and storage-ops reports no orphan: an object
-    // seen both ways counts once.
+    // seen both ways counts once. A kill between an add making its (uncommitted) directory and
+    // committing its row leaves one that the reconciler takes back on its next pass: the
+    // directories are read again, up to SETTLE, until that pass has run.
     let owned: Vec<&str> = volumes.iter().map(|v| v.status.location.as_str()).collect();
-    let mut orphans = std::collections::BTreeSet::new();
-    if let Ok(entries) = std::fs::read_dir(stack.volumes_root.join(NAMESPACE)) {
-        for entry in entries.flatten() {
-            let path = entry.path().display().to_string();
-            if !owned.contains(&path.as_str()) {
-                orphans.insert(path);
+    let unowned = || {
+        let mut found = std::collections::BTreeSet::new();
+        if let Ok(entries) = std::fs::read_dir(stack.volumes_root.join(NAMESPACE)) {
+            for entry in entries.flatten() {
+                let path = entry.path().display().to_string();
+                if !owned.contains(&path.as_str()) {
+                    found.insert(path);
+                }
             }
         }
+        found
+    };
+    let started = Instant::now();
+    let mut orphans = unowned();
+    while !orphans.is_empty() && started.elapsed() < SETTLE {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        orphans = unowned();
     }
     match shared.clients.volumes.orphans().await {
         Ok(list) => orphans.extend(list.items.into_iter().map(|o| o.location)),
