@@ -43,26 +43,44 @@ pub fn validate_dns1123_label(field: &str, value: &str) -> Result<(), Status> {
     Ok(())
 }
 
-/// Checks a DNS-1123 subdomain: dot-separated labels, at most `max_len` characters in all.
+/// Checks a DNS-1123 subdomain: dot-separated labels of at most 63 characters each, at most
+/// `max_len` characters in all. The message states the rule that failed: the total length, a
+/// part's length, or the characters.
 pub fn validate_dns1123_subdomain(field: &str, value: &str, max_len: usize) -> Result<(), Status> {
-    let rule = format!(
-        "must be a DNS-1123 subdomain: at most {max_len} characters, lower-case letters, digits, '-' and '.', each dot-separated part starting and ending with a letter or digit"
-    );
+    const PARTS: &str = "lower-case letters, digits, '-' and '.', each dot-separated part 1 to 63 characters starting and ending with a letter or digit";
     if value.is_empty() {
-        return Err(Status::invalid(field, format!("must not be empty; {rule}")));
+        return Err(Status::invalid(
+            field,
+            format!(
+                "must not be empty; it must be a DNS-1123 subdomain of at most {max_len} characters: {PARTS}"
+            ),
+        ));
     }
     if value.len() > max_len {
         return Err(Status::invalid(
             field,
             format!(
-                "{:?} is {} characters long; {rule}",
+                "{:?} is {} characters long; it must be a DNS-1123 subdomain of at most {max_len} characters",
                 truncated(value),
                 value.len()
             ),
         ));
     }
+    if let Some(part) = value.split('.').find(|p| p.len() > MAX_NAME_LEN) {
+        return Err(Status::invalid(
+            field,
+            format!(
+                "{:?} has a dot-separated part of {} characters; each part of a DNS-1123 subdomain is at most {MAX_NAME_LEN} characters",
+                truncated(value),
+                part.len()
+            ),
+        ));
+    }
     if !value.split('.').all(is_dns1123_label) {
-        return Err(Status::invalid(field, format!("{value:?} {rule}")));
+        return Err(Status::invalid(
+            field,
+            format!("{value:?} must be a DNS-1123 subdomain: {PARTS}"),
+        ));
     }
     Ok(())
 }
@@ -213,6 +231,46 @@ mod tests {
         let long = "a".repeat(10_000);
         let e = validate_volume_name("name", &long).unwrap_err();
         assert!(e.message.len() < 400, "message echoes the whole input");
+    }
+
+    /// The message states the rule that failed: a part over 63 characters is not called too long
+    /// in all, and a name too long in all says the limit of the field.
+    #[test]
+    fn subdomain_messages_state_the_rule_that_failed() {
+        let part = "a".repeat(63);
+        let fits = [part.as_str(); 4].join(".")[..253].to_string();
+        validate_dns1123_subdomain("name", &fits, MAX_SUBDOMAIN_LEN).unwrap();
+        let e = validate_dns1123_subdomain("name", &format!("{part}a.b"), MAX_SUBDOMAIN_LEN)
+            .unwrap_err();
+        assert!(
+            e.message
+                .contains("has a dot-separated part of 64 characters; each part of a DNS-1123 subdomain is at most 63 characters"),
+            "{}",
+            e.message
+        );
+        assert!(!e.message.contains("253"), "{}", e.message);
+        let e =
+            validate_dns1123_subdomain("name", &format!("{fits}a"), MAX_SUBDOMAIN_LEN).unwrap_err();
+        assert!(
+            e.message.contains(
+                "is 254 characters long; it must be a DNS-1123 subdomain of at most 253 characters"
+            ),
+            "{}",
+            e.message
+        );
+        let e = validate_dns1123_subdomain("name", &"a.".repeat(65)[..129], 128).unwrap_err();
+        assert!(
+            e.message.contains("at most 128 characters"),
+            "{}",
+            e.message
+        );
+        let e = validate_dns1123_subdomain("name", "a..b", 128).unwrap_err();
+        assert!(
+            e.message
+                .contains("each dot-separated part 1 to 63 characters"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -110,19 +110,20 @@ pub struct Orchestrator {
 pub struct RegisterOrchestrator {
     /// Which kind to build.
     pub kind: OrchestratorKind,
-    /// A free label (maya's `Label()`), at most 253 characters, no control characters; empty when
-    /// omitted.
+    /// A free label (maya's `Label()`), at most 253 characters, no control characters (U+0000 to
+    /// U+001F, U+007F to U+009F); empty when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
-        schema(max_length = 253, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f-\\x9f]*$")
+        schema(max_length = 253, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
     )]
     pub label: Option<String>,
-    /// The region it serves, at most 63 characters, no control characters; empty when omitted.
+    /// The region it serves, at most 63 characters, no control characters (U+0000 to U+001F, U+007F
+    /// to U+009F); empty when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(
         feature = "openapi",
-        schema(max_length = 63, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f-\\x9f]*$")
+        schema(max_length = 63, pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]*$")
     )]
     pub region: Option<String>,
     /// Kind-specific configuration, validated by the kind (see `GET /v1/kinds`); `{}` when omitted.
@@ -250,7 +251,8 @@ impl OrchestratorKind {
                 },
                 "capacity": {
                     "type": ["string", "null"],
-                    "description": "Optional total capacity as a quantity (10Gi, 500G); stored in canonical form.",
+                    "description": "Optional total capacity as a quantity (10Gi, 500G, 1.5Ti), more than 0 and less than 8Ei; stored in canonical form. The pattern lists the forms that are always whole bytes; other fractional and exponent forms (1.125Ki, 1000m, 1.5e3) are accepted too when they come to whole bytes.",
+                    "pattern": crate::quantity::CAPACITY_PATTERN,
                 },
             }),
             OrchestratorKind::Docker => json!({
@@ -339,7 +341,17 @@ impl LocalConfig {
         };
         let capacity = match map.get("capacity") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(Quantity::parse_field("config.capacity", s)?),
+            Some(Value::String(s)) => {
+                let capacity = Quantity::parse_field("config.capacity", s)?;
+                // A limit of nothing would refuse every volume forever (429), never what was meant.
+                if capacity.bytes() == 0 {
+                    return Err(Status::invalid(
+                        "config.capacity",
+                        format!("{s:?} must be more than 0 bytes (or absent for no limit)"),
+                    ));
+                }
+                Some(capacity)
+            }
             Some(_) => {
                 return Err(Status::invalid(
                     "config.capacity",
@@ -593,6 +605,34 @@ pub fn validate_docker_host(field: &str, text: &str) -> Result<String, Status> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A capacity of nothing would refuse every volume forever: it is refused at registration, as
+    /// the schema's pattern (more than 0) says, naming `config.capacity`.
+    #[test]
+    fn a_zero_capacity_is_refused() {
+        for capacity in ["0", "000", "0Gi", "0.0", "-0", "0e9"] {
+            let config = json!({"basePath": "/srv", "capacity": capacity});
+            let e = OrchestratorKind::Local
+                .validate_config(Some(&config))
+                .unwrap_err();
+            assert!(
+                e.message.starts_with("config.capacity: ")
+                    && e.message.contains("must be more than 0 bytes"),
+                "{capacity}: {}",
+                e.message
+            );
+        }
+        let config = json!({"basePath": "/srv", "capacity": "1.5Gi"});
+        let config = OrchestratorKind::Local
+            .validate_config(Some(&config))
+            .unwrap();
+        assert_eq!(config["capacity"], "1536Mi");
+        let schema = OrchestratorKind::Local.config_schema();
+        assert_eq!(
+            schema["properties"]["capacity"]["pattern"],
+            crate::quantity::CAPACITY_PATTERN
+        );
+    }
 
     #[test]
     fn the_base_path_and_host_patterns_accept_only_what_the_validators_accept() {

@@ -29,6 +29,24 @@ pub enum QuantityFormat {
 /// every reader.
 pub const MAX_BYTES: u64 = i64::MAX as u64;
 
+/// What a capacity's JSON Schema pattern allows: a quantity that is always a whole number of bytes,
+/// more than 0 and less than 8Ei, which [`Quantity::parse_field`] therefore accepts (the schema
+/// tests hold it to the parser). An optional `+`, then one of:
+/// - a whole number of at most 18 digits (`1536`, `5.0`);
+/// - a number with a decimal unit (`k M G T P E`), with no more fraction digits than the unit's
+///   power of ten (`1.5G`, `2.125k`, `0.5M`; trailing zeros do not count), and at most 15, 12, 9,
+///   6 or 3 digits before the point for `k`, `M`, `G`, `T` or `P` (`1` to `8`, or a whole `9`, for
+///   `E`);
+/// - a number with a binary unit (`Ki Mi Gi Ti Pi Ei`), whole or with a fraction of `.5`, `.25` or
+///   `.75` (`1.5Gi`, `0.25Ki`), at most 15, 12, 9, 6, 3 or 1 (`1` to `7` for `Ei`) digits before the
+///   point;
+/// - a whole number of at most 9 digits with an exponent `e0` to `e9` (`1e9`, `5E3`), or a single
+///   digit with an exponent `e10` to `e18`.
+///
+/// The service accepts more: any quantity that comes to a whole number of bytes below 8Ei
+/// (`1.125Ki`, `1000m`, `1.5e3`, `9223372036854775807`); a schema cannot bound those exactly.
+pub const CAPACITY_PATTERN: &str = "^\\+?(0*[1-9][0-9]{0,17}(\\.0*)?|(0*[1-9][0-9]{0,14}(\\.[0-9]{0,3}0*)?|0*\\.[0-9]{0,2}[1-9]0*)k|(0*[1-9][0-9]{0,11}(\\.[0-9]{0,6}0*)?|0*\\.[0-9]{0,5}[1-9]0*)M|(0*[1-9][0-9]{0,8}(\\.[0-9]{0,9}0*)?|0*\\.[0-9]{0,8}[1-9]0*)G|(0*[1-9][0-9]{0,5}(\\.[0-9]{0,12}0*)?|0*\\.[0-9]{0,11}[1-9]0*)T|(0*[1-9][0-9]{0,2}(\\.[0-9]{0,15}0*)?|0*\\.[0-9]{0,14}[1-9]0*)P|(0*[1-8](\\.[0-9]{0,18}0*)?|0*9(\\.0*)?|0*\\.[0-9]{0,17}[1-9]0*)E|(0*[1-9][0-9]{0,14}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Ki|(0*[1-9][0-9]{0,11}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Mi|(0*[1-9][0-9]{0,8}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Gi|(0*[1-9][0-9]{0,5}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Ti|(0*[1-9][0-9]{0,2}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Pi|(0*[1-7](\\.(0*|[27]?50*))?|0*\\.[27]?50*)Ei|0*[1-9][0-9]{0,8}[eE]\\+?0*[0-9]|0*[1-9][eE]\\+?0*1[0-8])$";
+
 /// A number of bytes parsed from a Kubernetes quantity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quantity {

@@ -15,24 +15,106 @@ use utoipa::openapi::{RefOr, Schema};
 pub const DNS1123_LABEL: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 /// A DNS-1123 label or nothing (a field whose empty value means "the default").
 pub const DNS1123_LABEL_OR_EMPTY: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$";
-/// A DNS-1123 subdomain ([`crate::names::validate_dns1123_subdomain`]).
+
+/// One part of a DNS-1123 subdomain: a DNS-1123 label of at most 63 characters.
+macro_rules! subdomain_part {
+    () => {
+        "[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+    };
+}
+
+/// A part of at most 30 characters (of a label key's prefix of four to eight parts).
+macro_rules! short_subdomain_part {
+    () => {
+        "[a-z0-9]([-a-z0-9]{0,28}[a-z0-9])?"
+    };
+}
+
+/// A label key's prefix as a pattern can bound it: one to three parts of at most 63 characters
+/// (at most 191 in all), or four to eight parts of at most 30 (at most 247), so never past the
+/// 253 characters [`crate::names::validate_label_key`] allows.
+macro_rules! label_key_prefix {
+    () => {
+        concat!(
+            "(",
+            subdomain_part!(),
+            "(\\.",
+            subdomain_part!(),
+            "){0,2}|",
+            short_subdomain_part!(),
+            "(\\.",
+            short_subdomain_part!(),
+            "){3,7})"
+        )
+    };
+}
+
+/// A label key's name part, or a label value: at most 63 letters, digits, `-`, `_` and `.`,
+/// starting and ending with a letter or digit.
+macro_rules! label_name {
+    () => {
+        "[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+    };
+}
+
+/// A label key with its optional prefix and `/`.
+macro_rules! label_key {
+    () => {
+        concat!("(", label_key_prefix!(), "/)?", label_name!())
+    };
+}
+
+/// One requirement of a selector.
+macro_rules! selector_requirement {
+    () => {
+        concat!(
+            "(!\\s*",
+            label_key!(),
+            "|",
+            label_key!(),
+            "(\\s*(!=|==|=)\\s*(",
+            label_name!(),
+            ")?|\\s+(in|notin)\\s*\\(\\s*(",
+            label_name!(),
+            "|(",
+            label_name!(),
+            ")?(\\s*,\\s*(",
+            label_name!(),
+            ")?)+)\\s*\\))?)"
+        )
+    };
+}
+
+/// A DNS-1123 subdomain ([`crate::names::validate_dns1123_subdomain`]): dot-separated parts of at
+/// most 63 characters; its total length is the field's `maxLength`.
 pub const DNS1123_SUBDOMAIN: &str =
-    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-/// A capacity in the plain forms ([`crate::quantity::Quantity::parse_field`]): an optional `+`,
-/// a whole number with a non-zero digit, and an optional binary or decimal unit, with no more
-/// digits than keep it below 8Ei (`7Ei` is the largest in exbibytes). The service also accepts
-/// what this pattern leaves out but still comes to a whole number of bytes (`1.5Gi`, `1e3`); the
-/// pattern names the forms a schema-valid request can rely on, every one of which is accepted.
-pub const CAPACITY: &str = "^\\+?(0*[1-9][0-9]{0,17}|0*[1-9][0-9]{0,14}k|0*[1-9][0-9]{0,11}M|0*[1-9][0-9]{0,8}G|0*[1-9][0-9]{0,5}T|0*[1-9][0-9]{0,2}P|0*[1-9][0-9]{0,14}Ki|0*[1-9][0-9]{0,11}Mi|0*[1-9][0-9]{0,8}Gi|0*[1-9][0-9]{0,5}Ti|0*[1-9][0-9]{0,2}Pi|0*[1-9]E|0*[1-7]Ei)$";
+    concat!("^", subdomain_part!(), "(\\.", subdomain_part!(), ")*$");
+/// A capacity ([`crate::quantity::CAPACITY_PATTERN`], which says which forms it allows): every
+/// string it allows is a quantity of more than 0 bytes the service accepts; the service also
+/// accepts other forms that come to whole bytes.
+pub const CAPACITY: &str = crate::quantity::CAPACITY_PATTERN;
 /// A label selector ([`crate::selector::Selector`]): empty, or comma-separated requirements
 /// `key`, `!key`, `key=value`, `key==value`, `key!=value`, `key in (v,..)`, `key notin (v,..)`,
-/// with keys and values as [`LABEL_KEY`] and [`LABEL_VALUE`] say.
-pub const LABEL_SELECTOR: &str = "^(\\s*|\\s*(!\\s*([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(\\s*(!=|==|=)\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?|\\s+(in|notin)\\s*\\(\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?(\\s*,\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)+)\\s*\\))?)\\s*(,\\s*(!\\s*([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?(\\s*(!=|==|=)\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?|\\s+(in|notin)\\s*\\(\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?|([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?(\\s*,\\s*([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?)+)\\s*\\))?)\\s*)*)$";
+/// with keys and values as [`LABEL_KEY`] and [`LABEL_VALUE`] say. Like [`LABEL_KEY`], a little
+/// narrower than the parser on prefixes (see [`LABEL_KEY_PREFIX_RULE`]).
+pub const LABEL_SELECTOR: &str = concat!(
+    "^(\\s*|\\s*",
+    selector_requirement!(),
+    "\\s*(,\\s*",
+    selector_requirement!(),
+    "\\s*)*)$"
+);
 /// A label key ([`crate::names::validate_label_key`]): an optional DNS-1123 subdomain prefix and
 /// `/`, then a name of letters, digits, `-`, `_` and `.` starting and ending with a letter or digit.
-pub const LABEL_KEY: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)$";
+/// The validator bounds the prefix to 253 characters in all, which a pattern without lookahead
+/// (that schemathesis cannot generate from) cannot count; the pattern bounds it by the number and
+/// length of its parts instead, which is a little narrower ([`LABEL_KEY_PREFIX_RULE`]).
+pub const LABEL_KEY: &str = concat!("^", label_key!(), "$");
 /// A label value ([`crate::names::validate_label_value`]): empty, or like a key's name part.
-pub const LABEL_VALUE: &str = "^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$";
+pub const LABEL_VALUE: &str = concat!("^(", label_name!(), ")?$");
+/// How the documents describe what [`LABEL_KEY`] allows of a prefix, and what the service accepts
+/// besides.
+pub const LABEL_KEY_PREFIX_RULE: &str = "A prefix is a DNS subdomain of one to three parts of at most 63 characters each, or of four to eight parts of at most 30 characters each (the service accepts any DNS subdomain prefix of at most 253 characters, with parts of at most 63).";
 
 fn from_json(value: serde_json::Value) -> RefOr<Schema> {
     RefOr::T(serde_json::from_value(value).expect("a valid schema literal"))
@@ -47,7 +129,12 @@ impl utoipa::PartialSchema for Labels {
         from_json(json!({
             "type": "object",
             "description": "Labels, as Kubernetes writes them: keys are an optional DNS subdomain prefix and '/', then a name of at most 63 letters, digits, '-', '_' and '.'; values are empty or such a name.",
-            "propertyNames": {"type": "string", "pattern": LABEL_KEY, "maxLength": 317},
+            "propertyNames": {
+                "type": "string",
+                "pattern": LABEL_KEY,
+                "maxLength": 317,
+                "description": LABEL_KEY_PREFIX_RULE,
+            },
             "additionalProperties": {"type": "string", "pattern": LABEL_VALUE, "maxLength": 63},
             "example": {"app": "db", "tier": "storage"},
         }))
@@ -94,11 +181,13 @@ impl utoipa::ToSchema for VolumeParameters {
 #[cfg(test)]
 mod tests {
     //! Each pattern against the validator it mirrors, on the validators' own hard cases and a few
-    //! more: a string matches exactly when the validator accepts it.
+    //! more: a string matches exactly when the validator accepts it, except where a pattern says
+    //! it is narrower, and then only on the cases listed as that gap.
 
     use super::*;
     use crate::names::{
-        validate_dns1123_label, validate_label_key, validate_label_value, validate_volume_name,
+        MAX_SUBDOMAIN_LEN, validate_dns1123_label, validate_dns1123_subdomain, validate_label_key,
+        validate_label_value, validate_volume_name,
     };
     use crate::quantity::Quantity;
 
@@ -110,14 +199,46 @@ mod tests {
         }
     }
 
+    /// `n` copies of `part` joined by dots.
+    fn dotted(part: &str, n: usize) -> String {
+        vec![part; n].join(".")
+    }
+
+    /// Subdomains on the boundaries: parts of 63 and 64 characters, 253 and 254 in all.
+    fn subdomain_cases() -> Vec<String> {
+        let p63 = "a".repeat(63);
+        let p64 = "a".repeat(64);
+        let four = dotted(&p63, 4);
+        vec![
+            p63.clone(),
+            p64.clone(),
+            format!("x.{p63}"),
+            format!("x.{p64}"),
+            format!("{p64}.x"),
+            dotted(&p63, 3),
+            four[..253].to_string(),
+            four[..254].to_string(),
+            four.clone(),
+            format!("{}.b", &four[..251]),
+            dotted("a", 127),
+            dotted("a", 128),
+            format!("{p63}.{}.b", &p63[..62]),
+            format!("{p63}.{}.bc", &p63[..62]),
+        ]
+    }
+
     #[test]
     fn name_patterns_mirror_the_validators() {
         let long = "a".repeat(63);
         let too_long = "a".repeat(64);
-        let cases = [
+        let mut cases: Vec<String> = [
             "a", "vol-1", "0abc", &long, &too_long, "", "-a", "a-", "A", "a_b", "a.b", "a/b", "..",
             "ü", "data.v1", "../etc", "a..b", ".a", "a.", "/abs", "a.-b", "a-.b",
-        ];
+        ]
+        .map(String::from)
+        .to_vec();
+        cases.extend(subdomain_cases());
+        let cases: Vec<&str> = cases.iter().map(String::as_str).collect();
         agree(
             DNS1123_LABEL,
             63,
@@ -130,6 +251,15 @@ mod tests {
             |s| validate_volume_name("n", s).is_ok(),
             &cases,
         );
+        // As a machine name: at most 253, and 128 for an Alicloud CreateMachine.
+        for max in [MAX_SUBDOMAIN_LEN, 128] {
+            agree(
+                DNS1123_SUBDOMAIN,
+                max,
+                |s| validate_dns1123_subdomain("n", s, max).is_ok(),
+                &cases,
+            );
+        }
         agree(
             DNS1123_LABEL_OR_EMPTY,
             63,
@@ -138,13 +268,19 @@ mod tests {
         );
     }
 
-    #[test]
-    fn label_patterns_mirror_the_validators() {
+    /// Label keys on the prefix's boundaries, as `(key, accepted by the service)`; and the keys the
+    /// pattern refuses although the service accepts them (the gap [`LABEL_KEY_PREFIX_RULE`] states).
+    fn key_cases() -> (Vec<String>, Vec<String>) {
+        let p63 = "a".repeat(63);
+        let p64 = "a".repeat(64);
+        let p30 = "b".repeat(30);
+        let p31 = "b".repeat(31);
         let long = "a".repeat(63);
         let too_long = "a".repeat(64);
-        let keys = [
+        let exact: Vec<String> = [
             "app",
             "app.kubernetes.io/name",
+            "feature.node.kubernetes.io/cpu",
             "a_b.c-d",
             "example.com/X",
             "",
@@ -159,19 +295,81 @@ mod tests {
             &too_long,
             "x.y/a.b",
             "ü",
+            "a..b/x",
+            ".a/x",
+            "a-/x",
+        ]
+        .map(String::from)
+        .to_vec()
+        .into_iter()
+        .chain([
+            format!("{p63}/x"),
+            format!("{p64}/x"),
+            format!("x.{p64}/x"),
+            format!("{}/x", dotted(&p63, 3)),
+            format!("{}/{long}", dotted(&p63, 3)),
+            format!("{}/x", dotted(&p30, 4)),
+            format!("{}/x", dotted(&p30, 8)),
+            format!("{}/{long}", dotted(&p30, 8)),
+            format!("{}/x", dotted(&p63, 4)),
+            format!("{}/x", &dotted(&p63, 4)[..254]),
+        ])
+        .collect();
+        let gap = vec![
+            format!("{}/x", &dotted(&p63, 4)[..253]),
+            format!("{}/x", dotted(&p31, 4)),
+            format!("{}/x", dotted("a", 9)),
+            format!("{}/x", dotted("a", 127)),
         ];
+        (exact, gap)
+    }
+
+    #[test]
+    fn label_patterns_mirror_the_validators() {
+        let (exact, gap) = key_cases();
+        let exact: Vec<&str> = exact.iter().map(String::as_str).collect();
         agree(
             LABEL_KEY,
             317,
             |s| validate_label_key("k", s).is_ok(),
-            &keys,
+            &exact,
         );
         agree(
             LABEL_VALUE,
             63,
             |s| validate_label_value("v", s).is_ok(),
-            &keys,
+            &exact,
         );
+        let re = regex::Regex::new(LABEL_KEY).unwrap();
+        for key in &gap {
+            assert!(validate_label_key("k", key).is_ok(), "{key}");
+            assert!(!re.is_match(key), "{key}");
+        }
+    }
+
+    /// No prefix the key pattern allows is longer than the validator's 253: its longest forms.
+    #[test]
+    fn the_key_pattern_never_allows_a_prefix_past_253() {
+        let re = regex::Regex::new(LABEL_KEY).unwrap();
+        let longest = [dotted(&"a".repeat(63), 3), dotted(&"b".repeat(30), 8)];
+        for prefix in longest {
+            assert!(prefix.len() <= MAX_SUBDOMAIN_LEN);
+            let key = format!("{prefix}/x");
+            assert!(re.is_match(&key), "{key}");
+            for longer in [format!("{prefix}a/x"), format!("{prefix}.a/x")] {
+                assert!(!re.is_match(&longer), "{longer}");
+            }
+        }
+    }
+
+    /// Whether the service takes `case` as a capacity: a quantity of more than 0 bytes (whose
+    /// canonical form, as the service answers it, reads back as the same bytes).
+    fn capacity_accepted(case: &str) -> bool {
+        Quantity::parse_field("c", case).is_ok_and(|q| {
+            let again: Quantity = q.to_string().parse().unwrap();
+            assert_eq!(again.bytes(), q.bytes(), "{case:?}");
+            q.bytes() > 0
+        })
     }
 
     #[test]
@@ -189,36 +387,160 @@ mod tests {
             "999Pi",
             "999999Ti",
             "999999999Gi",
+            // Fractions with a decimal unit, never more fraction digits than its power.
+            "1.5G",
+            "2.125k",
+            "0.5M",
+            ".5M",
+            "0.001k",
+            "1.000000000000000001E",
+            "8.999999999999999999E",
+            ".000000000000000001E",
+            "999999999999999.999k",
+            "1.5000000000G",
+            "1.",
+            "5.0",
+            "9.0E",
+            "1.k",
+            // Halves and quarters of a binary unit.
+            "1.5Gi",
+            "0.5Ki",
+            ".25Ki",
+            "7.75Ei",
+            "999.75Pi",
+            "1.50Mi",
+            "1.Ki",
+            // Integer exponents.
+            "1e9",
+            "5E3",
+            "1e0",
+            "1e+9",
+            "999999999e9",
+            "9e18",
+            "1E10",
+            "1e09",
         ];
         for case in allowed {
             assert!(re.is_match(case), "{case:?}");
-            let q = Quantity::parse_field("c", case).unwrap();
-            assert!(q.bytes() > 0, "{case:?}");
+            assert!(capacity_accepted(case), "{case:?}");
         }
         // Refused by the service, and by the pattern.
         for case in [
             "0",
+            "000",
             "0Gi",
+            "0.0G",
+            ".0Ki",
+            "0e9",
             "-1",
+            "-0",
             "",
             "Gi",
             "8Ei",
             "10E",
             "9999999999999999999",
             "1KiB",
+            "1.0000000000000000001E",
+            "9.3E",
+            "1.5",
+            "1.0001k",
+            "0.0001k",
+            "1.1Ki",
+            "0.1Ki",
+            "100m",
+            "1e-1",
+            "1e19",
+            "10e18",
+            "1e3Gi",
+            " 1",
+            "1 ",
+            "0.0Ki1",
         ] {
             assert!(!re.is_match(case), "{case:?}");
-            assert!(
-                Quantity::parse_field("c", case).map_or(true, |q| q.bytes() == 0),
-                "{case:?}"
-            );
+            assert!(!capacity_accepted(case), "{case:?}");
+        }
+        // Accepted by the service, but beyond what a pattern states (its description says so).
+        for case in [
+            "1.125Ki",
+            "1000m",
+            "1.5e3",
+            "9223372036854775807",
+            "9.2E",
+            "1e-0",
+            "10e17",
+        ] {
+            assert!(!re.is_match(case), "{case:?}");
+            assert!(capacity_accepted(case), "{case:?}");
+        }
+    }
+
+    /// Every string of quantity characters up to a few long, and many longer ones made from
+    /// pieces: whatever the pattern allows, the service accepts.
+    #[test]
+    fn no_capacity_the_pattern_allows_is_refused() {
+        let re = regex::Regex::new(CAPACITY).unwrap();
+        let pieces = [
+            "", "0", "1", "5", "9", "25", "75", "50", "000", "999999", "+", "-", ".", "e", "E",
+            "e1", "e+", "1", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "m",
+            "8", "18", "17",
+        ];
+        let mut checked = 0;
+        // Up to four pieces: every combination.
+        let n = pieces.len();
+        for a in 0..n {
+            for b in 0..n {
+                for c in 0..n {
+                    for d in 0..n {
+                        let case = format!("{}{}{}{}", pieces[a], pieces[b], pieces[c], pieces[d]);
+                        if re.is_match(&case) {
+                            checked += 1;
+                            assert!(capacity_accepted(&case), "{case:?}");
+                        }
+                    }
+                }
+            }
+        }
+        assert!(checked > 10_000, "{checked}");
+        // Long mantissas on each unit's bound.
+        for unit in [
+            "", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei",
+        ] {
+            for digits in 1..=20 {
+                for fraction in [
+                    "",
+                    ".",
+                    ".5",
+                    ".75",
+                    ".999999999999999999",
+                    ".0000000000000000009",
+                ] {
+                    for lead in ["", "0", "9"] {
+                        let case = format!("{lead}{}{fraction}{unit}", "9".repeat(digits));
+                        if re.is_match(&case) {
+                            assert!(capacity_accepted(&case), "{case:?}");
+                        }
+                        let case = format!("{}{fraction}{unit}", "1".repeat(digits));
+                        if re.is_match(&case) {
+                            assert!(capacity_accepted(&case), "{case:?}");
+                        }
+                    }
+                }
+            }
+        }
+        for exponent in 0..=25 {
+            for digits in 1..=12 {
+                let case = format!("{}e{exponent}", "9".repeat(digits));
+                if re.is_match(&case) {
+                    assert!(capacity_accepted(&case), "{case:?}");
+                }
+            }
         }
     }
 
     #[test]
     fn the_selector_pattern_mirrors_the_parser() {
         let re = regex::Regex::new(LABEL_SELECTOR).unwrap();
-        for case in [
+        let mut cases: Vec<String> = [
             "",
             "  ",
             "app=db",
@@ -242,12 +564,32 @@ mod tests {
             "a in (b",
             "a=b)",
             "a inx (b)",
-        ] {
+        ]
+        .map(String::from)
+        .to_vec();
+        // Each key boundary case as a key in a selector, with and without `!` and an operator.
+        let (exact, gap) = key_cases();
+        for key in exact
+            .iter()
+            .filter(|k| !k.is_empty() && !k.contains([' ', ',', '!', '=']))
+        {
+            cases.push(key.clone());
+            cases.push(format!("!{key}"));
+            cases.push(format!("a=b,{key} in (x, y)"));
+            cases.push(format!("{key}!=v"));
+        }
+        for case in &cases {
             assert_eq!(
                 re.is_match(case),
                 case.parse::<crate::selector::Selector>().is_ok(),
                 "{case:?}"
             );
+        }
+        for key in &gap {
+            for case in [key.clone(), format!("!{key}"), format!("a,{key}=v")] {
+                assert!(case.parse::<crate::selector::Selector>().is_ok(), "{case}");
+                assert!(!re.is_match(&case), "{case}");
+            }
         }
     }
 
@@ -272,6 +614,59 @@ mod tests {
         assert_eq!(pattern(&p["capacity"]), CAPACITY);
         assert_eq!(pattern(&p["namespace"]), DNS1123_LABEL_OR_EMPTY);
         assert_eq!(pattern(&p["orchestrator"]), DNS1123_LABEL_OR_EMPTY);
+    }
+
+    /// A local orchestrator's `config.capacity` (as `GET /v1/kinds` answers it) carries the same
+    /// pattern as a volume's, and the registration's validator holds to it, zero included.
+    #[test]
+    fn the_local_config_capacity_carries_the_pattern() {
+        use crate::orchestrator::OrchestratorKind;
+        let schema = OrchestratorKind::Local.config_schema();
+        assert_eq!(schema["properties"]["capacity"]["pattern"], CAPACITY);
+        let re = regex::Regex::new(CAPACITY).unwrap();
+        for capacity in [
+            "10Gi", "1.5Gi", "1e9", "0", "000", "0Gi", "-0", "1.1Ki", "8Ei", "x",
+        ] {
+            let config = serde_json::json!({"basePath": "/srv", "capacity": capacity});
+            let accepted = OrchestratorKind::Local.validate_config(Some(&config));
+            assert_eq!(re.is_match(capacity), accepted.is_ok(), "{capacity:?}");
+            if let Err(e) = accepted {
+                assert!(e.message.starts_with("config.capacity: "), "{}", e.message);
+            }
+        }
+    }
+
+    /// A registration's `label` and `region` patterns against the registry's rule (no character
+    /// [`char::is_control`] says is one), on each end of the control ranges, and the documented
+    /// example (`{"kind":"nomad","label":"batch jobs","region":"eu-1"}`) validates.
+    #[test]
+    fn the_registration_text_patterns_refuse_exactly_control_characters() {
+        let schema = serde_json::to_value(
+            <crate::orchestrator::RegisterOrchestrator as utoipa::PartialSchema>::schema(),
+        )
+        .unwrap();
+        for (field, max) in [("label", 253), ("region", 63)] {
+            let property = &schema["properties"][field];
+            let text = property["pattern"]
+                .as_str()
+                .or_else(|| property["oneOf"][0]["pattern"].as_str())
+                .or_else(|| property["oneOf"][1]["pattern"].as_str())
+                .unwrap_or_else(|| panic!("no pattern in {property}"));
+            let re = regex::Regex::new(text).unwrap();
+            let max_in_schema = property["maxLength"]
+                .as_u64()
+                .or_else(|| property["oneOf"][0]["maxLength"].as_u64())
+                .or_else(|| property["oneOf"][1]["maxLength"].as_u64())
+                .unwrap();
+            assert_eq!(max_in_schema, max);
+            for example in ["batch jobs", "eu-1", "", "a-b-c", "ü é", "\u{a0}", "~"] {
+                assert!(re.is_match(example), "{field}: {example:?}");
+            }
+            for c in (0u32..0x250).filter_map(char::from_u32) {
+                let case = format!("a{c}-b");
+                assert_eq!(re.is_match(&case), !c.is_control(), "{field}: {c:?}");
+            }
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub struct VolumeProvisionerProfile {
     #[cfg_attr(
         feature = "openapi",
         schema(
-            pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+            pattern = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$",
             min_length = 1,
             max_length = 63,
             example = "data-1"
@@ -45,13 +45,15 @@ pub struct VolumeProvisionerProfile {
         schema(pattern = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length = 63)
     )]
     pub namespace: Option<String>,
-    /// The capacity, as a Kubernetes quantity (`10Gi`, `500M`): a whole number of bytes, more than
-    /// 0 and less than 8Ei (fractions and exponents that come to whole bytes, `1.5Gi`, `1e9`, are
-    /// accepted too).
+    /// The capacity, as a Kubernetes quantity (`10Gi`, `500M`, `1.5Gi`, `1e9`): a whole number of
+    /// bytes, more than 0 and less than 8Ei. The pattern allows the forms that are always whole
+    /// bytes (decimal units with no more fraction digits than their power, binary units with `.5`,
+    /// `.25` or `.75`, integer exponents); other fractional and exponent forms (`1.125Ki`, `1000m`,
+    /// `1.5e3`) are accepted too when they come to whole bytes.
     #[cfg_attr(
         feature = "openapi",
         schema(
-            pattern = "^\\+?(0*[1-9][0-9]{0,17}|0*[1-9][0-9]{0,14}k|0*[1-9][0-9]{0,11}M|0*[1-9][0-9]{0,8}G|0*[1-9][0-9]{0,5}T|0*[1-9][0-9]{0,2}P|0*[1-9][0-9]{0,14}Ki|0*[1-9][0-9]{0,11}Mi|0*[1-9][0-9]{0,8}Gi|0*[1-9][0-9]{0,5}Ti|0*[1-9][0-9]{0,2}Pi|0*[1-9]E|0*[1-7]Ei)$",
+            pattern = "^\\+?(0*[1-9][0-9]{0,17}(\\.0*)?|(0*[1-9][0-9]{0,14}(\\.[0-9]{0,3}0*)?|0*\\.[0-9]{0,2}[1-9]0*)k|(0*[1-9][0-9]{0,11}(\\.[0-9]{0,6}0*)?|0*\\.[0-9]{0,5}[1-9]0*)M|(0*[1-9][0-9]{0,8}(\\.[0-9]{0,9}0*)?|0*\\.[0-9]{0,8}[1-9]0*)G|(0*[1-9][0-9]{0,5}(\\.[0-9]{0,12}0*)?|0*\\.[0-9]{0,11}[1-9]0*)T|(0*[1-9][0-9]{0,2}(\\.[0-9]{0,15}0*)?|0*\\.[0-9]{0,14}[1-9]0*)P|(0*[1-8](\\.[0-9]{0,18}0*)?|0*9(\\.0*)?|0*\\.[0-9]{0,17}[1-9]0*)E|(0*[1-9][0-9]{0,14}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Ki|(0*[1-9][0-9]{0,11}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Mi|(0*[1-9][0-9]{0,8}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Gi|(0*[1-9][0-9]{0,5}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Ti|(0*[1-9][0-9]{0,2}(\\.(0*|[27]?50*))?|0*\\.[27]?50*)Pi|(0*[1-7](\\.(0*|[27]?50*))?|0*\\.[27]?50*)Ei|0*[1-9][0-9]{0,8}[eE]\\+?0*[0-9]|0*[1-9][eE]\\+?0*1[0-8])$",
             example = "1Gi"
         )
     )]

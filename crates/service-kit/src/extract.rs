@@ -92,6 +92,13 @@ pub fn decode_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
     if first != Some(b'{') {
         return Err(not_an_object(bytes, first));
     }
+    // First every object's keys, anywhere in the body: with a key twice, which one a reader takes is
+    // a guess (a `Value` keeps the last, a typed field refuses), and Berth makes none.
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    serde_path_to_error::deserialize::<_, UniqueKeys>(&mut deserializer).map_err(|e| {
+        let path = e.path().to_string();
+        refusal(&path, e.inner(), || serde_json::from_slice(bytes).ok())
+    })?;
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
         let path = e.path().to_string();
@@ -101,6 +108,69 @@ pub fn decode_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
     deserializer.end().map_err(|e| refusal(".", &e, || None))?;
     Ok(value)
 }
+
+/// Any JSON value whose objects each name a key once; the refusal of a repeated key names the key
+/// (a name, not a value) when it is short and printable.
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeys)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeys {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+    fn visit_unit<E>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        use serde::de::Error as _;
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if seen.contains(&key) {
+                let printable = key.chars().count() <= 64 && !key.chars().any(char::is_control);
+                return Err(A::Error::custom(if printable {
+                    format!("{DUPLICATE_KEY} `{key}`")
+                } else {
+                    DUPLICATE_KEY.to_string()
+                }));
+            }
+            map.next_value::<UniqueKeys>()?;
+            seen.insert(key);
+        }
+        Ok(self)
+    }
+}
+
+/// How a repeated key's refusal starts.
+const DUPLICATE_KEY: &str = "has a key twice:";
 
 /// Decodes `T` from a JSON value (a part of a body a handler decodes itself, such as a provider's
 /// spec) with the rules of [`Json`]: a refusal is `(path, rule)`, the path `.` for the value itself,
@@ -192,6 +262,7 @@ fn describe(path: &str, error: &serde_json::Error, body: impl FnOnce() -> Option
     }
     if message.starts_with("missing field `")
         || message.starts_with("duplicate field `")
+        || message.starts_with(DUPLICATE_KEY)
         || message.starts_with("invalid length ")
     {
         return message.to_string();
@@ -289,6 +360,25 @@ mod tests {
     use super::*;
     use serde::Deserialize;
     use serde_json::json;
+
+    /// A key twice is refused wherever it stands, into a typed struct or a free `Value` alike
+    /// (the registry read `{"kind":"nomad","kind":"local"}` as local), naming the key, never a value.
+    #[test]
+    fn a_key_twice_is_refused_anywhere() {
+        let e = decode_object::<Value>(br#"{"kind":"nomad","kind":"local"}"#).unwrap_err();
+        assert_eq!(e.message, "body: has a key twice: `kind`");
+        let e = decode_object::<Value>(br#"{"a":{"b":[{"s":"secret-1","s":"secret-2"}]}}"#)
+            .unwrap_err();
+        assert_eq!(e.message, "a.b[0]: has a key twice: `s`");
+        assert!(!e.message.contains("secret"), "{}", e.message);
+        let long = format!(r#"{{"{k}":1,"{k}":2}}"#, k = "k".repeat(100));
+        let e = decode_object::<Value>(long.as_bytes()).unwrap_err();
+        assert_eq!(e.message, "body: has a key twice:");
+        // The same key in two objects is no repeat.
+        assert!(
+            decode_object::<Value>(br#"{"a":{"k":1},"b":{"k":2},"k":[{"k":1},{"k":2}]}"#).is_ok()
+        );
+    }
 
     #[derive(Debug, Deserialize)]
     #[allow(dead_code)]

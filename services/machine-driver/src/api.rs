@@ -184,9 +184,9 @@ fn machine_request_example() -> serde_json::Value {
 }
 
 /// The 412 of every machine call: a well-formed request this driver's set-up refuses.
-const PRECONDITION: &str = "Well-formed, but this driver's set-up refuses it (code 9), naming the setting: a Docker machine when the driver has no usable Docker Engine (DOCKER_HOST) or the secret's dockerHost is not one BERTH_DOCKER_HOSTS allows";
+const PRECONDITION: &str = "Well-formed, but this driver's set-up refuses it (code 9), naming the setting: an Alicloud region it knows no ECS endpoint for or its allow-list (BERTH_ALICLOUD_REGIONS) leaves out, a Docker machine when the driver has no usable Docker Engine (DOCKER_HOST) or the secret's dockerHost is not one BERTH_DOCKER_ENDPOINTS allows";
 /// CreateMachine's 412: [`PRECONDITION`], and what only creating reads.
-const PRECONDITION_ON_CREATE: &str = "Well-formed, but this driver's set-up refuses it (code 9), naming the setting: a Docker machine when the driver has no usable Docker Engine (DOCKER_HOST) or the secret's dockerHost is not one BERTH_DOCKER_HOSTS allows, a pull from a registry BERTH_DOCKER_REGISTRIES does not allow, privileged mode without BERTH_DOCKER_ALLOW_PRIVILEGED, a host directory outside BERTH_DOCKER_MOUNT_PATHS, an image the Engine does not have with pull Never, or a network it does not have";
+const PRECONDITION_ON_CREATE: &str = "Well-formed, but this driver's set-up refuses it (code 9), naming the setting: an Alicloud region it knows no ECS endpoint for or its allow-list (BERTH_ALICLOUD_REGIONS) leaves out, a Docker machine when the driver has no usable Docker Engine (DOCKER_HOST) or the secret's dockerHost is not one BERTH_DOCKER_ENDPOINTS allows, a pull from a registry BERTH_DOCKER_REGISTRIES does not allow, privileged mode without BERTH_DOCKER_ALLOW_PRIVILEGED, a host directory outside BERTH_DOCKER_MOUNT_PATHS, an image the Engine does not have with pull Never, or a network it does not have";
 
 /// ListMachines' request example: the class and secret of [`machine_request_example`].
 fn list_request_example() -> serde_json::Value {
@@ -266,7 +266,7 @@ fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
     ),
     responses(
         (status = 200, description = "The VM exists (created now or adopted)", body = CreateMachineResponse),
-        (status = 400, description = "Unknown provider, bad spec field (a region outside ECS's region-id grammar or the allowed regions included), bad providerID or UID, or missing secret key (code 3), naming it", body = Problem),
+        (status = 400, description = "Unknown provider, bad spec field (a region outside ECS's region-id grammar included), bad providerID or UID, or missing secret key (code 3), naming it", body = Problem),
         (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
         (status = 409, description = "The machine name's VM belongs to another machine UID (code 6, naming the owner), or several VMs without a recorded owner carry the name (code 11)", body = Problem),
         (status = 412, description = PRECONDITION_ON_CREATE, body = Problem),

@@ -94,10 +94,8 @@ fn document_config_per_kind(doc: &mut Value) {
     let rules: Vec<Value> = OrchestratorKind::ALL
         .iter()
         .map(|kind| {
-            let mut config = kind.config_schema();
-            if let Some(capacity) = config.pointer_mut("/properties/capacity") {
-                capacity["pattern"] = json!(domain::schema::CAPACITY);
-            }
+            // The kind's own schema, as `GET /v1/kinds` answers it (a capacity's pattern included).
+            let config = kind.config_schema();
             let needs_config = config["required"]
                 .as_array()
                 .is_some_and(|required| !required.is_empty());
@@ -501,6 +499,14 @@ mod tests {
                 "config.basePath: \"/etc\" is not under",
             ),
             (
+                json!({"kind": "local", "config": {"basePath": "/srv", "capacity": "0"}}),
+                "config.capacity: \"0\" must be more than 0 bytes",
+            ),
+            (
+                json!({"kind": "local", "config": {"basePath": "/srv", "capacity": "000"}}),
+                "config.capacity: \"000\" must be more than 0 bytes",
+            ),
+            (
                 json!({"kind": "docker", "config": {"host": "tcp://h:1"}}),
                 "config.host: \"tcp://h:1\" is not a Docker Engine",
             ),
@@ -512,6 +518,27 @@ mod tests {
                 e.status().message
             );
         }
+    }
+
+    /// The registration's documented example is one the registry takes, and `GET /v1/kinds`'
+    /// `configSchema.capacity` carries the document's capacity pattern.
+    #[test]
+    fn the_documented_example_registers_and_kinds_carry_the_capacity_pattern() {
+        let limits = OrchestratorLimits {
+            local_roots: vec!["/srv".into()],
+            docker_endpoints: vec![],
+        };
+        let example = json!({"kind": "nomad", "label": "batch jobs", "region": "eu-1"});
+        let want = parse_registration(&example, &limits).unwrap();
+        assert_eq!(
+            (want.label.as_str(), want.region.as_str()),
+            ("batch jobs", "eu-1")
+        );
+        let local = OrchestratorKind::Local.info();
+        assert_eq!(
+            local.config_schema["properties"]["capacity"]["pattern"],
+            domain::schema::CAPACITY
+        );
     }
 
     #[test]

@@ -489,20 +489,32 @@ pub fn name_and_owner(machine: &Machine, for_create: bool) -> Result<(String, Ow
     Ok((machine_name(machine, for_create)?, Owner::of(machine)?))
 }
 
+/// The longest name CreateMachine takes: an ECS instance name is 2 to 128 characters.
+const MAX_CREATE_NAME_LEN: usize = 128;
+
 /// The machine's name, which is the ECS `InstanceName` and the lookup key: a DNS-1123 subdomain
-/// (so never an ECS wildcard `*`), and for CreateMachine 2 to 128 characters as ECS requires.
+/// (so never an ECS wildcard `*`) of dot-separated parts of at most 63 characters, at most 253
+/// characters, and for CreateMachine 2 to 128 characters as ECS requires. The message states the
+/// rule that failed: the 128 for CreateMachine, else the subdomain's (a part's 63, the 253).
 pub fn machine_name(machine: &Machine, for_create: bool) -> Result<String, Status> {
     let name = machine.metadata.name.as_str();
     let field = "machine.metadata.name";
-    names::validate_dns1123_subdomain(field, name, names::MAX_SUBDOMAIN_LEN)?;
-    if for_create && !(2..=128).contains(&name.len()) {
-        return Err(Status::invalid(
+    let ecs_length = || {
+        Status::invalid(
             field,
             format!(
-                "{name:?} is {} characters long; ECS instance names are 2 to 128 characters",
+                "{:?} is {} characters long; ECS instance names are 2 to {MAX_CREATE_NAME_LEN} characters",
+                name.chars().take(80).collect::<String>(),
                 name.len()
             ),
-        ));
+        )
+    };
+    if for_create && name.len() > MAX_CREATE_NAME_LEN {
+        return Err(ecs_length());
+    }
+    names::validate_dns1123_subdomain(field, name, names::MAX_SUBDOMAIN_LEN)?;
+    if for_create && name.len() < 2 {
+        return Err(ecs_length());
     }
     Ok(name.to_owned())
 }
@@ -698,18 +710,18 @@ pub enum RegionRefusal {
     },
     /// Not a region ECS is known to serve, and no allow-list names it.
     #[error(
-        "is not a region ECS is known to serve (an operator can allow it with the driver's region allow-list)"
+        "is not a region this driver knows an ECS endpoint for (an operator can allow it with the driver's region allow-list, BERTH_ALICLOUD_REGIONS)"
     )]
     NotKnown,
 }
 
 impl RegionRefusal {
-    /// Whether only this driver's operator refuses the region: one ECS serves that the allow-list
-    /// leaves out (a precondition of where the request was sent, 412), rather than a region no
-    /// driver would take (malformed, or one ECS is not known to serve: 400, as the documents list
-    /// the regions ECS serves).
+    /// Whether only this driver's set-up refuses the region (a precondition of where the request
+    /// was sent, 412): every well-formed region is, since what a driver admits depends on its
+    /// settings (an allow-list, an endpoint override such as `berth up`'s emulator, which takes any).
+    /// Only a malformed one is the request's own mistake (400), as the document's grammar says.
     pub fn is_the_operators(&self) -> bool {
-        matches!(self, RegionRefusal::NotAllowed { known: true })
+        !matches!(self, RegionRefusal::Malformed(_))
     }
 }
 
@@ -865,6 +877,10 @@ pub mod schema {
         json!({"not": {"propertyNames": {"not": {"pattern": literal(part)}}}})
     }
 
+    /// ECS's region-id grammar ([`alicloud::Region::parse`]): two to six words of lower-case letters
+    /// and digits joined by single hyphens, the first letters only (at most 50 characters).
+    pub const REGION: &str = "[a-z]+(-[a-z0-9]+){1,5}";
+
     /// The regions a class may name: [`alicloud::endpoint::known_regions`], what a driver calling the
     /// regional endpoints admits (with `BERTH_ALICLOUD_REGIONS` set, the operator's list decides).
     pub fn regions() -> Vec<&'static str> {
@@ -873,7 +889,7 @@ pub mod schema {
 
     /// `machine.spec.providerID`: empty, or an instance id, or `<region>.<instance id>`.
     pub fn provider_id_pattern() -> String {
-        format!("^(|(({})\\.)?{INSTANCE_ID})$", regions().join("|"))
+        format!("^(|({REGION}\\.)?{INSTANCE_ID})$")
     }
 
     fn nullable(kind: &str) -> Value {
@@ -956,7 +972,13 @@ pub mod schema {
                 "apiVersion": text(),
                 "imageID": text(),
                 "instanceType": text(),
-                "region": {"type": "string", "enum": regions()},
+                "region": {
+                    "type": "string",
+                    "pattern": format!("^{REGION}$"),
+                    "maxLength": 50,
+                    "examples": regions(),
+                    "description": "An ECS region id. A driver calling ECS's own endpoints takes the regions ECS is known to serve (the examples) and those its operator allows (BERTH_ALICLOUD_REGIONS); another well-formed one is 412 there. One pointed at a single endpoint (berth up's emulator) takes any well-formed region."
+                },
                 "zoneID": text(),
                 "securityGroupID": text(),
                 "vSwitchID": text(),
@@ -1068,7 +1090,7 @@ pub mod schema {
         });
         if for_create {
             name["minLength"] = json!(2);
-            name["maxLength"] = json!(128);
+            name["maxLength"] = json!(super::MAX_CREATE_NAME_LEN);
         }
         json!({
             "required": ["metadata"],
@@ -1249,10 +1271,14 @@ mod tests {
             assert!(!msg.contains("127.0.0.1"), "{msg}");
         }
         let unknown = with_region("xx-nowhere-1");
-        let msg = unknown.validate_scope(&policy()).unwrap_err().message;
+        let e = unknown.validate_scope(&policy()).unwrap_err();
+        // Well-formed: the driver's set-up refuses it (412), as the document's grammar admits it.
+        assert_eq!(e.code, Code::FailedPrecondition);
         assert!(
-            msg.contains("is not a region ECS is known to serve"),
-            "{msg}"
+            e.message
+                .contains("is not a region this driver knows an ECS endpoint for"),
+            "{}",
+            e.message
         );
         // With an endpoint override any well-formed region goes; an allow-list narrows either way.
         let lenient = RegionPolicy::default();
@@ -1459,9 +1485,10 @@ mod tests {
             );
         }
         let e = decode_provider_id("xx-nowhere-1.i-1", &policy()).unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition);
         assert!(
             e.message.contains(
-                "names region \"xx-nowhere-1\", which is not a region ECS is known to serve"
+                "names region \"xx-nowhere-1\", which is not a region this driver knows an ECS endpoint for"
             ),
             "{}",
             e.message
@@ -1500,6 +1527,69 @@ mod tests {
 
         fn re(pattern: &str) -> regex::Regex {
             regex::Regex::new(pattern).unwrap()
+        }
+
+        /// The name's schema against [`machine_name`], for every call and for CreateMachine, on
+        /// the boundaries: a part of 63 and 64 characters, 128 and 129 in all, 253 and 254.
+        #[test]
+        fn machine_names() {
+            let part = "a".repeat(63);
+            let long_part = format!("{part}a");
+            let parts = [part.as_str(); 4].join(".");
+            let n253 = parts[..253].to_string();
+            let n254 = parts[..254].to_string();
+            let n128 = format!("{part}.{}.b", &part[..62]);
+            let n129 = format!("{n128}c");
+            let short_then_long = format!("ab.{long_part}");
+            let cases = [
+                "a",
+                "ab",
+                "m-1.pool",
+                "*",
+                "A",
+                "a..b",
+                "a.",
+                "",
+                &part,
+                &long_part,
+                &short_then_long,
+                &n128,
+                &n129,
+                &n253,
+                &n254,
+            ];
+            for for_create in [false, true] {
+                let schema = super::super::schema::machine(for_create);
+                let name = &schema["properties"]["metadata"]["properties"]["name"];
+                let pattern = re(name["pattern"].as_str().unwrap());
+                let min = name["minLength"].as_u64().unwrap_or(0) as usize;
+                let max = name["maxLength"].as_u64().unwrap() as usize;
+                for case in cases {
+                    let by_schema = pattern.is_match(case) && (min..=max).contains(&case.len());
+                    let mut m = Machine::default();
+                    m.metadata.name = case.into();
+                    let by_driver = machine_name(&m, for_create);
+                    assert_eq!(by_schema, by_driver.is_ok(), "{for_create} {case:?}");
+                }
+            }
+            // The message says the rule that failed, never a limit that did not.
+            let message = |name: &str, for_create: bool| {
+                let mut m = Machine::default();
+                m.metadata.name = name.into();
+                machine_name(&m, for_create).unwrap_err().message
+            };
+            for for_create in [false, true] {
+                let msg = message(&short_then_long, for_create);
+                assert!(
+                    msg.contains("part of 64 characters") && msg.contains("at most 63"),
+                    "{msg}"
+                );
+                assert!(!msg.contains("253") && !msg.contains("128"), "{msg}");
+            }
+            let msg = message(&n129, true);
+            assert!(msg.contains("2 to 128 characters"), "{msg}");
+            let msg = message(&n254, false);
+            assert!(msg.contains("at most 253 characters"), "{msg}");
         }
 
         #[test]
@@ -1569,9 +1659,11 @@ mod tests {
                 &format!("i-{}", "a".repeat(62)),
                 &format!("i-{}", "a".repeat(63)),
             ] {
+                // What the pattern admits is decoded, or refused only by the driver's set-up (412).
+                let decoded = decode_provider_id(case, &policy());
                 assert_eq!(
                     pattern.is_match(case),
-                    decode_provider_id(case, &policy()).is_ok(),
+                    decoded.is_ok() || decoded.is_err_and(|e| e.code == Code::FailedPrecondition),
                     "{case:?}"
                 );
             }
@@ -1587,6 +1679,31 @@ mod tests {
                 assert!(policy().admit(r).is_ok(), "{r}");
             }
             assert!(policy().admit("xx-nowhere-1").is_err());
+            // The grammar the document states is the parser's.
+            let grammar = re(&format!("^{REGION}$"));
+            for case in [
+                "cn-shanghai",
+                "eu-central-1",
+                "cn-beijing-finance-1",
+                "a-b-c-d-e-f",
+                "a-b-c-d-e-f-g",
+                "1a-b",
+                "a1-b",
+                "cn",
+                "cn-",
+                "-cn",
+                "cn--x",
+                "CN-X",
+                "cn-x.y",
+                "cn-x/",
+                "",
+            ] {
+                assert_eq!(
+                    grammar.is_match(case),
+                    alicloud::Region::parse(case).is_ok(),
+                    "{case:?}"
+                );
+            }
         }
 
         #[test]

@@ -320,9 +320,21 @@ async fn the_operators_region_allow_list_narrows_the_regions() {
         .await
         .unwrap_err();
     assert_code(&e, Code::FailedPrecondition, 412);
-    // A region no driver would take (one ECS does not serve) stays the request's mistake.
+    // A well-formed region ECS is not known to serve is refused by this driver's set-up too (another
+    // driver, pointed at an endpoint, takes it); only a malformed one is the request's mistake.
     let mut spec = provider_spec();
     spec["region"] = json!("xx-nowhere-1");
+    let r = MachineRequest {
+        machine_class: class_with(spec),
+        ..req("m-allow")
+    };
+    assert_code(
+        &app.create(&r).await.unwrap_err(),
+        Code::FailedPrecondition,
+        412,
+    );
+    let mut spec = provider_spec();
+    spec["region"] = json!("cn_beijing");
     let r = MachineRequest {
         machine_class: class_with(spec),
         ..req("m-allow")

@@ -23,6 +23,7 @@
 //! finishes a row a crash left half-made) through [`Ops::provision`], and the row keeps its share
 //! of the orchestrator's capacity until it is deleted.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use domain::{Volume, VolumePhase, VolumeSpec};
@@ -38,10 +39,22 @@ pub fn spec_hash(spec: &VolumeSpec, orchestrator: &str) -> String {
         "capacityBytes": spec.capacity.bytes(),
         "replicas": spec.replicas,
         "labels": spec.labels,
-        "parameters": spec.parameters,
+        "parameters": with_defaults(&spec.parameters),
         "orchestrator": orchestrator,
     });
     hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
+}
+
+/// `parameters` with every default spelled out (`format: directory`, `reclaimPolicy: Delete`): a
+/// request that writes a default asks for the same volume as one that leaves it out, as the
+/// document promises.
+fn with_defaults(parameters: &BTreeMap<String, String>) -> BTreeMap<&str, &str> {
+    let mut effective: BTreeMap<&str, &str> = BTreeMap::from([
+        (domain::volume::params::FORMAT, "directory"),
+        (domain::volume::params::RECLAIM_POLICY, "Delete"),
+    ]);
+    effective.extend(parameters.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    effective
 }
 
 /// How `spec` differs from the stored volume, field by field; empty when it asks for the same volume.
@@ -75,7 +88,7 @@ pub fn differences(row: &VolumeRow, spec: &VolumeSpec) -> Vec<String> {
             serde_json::to_string(&spec.labels).unwrap_or_default()
         ));
     }
-    if spec.parameters != row.parameters {
+    if with_defaults(&spec.parameters) != with_defaults(&row.parameters) {
         diffs.push(format!(
             "parameters are {} (asked {})",
             serde_json::to_string(&row.parameters).unwrap_or_default(),

@@ -71,6 +71,20 @@ async fn the_same_spec_again_is_200_and_a_different_one_409_naming_the_fields() 
     let (again, created) = app.storage.add(&same).await.unwrap();
     assert!(!created);
     assert_eq!(again, first);
+    // Spelling out the documented defaults asks for the same volume too.
+    let mut defaults = profile("data", "1Gi");
+    defaults.parameters = Some(
+        [("format", "directory"), ("reclaimPolicy", "Delete")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into(),
+    );
+    let (again, created) = app.storage.add(&defaults).await.unwrap();
+    assert!(!created);
+    assert_eq!(again, first);
+    let mut retain = profile("data", "1Gi");
+    retain.parameters = Some([("reclaimPolicy".to_string(), "Retain".to_string())].into());
+    let e = app.storage.add(&retain).await.unwrap_err();
+    assert_eq!(e.http_status, Some(409), "{e:?}");
 
     let mut other = profile("data", "2Gi");
     other.replicas = Some(2);

@@ -28,6 +28,18 @@ async fn standard_routes_answer_and_every_route_is_in_the_openapi() {
         .await
         .unwrap();
     assert_eq!(doc["info"]["title"], "berth storage-ops");
+    // The selector's pattern is a literal in an annotation: held here to the one the domain tests
+    // hold to the parser.
+    let selector = doc["paths"]["/v1/volumes"]["get"]["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "labelSelector")
+        .unwrap();
+    assert_eq!(
+        selector["schema"]["pattern"].as_str(),
+        Some(domain::schema::LABEL_SELECTOR)
+    );
     for (path, method) in [
         ("/v1/volumes", "post"),
         ("/v1/volumes", "get"),
