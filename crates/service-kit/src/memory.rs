@@ -5,10 +5,11 @@
 //!
 //! Every binary allocates with mimalloc, which reserves its heap as one 1 GiB arena and, by default,
 //! asks the kernel to back it with transparent huge pages (`madvise(MADV_HUGEPAGE)`). Each 2 MiB of
-//! that arena a service touches then becomes resident whole: an idle orchestrator-registry had
-//! 12.4 MiB of its 22 MiB resident in 2 MiB pages (`AnonHugePages` in `/proc/PID/smaps`) for 1.8 MiB
-//! of live heap, and `berth up` 19.3 MiB for 4.7 MiB (`bench/footprint.sh`, before and after). Two
-//! switches take that away, each for the case the other misses:
+//! that arena a service touches then becomes resident whole: an idle orchestrator-registry held
+//! 10 MiB of 2 MiB pages (`AnonHugePages` in `/proc/PID/smaps`) of its 19.7 MB, where the same heap
+//! in 4 KiB pages is 1.5 MiB (10.6 MB in all), and an idle `berth up` 19.3 MiB of arena where
+//! 4.7 MiB is used (36 MB against 21.5 MB). `bench/footprint.sh` prints the figures. Two switches
+//! take that away, each for the case the other misses:
 //!
 //! - the kit builds mimalloc with its `no_thp` feature (Cargo unifies features, so every binary's
 //!   allocator is built so), so the arena is never `madvise`d: enough where the kernel's
@@ -19,7 +20,8 @@
 //!   still be; the flag is inherited by child processes, which no Berth service starts.)
 //!
 //! What huge pages buy, fewer TLB misses, pays off for heaps of hundreds of MiB; these heaps are a
-//! few MiB, and the throughput of `bench/footprint.sh`'s load was the same either way.
+//! few MiB, and the requests/s of `bench/footprint.sh`'s load were the same either way, within the
+//! run-to-run noise of a shared 2-core machine (two alternating runs of each).
 
 /// Applies the process-wide memory settings: see the module's documentation. Call it first thing
 /// in a binary's `main`; failure (a kernel without the flag) leaves the kernel's default and is

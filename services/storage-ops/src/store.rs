@@ -227,9 +227,12 @@ impl Store {
                 .fetch_one(&mut writer)
                 .await?;
         let rv: i64 = rv.parse()?;
+        // Readers are opened when reads come and closed after a minute idle: an idle service keeps
+        // none (each held its own page cache and C heap; storage-ops idled above its 12 MB budget).
         let read = SqlitePoolOptions::new()
-            .min_connections(1)
+            .min_connections(0)
             .max_connections(4)
+            .idle_timeout(Duration::from_secs(60))
             .connect_with(options)
             .await?;
         let (writes, queue) = mpsc::channel(4 * MAX_BATCH);
