@@ -45,8 +45,11 @@ def regions(document: str) -> int:
     def walk(node: object) -> None:
         if isinstance(node, dict):
             region = (node.get("properties") or {}).get("region") if isinstance(node.get("properties"), dict) else None
-            if isinstance(region, dict) and isinstance(region.get("enum"), list):
-                found.update(str(r) for r in region["enum"])
+            # The document states ECS's region grammar, with the regions ECS is known to serve as
+            # its examples (an enum in older documents).
+            for listed in ("examples", "enum"):
+                if isinstance(region, dict) and isinstance(region.get(listed), list):
+                    found.update(str(r) for r in region[listed])
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):

@@ -100,8 +100,9 @@ committed_gateway_doc="$repo/openapi/gateway.json"
 # The emulator moves instances between states at once (BERTH_ECS_EMULATOR_{PENDING,STARTING,STOPPING}=0): a machine just
 # created is Running for the next case, so no case meets MCM's retry answer (503 while an instance is
 # Pending or Stopping) only because an earlier case made the machine a moment before. Its regions are
-# the ones the documents list (the regions ECS is known to serve), as an operator's allow-list would
-# have them, so a region the documents do not list is refused as it would be on Alibaba Cloud.
+# the ones the documents give as examples (the regions ECS is known to serve), as an operator's
+# allow-list would have them, so another well-formed region is refused (412) as it would be by a
+# driver calling Alibaba Cloud's own endpoints.
 no_engine="unix://$work/no-docker-engine.sock"
 DOCKER_HOST="ssh://no-docker-engine.invalid" BERTH_DOCKER_ENDPOINTS="$no_engine" \
   BERTH_ECS_EMULATOR_PENDING=0 BERTH_ECS_EMULATOR_STARTING=0 BERTH_ECS_EMULATOR_STOPPING=0 \
@@ -114,7 +115,7 @@ for _ in $(seq 600); do
   grep -q '^The gateway is the front door' "$work/up.out" 2>/dev/null && break
   if ! kill -0 "$up_pid" 2>/dev/null; then
     echo "   berth up exited before it was ready:" >&2
-    tail -20 "$work/up.log" "$work/up.out" >&2
+    tail -n 20 "$work/up.log" "$work/up.out" >&2
     exit 1
   fi
   sleep 0.1
