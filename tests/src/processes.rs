@@ -309,3 +309,21 @@ impl ProcessStack {
         }
     }
 }
+
+/// The directory of the stack's binaries for a suite whose only option is `--bin-dir DIR`: that
+/// directory, else the suite's own (`cargo build` puts them side by side). `Err` is the usage line,
+/// for the suite to print before exiting 2.
+pub fn bin_dir_from_args(suite: &str) -> Result<PathBuf, String> {
+    let mut bin_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(PathBuf::from))
+        .unwrap_or_default();
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match (a.as_str(), args.next()) {
+            ("--bin-dir", Some(d)) => bin_dir = PathBuf::from(d),
+            _ => return Err(format!("{suite}: usage: {suite} [--bin-dir DIR]")),
+        }
+    }
+    Ok(bin_dir)
+}

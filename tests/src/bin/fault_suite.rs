@@ -21,7 +21,6 @@
 //!
 //! Closes with `fault-suite: N passed, N failed` (a scenario a line).
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use berth_tests::processes::{Credentials, ProcessStack, Service};
@@ -340,20 +339,13 @@ async fn docker_gone(s: &Suite, t: &mut Tally) {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let mut bin_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(PathBuf::from))
-        .unwrap_or_default();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match (a.as_str(), args.next()) {
-            ("--bin-dir", Some(d)) => bin_dir = PathBuf::from(d),
-            _ => {
-                eprintln!("fault-suite: usage: fault-suite [--bin-dir DIR]");
-                return std::process::ExitCode::from(2);
-            }
+    let bin_dir = match berth_tests::processes::bin_dir_from_args("fault-suite") {
+        Ok(d) => d,
+        Err(usage) => {
+            eprintln!("{usage}");
+            return std::process::ExitCode::from(2);
         }
-    }
+    };
     let data = match tempfile::Builder::new().prefix("berth-faults-").tempdir() {
         Ok(d) => d,
         Err(e) => {

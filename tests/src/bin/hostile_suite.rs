@@ -22,7 +22,7 @@
 //!
 //! Closes with `hostile-suite: N passed, N failed` (a scenario a line).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use berth_tests::processes::{Credentials, ProcessStack, Service};
@@ -411,20 +411,13 @@ async fn all_alive(targets: &[Target], t: &mut Tally) {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let mut bin_dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(PathBuf::from))
-        .unwrap_or_default();
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match (a.as_str(), args.next()) {
-            ("--bin-dir", Some(d)) => bin_dir = PathBuf::from(d),
-            _ => {
-                eprintln!("hostile-suite: usage: hostile-suite [--bin-dir DIR]");
-                return std::process::ExitCode::from(2);
-            }
+    let bin_dir = match berth_tests::processes::bin_dir_from_args("hostile-suite") {
+        Ok(d) => d,
+        Err(usage) => {
+            eprintln!("{usage}");
+            return std::process::ExitCode::from(2);
         }
-    }
+    };
     let documents = Path::new(env!("CARGO_MANIFEST_DIR")).join("../openapi");
     let data = match tempfile::Builder::new().prefix("berth-hostile-").tempdir() {
         Ok(d) => d,
