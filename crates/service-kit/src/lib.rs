@@ -33,8 +33,9 @@
 //!   one), and a reqwest wrapper that also adds the internal credential, for the gateway's own calls.
 //! - [`protocol`]: problem+json in place of the bare 400/414/431 hyper writes for requests it cannot
 //!   parse, by wrapping each connection's socket.
-//! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, by
-//!   axum's server or by an engine of the service's own ([`server::Engine`]).
+//! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, on
+//!   hyper's HTTP/1 connection builder with a head-read limit (`BERTH_IDLE_TIMEOUT`), or by an engine
+//!   of the service's own ([`server::Engine`]).
 //! - `testing` (cargo feature `testing`, which only dev-dependencies turn on): spawning any router on
 //!   `127.0.0.1:0` and quiet-by-default test logs.
 

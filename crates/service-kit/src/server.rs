@@ -279,7 +279,7 @@ impl Application {
         }
     }
 
-    /// The same application, served by `engine` instead of axum's server.
+    /// The same application, served by `engine` instead of [`serve_with`].
     pub fn with_engine(mut self, engine: Engine) -> Self {
         self.engine = Some(engine);
         self
