@@ -171,6 +171,17 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         machine_driver::NAME,
         machine_driver::build(configs.machine_driver).await?,
     ));
+    // Each service's head-read limit, as its own binary reads it (the gateway reads its own).
+    let idle_timeout = base_env.duration_or(
+        vars::IDLE_TIMEOUT,
+        service_kit::server::DEFAULT_IDLE_TIMEOUT,
+    )?;
+    if idle_timeout.is_zero() {
+        return Err(format!("{} must be more than 0", vars::IDLE_TIMEOUT).into());
+    }
+    for (_, app) in &mut apps {
+        app.idle_timeout = idle_timeout;
+    }
     // Bound now, built once the credentials are written ([`Built::add_gateway`]): the gateway then
     // reads a tokens file that holds the admin token already.
     let gateway_listener = service_kit::server::bind(configs.gateway.listen, "--port-base").await?;
