@@ -2,9 +2,11 @@
 //!
 //! maya's volume API created non-idempotently (and its rollback deleted the volume that was already
 //! there), answered 404 to a repeated delete, left data and objects behind, and listed `null`. Here
-//! AddStorage is idempotent by (namespace, name) and spec, DeleteStorage by name, every change is in
-//! SQLite before and after the backend acts, and a reconciler finishes what a crash interrupted and
-//! reports (or removes) backend objects no volume owns.
+//! AddStorage is idempotent by (namespace, name) and spec, DeleteStorage by name, no acknowledged
+//! change is ever without both its row and its backend object (on `local` the object is made marked
+//! uncommitted before its one commit; see [`ops`]'s add), and a reconciler finishes what a crash
+//! interrupted, removes uncommitted objects no row owns, and reports (or removes) other backend
+//! objects no volume owns.
 //!
 //! # Layout
 //! - [`Config`]: settings from `BERTH_*` variables ([`env_vars`]), and `DOCKER_HOST` ([`VARS`]

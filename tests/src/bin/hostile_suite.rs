@@ -50,7 +50,8 @@ struct Target {
 #[derive(Default)]
 struct Tally {
     requests: usize,
-    refused: usize,
+    /// Answered as due: a 4xx problem, or a 2xx where lawful input allows one.
+    as_due: usize,
     closed: usize,
     server_errors: usize,
     wrong: Vec<String>,
@@ -81,7 +82,7 @@ impl Tally {
         match answer {
             Ok(Answer::Closed) => self.closed += 1,
             Ok(Answer::Status(status, _)) if success_allowed && (200..300).contains(&status) => {
-                self.refused += 1;
+                self.as_due += 1;
             }
             Ok(Answer::Status(status, content_type)) => {
                 if status >= 500 {
@@ -98,7 +99,7 @@ impl Tally {
                         target.name
                     ));
                 } else {
-                    self.refused += 1;
+                    self.as_due += 1;
                 }
             }
             Err(e) => self.wrong(format!("{}: {what}: {e}", target.name)),
@@ -483,14 +484,14 @@ async fn main() -> std::process::ExitCode {
     );
     println!(
         "{:<36} {:>8} {:>8} {:>7} {:>5} {:>6}",
-        "scenario", "requests", "refused", "closed", "5xx", "wrong"
+        "scenario", "requests", "as due", "closed", "5xx", "wrong"
     );
     let (mut passed, mut failed, mut server_errors) = (0, 0, 0);
     let mut report = |name: &str, t: Tally| {
         println!(
             "{name:<36} {:>8} {:>8} {:>7} {:>5} {:>6}",
             t.requests,
-            t.refused,
+            t.as_due,
             t.closed,
             t.server_errors,
             t.wrong.len()
