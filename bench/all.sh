@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Every benchmark in one run, written to BENCHMARKS.md (or OUT=path) with the machine they ran on.
 #
-#   bench/all.sh                 # the whole set, about 15 minutes warm on 2 cores
-#   QUICK=1 bench/all.sh         # fewer rounds and shorter runs, to try the script (figures are noisy)
+#   bench/all.sh                 # the whole set, about 35 minutes warm on 2 cores (two clean builds)
+#   QUICK=1 bench/all.sh         # fewer rounds and shorter runs and no clean builds, to try the script
 #
 # Each section is the output of one benchmark, verbatim, under the command that produced it, so a
 # figure can be reproduced alone. Each benchmark takes medians of its own rounds and prints ratios
@@ -54,6 +54,9 @@ section "Machines: ListMachines over 10,000 instances, CreateMachine under an ac
 section "Memory: each service idle and at peak, and berth up" bench/footprint.sh
 section "Start-up and shutdown of berth up" bench/startup.sh
 section "Instruction counts per request through the gateway (callgrind)" bench/instructions.sh
+if [ "${QUICK:-}" != 1 ]; then
+  section "Clean release build: what fat LTO costs and buys" bench/build.sh
+fi
 
 mv "$tmp" "$out"
 trap - EXIT

@@ -20,6 +20,7 @@
 #   CONNECTIONS=16 DURATION=5 ROUNDS=5 MANY_CONNECTIONS=0 bench/gateway.sh
 #   COMPARE_GATEWAY=/work/old/target/release/gateway bench/gateway.sh
 #   BERTH_BENCH_SKIP_BUILD=1 bench/gateway.sh   # the binaries in target/release as they are
+#   BERTH_BENCH_SKIP_BUILD=1 BERTH_BENCH_BIN_DIR=dir bench/gateway.sh   # ... or in another directory
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONNECTIONS=${CONNECTIONS:-64}
@@ -45,6 +46,7 @@ if [ "${BERTH_BENCH_SKIP_BUILD:-}" != 1 ]; then
   echo "== building release binaries"
   cargo build --release -q -p gateway -p orchestrator-registry
 fi
+bin=${BERTH_BENCH_BIN_DIR:-./target/release}
 
 work=$(mktemp -d)
 pids=()
@@ -58,10 +60,10 @@ trap cleanup EXIT
 
 REG=$((BASE + 2)); GW=$BASE; GW2=$((BASE + 5)); HAP=$((BASE + 8)); NGX=$((BASE + 9))
 # The gateway binary mints its own tokens: the benchmark needs no release build of the CLI.
-token=$(BERTH_TOKENS_FILE=$work/tokens ./target/release/gateway token create --admin --name bench)
+token=$(BERTH_TOKENS_FILE=$work/tokens "$bin/gateway" token create --admin --name bench)
 
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$REG BERTH_DATA_DIR=$work/registry DOCKER_HOST=tcp://127.0.0.1:1 \
-  ./target/release/orchestrator-registry & pids+=($!)
+  "$bin/orchestrator-registry" & pids+=($!)
 # The rate limit is on, as in production, with a limit far above the offered load: what it costs is
 # part of the figure.
 start_gateway() { # binary port
@@ -69,7 +71,7 @@ start_gateway() { # binary port
     BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=1000000 "$1" &
   pids+=($!)
 }
-start_gateway ./target/release/gateway "$GW"
+start_gateway "$bin/gateway" "$GW"
 gateway_pid=$!
 compare_pid=
 if [ -n "$COMPARE_GATEWAY" ]; then

@@ -295,6 +295,14 @@ impl ProcessStack {
             .collect()
     }
 
+    /// Every running service's process id (for reading its `/proc` entries).
+    pub fn pids(&self) -> BTreeMap<Service, u32> {
+        self.procs
+            .iter()
+            .filter_map(|(s, p)| Some((*s, p.child.as_ref()?.id()?)))
+            .collect()
+    }
+
     /// One service's process.
     pub fn process(&mut self, service: Service) -> &mut Process {
         self.procs

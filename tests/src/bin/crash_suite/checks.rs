@@ -197,13 +197,6 @@ pub(crate) async fn settle_and_check(shared: &Shared, stack: &ProcessStack) {
 /// definition, and it logs the key it was given at start on purpose (so a user of `berth up` can
 /// sign calls to it).
 pub(crate) async fn no_secret_anywhere(shared: &Shared, stack: &ProcessStack, data: &Path) {
-    let planted = [
-        ("the ECS access key id", ECS_KEY_ID),
-        ("the ECS access key secret", ECS_KEY_SECRET),
-        ("the machines' user data", USER_DATA.trim()),
-        ("the admin token", ADMIN_TOKEN),
-        ("the internal credential", INTERNAL_TOKEN),
-    ];
     let mut places: Vec<(String, String)> = Vec::new();
     for entry in std::fs::read_dir(data).into_iter().flatten().flatten() {
         let path = entry.path();
@@ -226,14 +219,31 @@ pub(crate) async fn no_secret_anywhere(shared: &Shared, stack: &ProcessStack, da
         }
     }
     for (place, text) in &places {
-        for (what, secret) in planted {
+        shared.no_secret_in(place, text);
+    }
+}
+
+/// The planted secrets, each with what it is.
+const PLANTED: [(&str, &str); 5] = [
+    ("the ECS access key id", ECS_KEY_ID),
+    ("the ECS access key secret", ECS_KEY_SECRET),
+    ("the machines' user data", USER_DATA),
+    ("the admin token", ADMIN_TOKEN),
+    ("the internal credential", INTERNAL_TOKEN),
+];
+
+impl Shared {
+    /// Counts each planted secret found in `text` (a log, a metrics page, an answer) as a leak.
+    pub(crate) fn no_secret_in(&self, place: &str, text: &str) {
+        for (what, secret) in PLANTED {
             // The user data is multi-line: any one of its lines is a leak.
             let found = secret
+                .trim()
                 .lines()
                 .filter(|l| !l.is_empty() && !l.starts_with("#!"))
                 .any(|l| text.contains(l));
             if found {
-                shared.count(|c| {
+                self.count(|c| {
                     c.secrets_leaked += 1;
                     c.findings.push(format!("{what} appears in {place}"));
                 });

@@ -18,7 +18,8 @@
 //!   ECS disk or network interface left by a machine that is gone;
 //! - duplicate VMs: more than one ECS instance for one machine;
 //! - secrets: the planted ECS key, user data, admin token or internal credential in a Berth
-//!   service's log (its crates at debug level) or on a `/metrics` page.
+//!   service's log (its crates at debug level), on a `/metrics` page, or in an answer (every read's,
+//!   and every refusal's problem+json).
 //!
 //! ```text
 //! crash-suite [--seeds N] [--first-seed S] [--ops N] [--workers N] [--bin-dir DIR]

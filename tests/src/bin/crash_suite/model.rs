@@ -50,7 +50,7 @@ pub(crate) struct Counts {
     pub(crate) half_made: usize,
     pub(crate) orphans: usize,
     pub(crate) duplicate_vms: usize,
-    /// Places a planted secret was found: a log line, a metrics page.
+    /// Places a planted secret was found: a log line, a metrics page, an answer.
     pub(crate) secrets_leaked: usize,
     /// Why operations went unacknowledged: the machine code, or the HTTP status with none.
     pub(crate) unacknowledged_by: BTreeMap<String, usize>,

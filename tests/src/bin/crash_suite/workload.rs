@@ -116,6 +116,10 @@ impl Shared {
                 }
                 answer
             };
+            if let Err(e) = &answer {
+                // A refusal's words (its problem+json detail) are an answer too.
+                self.no_secret_in("a refusal's answer", &format!("{e:?}"));
+            }
             self.count(|c| {
                 c.operations += 1;
                 match &answer {
@@ -134,8 +138,10 @@ impl Shared {
         }
     }
 
-    /// A read is acknowledged when it was answered: found, or not found.
-    fn count_read<T>(&self, found: &Result<T, ClientError>) {
+    /// A read is acknowledged when it was answered: found, or not found. What it answered, either
+    /// way, must hold no planted secret.
+    fn count_read<T: std::fmt::Debug>(&self, found: &Result<T, ClientError>) {
+        self.no_secret_in("a read's answer", &format!("{found:?}"));
         let answered = match found {
             Ok(_) => true,
             Err(e) => e.code() == Code::NotFound,
