@@ -103,10 +103,11 @@ fn secret_values(secret: &Secret, elsewhere: &str) -> Vec<String> {
         }
     }
     // The examples' placeholders are named in the refusal that says to replace them: fixed texts,
-    // not the caller's.
+    // not the caller's. The credentials trim what they read (as MCM's secret reader does), so a
+    // placeholder with white space at its ends is still the placeholder.
     let placeholders = ["EMULATOR_ACCESS_KEY_ID", "EMULATOR_ACCESS_KEY_SECRET"];
     out.retain(|v| {
-        v.contains(MARK) && !elsewhere.contains(v.as_str()) && !placeholders.contains(&v.as_str())
+        v.contains(MARK) && !elsewhere.contains(v.as_str()) && !placeholders.contains(&v.trim())
     });
     out
 }
