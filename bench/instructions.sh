@@ -69,10 +69,10 @@ measure() { # label method url auth(yes|no) [body]
   [ "$auth" = yes ] && headers+=(-H "Authorization: Bearer $token")
   requests 10 "$method" "$url" "${body//@I@/w@I@}" >"$work/warm.cfg"
   curl -s "${headers[@]}" --config "$work/warm.cfg" >/dev/null || true
-  callgrind_control -z "$gateway_pid" >/dev/null
+  callgrind_control -z "$gateway_pid" >/dev/null 2>&1
   requests "$REQUESTS" "$method" "$url" "$body" >"$work/run.cfg"
   curl -s "${headers[@]}" --config "$work/run.cfg" >/dev/null || true
-  callgrind_control -d "$gateway_pid" >/dev/null
+  callgrind_control -d "$gateway_pid" >/dev/null 2>&1
   dump=$((dump + 1))
   local file total
   file=$(ls -t "$work"/callgrind.out.* | head -1)
