@@ -74,6 +74,9 @@ if [ "$mode" = short ] && [ "${BERTH_FUZZ_IN_SHORT:-1}" = 0 ]; then
   # For a quick local try only: CI runs them, a few seconds each (their cold build is about ten
   # minutes on an idle 2-core machine, fuzz/run.sh's first lines).
   echo "   SKIPPED: BERTH_FUZZ_IN_SHORT=0 (CI runs them in the short form too)"
+elif [ "$mode" = short ] && ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+  # libFuzzer's instrumentation needs nightly; a machine without it cannot build the targets at all.
+  echo "   SKIPPED: no nightly toolchain here (rustup toolchain install nightly); the long form fails without it"
 elif [ -x fuzz/run.sh ]; then
   fuzz/run.sh "$fuzz_seconds" | tee "$log" || true
   tally "$log"

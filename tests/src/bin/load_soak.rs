@@ -505,44 +505,27 @@ impl Driver {
     /// Makes the machines GetMachineStatus reads, and waits until each is Running.
     async fn make_machines(&self) -> Result<(), String> {
         for machine in &self.machines {
-            let name = machine["machine"]["metadata"]["name"].clone();
+            let name = &machine["machine"]["metadata"]["name"];
             let started = Instant::now();
-            loop {
-                let r = self
-                    .http
-                    .post(format!("{}/v1/machines:create", self.gateway))
-                    .bearer_auth(ADMIN_TOKEN)
-                    .json(machine)
-                    .send()
-                    .await
-                    .map_err(|e| format!("creating machine {name}: {e}"))?;
-                if r.status().is_success() {
-                    break;
+            // Created, then Running (the status call succeeds only then), within 30 s in all.
+            for (verb, what) in [("create", "create answered"), ("status", "status still")] {
+                loop {
+                    let r = self
+                        .http
+                        .post(format!("{}/v1/machines:{verb}", self.gateway))
+                        .bearer_auth(ADMIN_TOKEN)
+                        .json(machine)
+                        .send()
+                        .await
+                        .map_err(|e| format!("machine {name}, {verb}: {e}"))?;
+                    if r.status().is_success() {
+                        break;
+                    }
+                    if started.elapsed() > Duration::from_secs(30) {
+                        return Err(format!("machine {name}: {what} {} after 30 s", r.status()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
-                if started.elapsed() > Duration::from_secs(30) {
-                    return Err(format!("machine {name}: create answered {}", r.status()));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            loop {
-                let r = self
-                    .http
-                    .post(format!("{}/v1/machines:status", self.gateway))
-                    .bearer_auth(ADMIN_TOKEN)
-                    .json(machine)
-                    .send()
-                    .await
-                    .map_err(|e| format!("machine {name}'s status: {e}"))?;
-                if r.status().is_success() {
-                    break;
-                }
-                if started.elapsed() > Duration::from_secs(30) {
-                    return Err(format!(
-                        "machine {name}: status still {} after 30 s",
-                        r.status()
-                    ));
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
         Ok(())
