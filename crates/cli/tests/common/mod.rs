@@ -15,7 +15,9 @@ pub fn bin() -> String {
     std::env::var("BERTH_TEST_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_berth").to_string())
 }
 
-/// A port base whose ports B..=B+10 are all free right now.
+/// A port base whose ports B..=B+10 are all free right now, all below Linux's ephemeral range
+/// (32768 and up by default): a port there can be taken at any moment by some process's outgoing
+/// connection, between this check and `up` binding it (a test saw its gateway port so taken).
 pub fn free_port_base() -> u16 {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -23,7 +25,7 @@ pub fn free_port_base() -> u16 {
         .subsec_nanos()
         ^ std::process::id();
     for i in 0..500u32 {
-        let base = 20_000 + ((seed.wrapping_add(i * 7919)) % 40_000) as u16;
+        let base = 20_000 + ((seed.wrapping_add(i * 7919)) % 12_000) as u16;
         if (0..=10).all(|p| TcpListener::bind(("127.0.0.1", base + p)).is_ok()) {
             return base;
         }
