@@ -308,7 +308,7 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
         r.phase = VolumePhase::Provisioning;
         uids.push(r.uid.clone());
         async move {
-            store.insert(r, Some(u64::MAX)).await.unwrap();
+            store.insert(r, None).await.unwrap();
         }
     })
     .await;
@@ -370,7 +370,7 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
             let mut r = core_row(i, "two");
             r.phase = VolumePhase::Provisioning;
             async move {
-                let r = store.insert(r, Some(u64::MAX)).await.unwrap();
+                let r = store.insert(r, None).await.unwrap();
                 let v = ObjectRef::of(&r);
                 let location = backend.create(&v).await.unwrap();
                 store
@@ -390,14 +390,18 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
         .await,
     );
     print(
-        "core, one commit: create uncommitted, insert Ready, mark",
+        "core, one commit: make, directory fsync + insert, mark",
         time_step(ROUNDS, |i| {
             let (store, backend) = (store.clone(), backend.clone());
             let mut r = core_row(i, "one");
             async move {
                 let v = ObjectRef::of(&r);
-                r.location = backend.create_uncommitted(&v).await.unwrap();
-                store.insert(r, Some(u64::MAX)).await.unwrap();
+                let made = backend.create_uncommitted(&v).await.unwrap();
+                r.location = made.location;
+                store
+                    .insert_after_syncing(r, None, made.sync_dir)
+                    .await
+                    .unwrap();
                 backend.mark_committed(&v).await.unwrap();
             }
         })
@@ -405,6 +409,46 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
     );
     let ns_dir = base.join("breakdown-raw");
     std::fs::create_dir_all(&ns_dir).unwrap();
+    // The issue's floor for a crash-safe create, with nothing of Berth's in it: the object's mkdir and
+    // its directory's fsync, then one raw single-row commit (rusqlite, FULL), in one thread.
+    let floor_db = rusqlite::Connection::open(dir.join("floor.db")).unwrap();
+    floor_db
+        .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
+        .unwrap();
+    floor_db.execute_batch(SCHEMA).unwrap();
+    let floor_dir = base.join("breakdown-floor");
+    std::fs::create_dir_all(&floor_dir).unwrap();
+    print(
+        "floor: mkdir, directory fsync, raw commit (no Berth code)",
+        time_step(ROUNDS, |i| {
+            let path = floor_dir.join(format!("f{i:05}"));
+            let r = row("floor", &format!("f{i:05}"), false);
+            let (floor_db, floor_dir) = (&floor_db, &floor_dir);
+            async move {
+                std::fs::create_dir(&path).unwrap();
+                std::fs::File::open(floor_dir).unwrap().sync_all().unwrap();
+                floor_db.execute_batch("BEGIN IMMEDIATE").unwrap();
+                floor_db
+                    .execute(
+                        INSERT,
+                        rusqlite::params![
+                            r.uid,
+                            r.namespace,
+                            r.name,
+                            r#"{"basePath":"/var/lib/berth/volumes"}"#,
+                            r#"{"tier":"bronze"}"#,
+                            r.spec_hash,
+                            r.location,
+                            r.created_at,
+                            i as i64
+                        ],
+                    )
+                    .unwrap();
+                floor_db.execute_batch("COMMIT").unwrap();
+            }
+        })
+        .await,
+    );
     print(
         "  of which: mkdir alone (no fsync, no checks)",
         time_step(ROUNDS, |i| {

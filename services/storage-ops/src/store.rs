@@ -1,8 +1,8 @@
-//! The volume store: SQLite through sqlx, one writer with group commit, a pool of readers.
+//! The volume store: SQLite, one writer thread with group commit, a pool of readers through sqlx.
 //!
-//! Every write goes through one task that owns the only writing connection, so writes never contend
-//! for SQLite's lock and never see `SQLITE_BUSY`. The task takes whatever commands are queued (up to
-//! [`MAX_BATCH`]) and runs them in one transaction, answering each caller only after the `COMMIT` that
+//! Every write goes through one thread that owns the only writing connection (see `writer`), so
+//! writes never contend for SQLite's lock and never see `SQLITE_BUSY`. The thread takes whatever
+//! commands are queued (up to [`MAX_BATCH`]) and runs them in one transaction, answering each caller only after the `COMMIT` that
 //! made its change durable: under load many changes share one commit and its `fsync` (group commit),
 //! with no caller ever told "done" before the disk has it. Reads go to a small pool of other
 //! connections; WAL lets them run beside the writer and see every committed change, so a read after an
@@ -16,10 +16,12 @@
 //! would turn an acknowledged volume into an orphan, so storage-ops takes `FULL`, and pays for it with
 //! group commit (one `fsync` per batch, not per request) instead of weakening it, and with fewer
 //! commits: AddStorage on the local backend writes its row once, already Ready, after the object is
-//! made and synced (see `ops::add` for why that is crash-safe), so one add is one commit, not two.
+//! made (see `ops::add` for why that is crash-safe), so one add is one commit, not two. The fsync of
+//! the object's directory is the writer's too, right before that commit, so concurrent adds share it
+//! as they share the commit (see `writer`).
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,8 +30,12 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
 };
-use sqlx::{Connection, Executor, Row, SqliteConnection};
+use sqlx::{Connection, Row, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
+
+use writer::{Command, Outcome};
+
+mod writer;
 
 /// The most commands one transaction carries.
 pub const MAX_BATCH: usize = 256;
@@ -128,15 +134,25 @@ pub enum StoreError {
     },
     /// The database failed.
     #[error("database: {0}")]
-    Db(Arc<sqlx::Error>),
+    Db(Arc<dyn std::error::Error + Send + Sync>),
+    /// The directory whose fsync makes a new object durable could not be synced (the caller knows
+    /// which; a path never goes into an error a client may read).
+    #[error("syncing a directory: {0}")]
+    DirectorySync(Arc<std::io::Error>),
     /// The writer is gone (the service is stopping).
     #[error("the store is closed")]
     Closed,
 }
 
+impl StoreError {
+    fn db(e: impl std::error::Error + Send + Sync + 'static) -> Self {
+        StoreError::Db(Arc::new(e))
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
-        StoreError::Db(Arc::new(e))
+        StoreError::db(e)
     }
 }
 
@@ -153,42 +169,6 @@ struct Inner {
     continue_key: Vec<u8>,
 }
 
-enum Command {
-    Insert {
-        row: Box<VolumeRow>,
-        capacity_limit: Option<u64>,
-        reply: oneshot::Sender<Result<Outcome, StoreError>>,
-    },
-    SetStatus {
-        uid: String,
-        update: StatusUpdate,
-        reply: oneshot::Sender<Result<Outcome, StoreError>>,
-    },
-    Remove {
-        uid: String,
-        retain: bool,
-        reply: oneshot::Sender<Result<Outcome, StoreError>>,
-    },
-}
-
-impl Command {
-    fn reply(self, result: Result<Outcome, StoreError>) {
-        let reply = match self {
-            Command::Insert { reply, .. }
-            | Command::SetStatus { reply, .. }
-            | Command::Remove { reply, .. } => reply,
-        };
-        // The caller may have gone (its request was cancelled); the change stands either way.
-        let _ = reply.send(result);
-    }
-}
-
-enum Outcome {
-    Row(Box<VolumeRow>),
-    MaybeRow(Option<Box<VolumeRow>>),
-    Removed(bool),
-}
-
 /// The columns of `volumes`, in [`row_from`]'s order.
 macro_rules! columns {
     () => {
@@ -197,6 +177,7 @@ macro_rules! columns {
          resource_version"
     };
 }
+use columns;
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, runs the migrations, starts the writer.
@@ -235,8 +216,11 @@ impl Store {
             .idle_timeout(Duration::from_secs(60))
             .connect_with(options)
             .await?;
+        writer.close().await?;
+        // The writing connection is rusqlite's, on a thread of its own (see `writer`).
+        let writer = open_writer(path)?;
         let (writes, queue) = mpsc::channel(4 * MAX_BATCH);
-        tokio::spawn(write_loop(writer, queue, rv));
+        writer::spawn(writer, queue, rv)?;
         Ok(Store {
             inner: Arc::new(Inner {
                 read,
@@ -279,10 +263,32 @@ impl Store {
         row: VolumeRow,
         capacity_limit: Option<u64>,
     ) -> Result<VolumeRow, StoreError> {
+        self.insert_row(row, capacity_limit, None).await
+    }
+
+    /// [`Store::insert`] for a volume whose new backend object becomes durable with an fsync of
+    /// `dir`: the writer syncs it before the commit that records the row, so the row is never on disk
+    /// without its object. [`StoreError::DirectorySync`] when that fsync fails (no row is written).
+    pub async fn insert_after_syncing(
+        &self,
+        row: VolumeRow,
+        capacity_limit: Option<u64>,
+        dir: PathBuf,
+    ) -> Result<VolumeRow, StoreError> {
+        self.insert_row(row, capacity_limit, Some(dir)).await
+    }
+
+    async fn insert_row(
+        &self,
+        row: VolumeRow,
+        capacity_limit: Option<u64>,
+        sync_dir: Option<PathBuf>,
+    ) -> Result<VolumeRow, StoreError> {
         match self
             .send(|reply| Command::Insert {
                 row: Box::new(row),
                 capacity_limit,
+                sync_dir,
                 reply,
             })
             .await?
@@ -477,6 +483,58 @@ impl Store {
     }
 }
 
+/// The writing connection, with the settings of [`connect_options`].
+fn open_writer(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // FULL: an acknowledged change survives power loss too (see the module docs). The journal mode
+    // is the file's, set to WAL when the database was made.
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
+    )?;
+    Ok(conn)
+}
+
+/// A row of [`columns!`] as rusqlite reads it (the writer's `RETURNING`).
+fn row_from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<VolumeRow> {
+    fn bad(index: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(e))
+    }
+    fn json<T: serde::de::DeserializeOwned>(
+        r: &rusqlite::Row<'_>,
+        i: usize,
+    ) -> rusqlite::Result<T> {
+        serde_json::from_str(&r.get::<_, String>(i)?).map_err(|e| bad(i, e))
+    }
+    let kind: String = r.get(4)?;
+    let phase: String = r.get(12)?;
+    let capacity_bytes: i64 = r.get(7)?;
+    let replicas: i64 = r.get(8)?;
+    Ok(VolumeRow {
+        uid: r.get(0)?,
+        namespace: r.get(1)?,
+        name: r.get(2)?,
+        orchestrator: r.get(3)?,
+        kind: OrchestratorKind::parse_field("kind", &kind)
+            .map_err(|e| bad(4, std::io::Error::other(e.message)))?,
+        backend_config: json(r, 5)?,
+        capacity: r.get(6)?,
+        capacity_bytes: u64::try_from(capacity_bytes).map_err(|e| bad(7, e))?,
+        replicas: u32::try_from(replicas).map_err(|e| bad(8, e))?,
+        labels: json(r, 9)?,
+        parameters: json(r, 10)?,
+        spec_hash: r.get(11)?,
+        phase: VolumePhase::parse(&phase)
+            .ok_or_else(|| bad(12, std::io::Error::other(format!("phase {phase:?}"))))?,
+        reason: r.get(13)?,
+        message: r.get(14)?,
+        location: r.get(15)?,
+        created_at: r.get(16)?,
+        updated_at: r.get(17)?,
+        resource_version: r.get(18)?,
+    })
+}
+
 fn decode(e: impl std::error::Error + Send + Sync + 'static) -> sqlx::Error {
     sqlx::Error::Decode(Box::new(e))
 }
@@ -518,193 +576,6 @@ fn row_from(r: &SqliteRow) -> Result<VolumeRow, sqlx::Error> {
 /// RFC 3339 UTC, to the millisecond.
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
-}
-
-/// The writer: drains the queue into one transaction per batch until every sender is gone.
-async fn write_loop(mut conn: SqliteConnection, mut queue: mpsc::Receiver<Command>, mut rv: i64) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = queue.recv().await {
-        batch.push(first);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(c) => batch.push(c),
-                Err(_) => break,
-            }
-        }
-        run_batch(&mut conn, &mut batch, &mut rv).await;
-    }
-}
-
-/// Why one command failed: refused (the transaction goes on) or fatal (the batch is rolled back).
-enum Failure {
-    Refused(StoreError),
-    Fatal(Arc<sqlx::Error>),
-}
-
-impl From<sqlx::Error> for Failure {
-    fn from(e: sqlx::Error) -> Self {
-        Failure::Fatal(Arc::new(e))
-    }
-}
-
-async fn run_batch(conn: &mut SqliteConnection, batch: &mut Vec<Command>, rv: &mut i64) {
-    // BEGIN IMMEDIATE takes the write lock now, so nothing in the batch can fail on it halfway.
-    if let Err(e) = conn.execute("BEGIN IMMEDIATE").await {
-        let e = Arc::new(e);
-        for cmd in batch.drain(..) {
-            cmd.reply(Err(StoreError::Db(e.clone())));
-        }
-        return;
-    }
-    let mut results = Vec::with_capacity(batch.len());
-    let mut fatal = None;
-    for cmd in batch.iter() {
-        match apply(conn, cmd, rv).await {
-            Ok(outcome) => results.push(Ok(outcome)),
-            Err(Failure::Refused(e)) => results.push(Err(e)),
-            Err(Failure::Fatal(e)) => {
-                fatal = Some(e);
-                break;
-            }
-        }
-    }
-    if fatal.is_none() {
-        let committed = async {
-            sqlx::query("UPDATE meta SET value = ?1 WHERE key = 'resource_version'")
-                .bind(rv.to_string())
-                .execute(&mut *conn)
-                .await?;
-            conn.execute("COMMIT").await
-        }
-        .await;
-        if let Err(e) = committed {
-            fatal = Some(Arc::new(e));
-        }
-    }
-    if let Some(e) = fatal {
-        // Some errors (disk full, I/O) end the transaction themselves; the ROLLBACK's own error is moot.
-        let _ = conn.execute("ROLLBACK").await;
-        tracing::error!(error = %e, commands = batch.len(), "a write batch failed and was rolled back");
-        for cmd in batch.drain(..) {
-            cmd.reply(Err(StoreError::Db(e.clone())));
-        }
-        return;
-    }
-    for (cmd, result) in batch.drain(..).zip(results) {
-        cmd.reply(result);
-    }
-}
-
-async fn apply(
-    conn: &mut SqliteConnection,
-    cmd: &Command,
-    rv: &mut i64,
-) -> Result<Outcome, Failure> {
-    match cmd {
-        Command::Insert {
-            row,
-            capacity_limit,
-            ..
-        } => {
-            if let Some(limit) = *capacity_limit {
-                // Every recorded volume counts, Failed ones too: a Failed volume is retried by the
-                // same AddStorage without a second check, so it keeps its share until deleted.
-                let used: i64 = sqlx::query_scalar(
-                    "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE orchestrator = ?1",
-                )
-                .bind(&row.orchestrator)
-                .fetch_one(&mut *conn)
-                .await?;
-                let used = u64::try_from(used).unwrap_or(0);
-                if used.saturating_add(row.capacity_bytes) > limit {
-                    return Err(Failure::Refused(StoreError::CapacityExhausted {
-                        orchestrator: row.orchestrator.clone(),
-                        limit,
-                        used,
-                        asked: row.capacity_bytes,
-                    }));
-                }
-            }
-            *rv += 1;
-            let mut row = row.as_ref().clone();
-            row.resource_version = *rv;
-            let inserted = sqlx::query(
-                "INSERT INTO volumes (uid, namespace, name, orchestrator, kind, backend_config, capacity, \
-                 capacity_bytes, replicas, labels, parameters, spec_hash, phase, reason, message, location, \
-                 created_at, updated_at, resource_version) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)",
-            )
-            .bind(&row.uid)
-            .bind(&row.namespace)
-            .bind(&row.name)
-            .bind(&row.orchestrator)
-            .bind(row.kind.as_str())
-            .bind(row.backend_config.to_string())
-            .bind(&row.capacity)
-            .bind(i64::try_from(row.capacity_bytes).unwrap_or(i64::MAX))
-            .bind(i64::from(row.replicas))
-            .bind(serde_json::to_string(&row.labels).unwrap_or_default())
-            .bind(serde_json::to_string(&row.parameters).unwrap_or_default())
-            .bind(&row.spec_hash)
-            .bind(row.phase.as_str())
-            .bind(&row.reason)
-            .bind(&row.message)
-            .bind(&row.location)
-            .bind(&row.created_at)
-            .bind(&row.updated_at)
-            .bind(row.resource_version)
-            .execute(&mut *conn)
-            .await;
-            match inserted {
-                Ok(_) => Ok(Outcome::Row(Box::new(row))),
-                // A constraint failure aborts only its statement; the batch's transaction goes on.
-                Err(sqlx::Error::Database(db)) if db.is_unique_violation() => Err(
-                    Failure::Refused(StoreError::Exists(row.namespace.clone(), row.name.clone())),
-                ),
-                Err(e @ sqlx::Error::Database(_)) => {
-                    Err(Failure::Refused(StoreError::Db(Arc::new(e))))
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
-        Command::SetStatus { uid, update, .. } => {
-            *rv += 1;
-            let row = sqlx::query(concat!(
-                "UPDATE volumes SET phase = ?1, reason = ?2, message = ?3, location = COALESCE(?4, location), \
-                 updated_at = ?5, resource_version = ?6 WHERE uid = ?7 RETURNING ",
-                columns!()
-            ))
-            .bind(update.phase.as_str())
-            .bind(&update.reason)
-            .bind(&update.message)
-            .bind(update.location.as_deref())
-            .bind(now())
-            .bind(*rv)
-            .bind(uid)
-            .fetch_optional(&mut *conn)
-            .await?;
-            Ok(Outcome::MaybeRow(
-                row.as_ref().map(row_from).transpose()?.map(Box::new),
-            ))
-        }
-        Command::Remove { uid, retain, .. } => {
-            if *retain {
-                sqlx::query(
-                    "INSERT OR REPLACE INTO retained (uid, namespace, name, orchestrator, kind, location, released_at) \
-                     SELECT uid, namespace, name, orchestrator, kind, location, ?2 FROM volumes WHERE uid = ?1",
-                )
-                .bind(uid)
-                .bind(now())
-                .execute(&mut *conn)
-                .await?;
-            }
-            let done = sqlx::query("DELETE FROM volumes WHERE uid = ?1")
-                .bind(uid)
-                .execute(&mut *conn)
-                .await?;
-            Ok(Outcome::Removed(done.rows_affected() > 0))
-        }
-    }
 }
 
 #[cfg(test)]
@@ -776,6 +647,41 @@ mod tests {
         );
         let c = store.insert(row("ns", "b", "o", 10), None).await.unwrap();
         assert!(c.resource_version > ready.resource_version);
+    }
+
+    /// Inserts that name a directory have it synced before their commit; one that cannot be synced
+    /// gets no row and says why, and the rest of its batch commits.
+    #[tokio::test]
+    async fn inserts_after_a_directory_sync_commit_only_when_it_is_synced() {
+        let (dir, store) = open().await;
+        let missing = dir.path().join("gone");
+        let inserts = (0..8).map(|i| {
+            let store = store.clone();
+            let sync = if i % 2 == 0 {
+                dir.path().to_path_buf()
+            } else {
+                missing.clone()
+            };
+            async move {
+                store
+                    .insert_after_syncing(row("ns", &format!("v{i}"), "o", 1), None, sync)
+                    .await
+            }
+        });
+        let results = futures::future::join_all(inserts).await;
+        for (i, result) in results.iter().enumerate() {
+            let stored = store.get("ns", &format!("v{i}")).await.unwrap();
+            if i % 2 == 0 {
+                assert!(result.is_ok(), "{result:?}");
+                assert!(stored.is_some());
+            } else {
+                let Err(StoreError::DirectorySync(why)) = result else {
+                    panic!("{result:?}");
+                };
+                assert_eq!(why.kind(), std::io::ErrorKind::NotFound);
+                assert!(stored.is_none());
+            }
+        }
     }
 
     #[tokio::test]

@@ -12,7 +12,8 @@
 //!
 //! AddStorage makes a new volume's object before its row ([`Backend::create_uncommitted`]), with
 //! mode 000 given to the `mkdir`/`open` that makes it: the mark is part of the new inode, so the one
-//! directory `fsync` that makes the object durable makes the mark durable with it, at no cost. Once
+//! directory `fsync` that makes the object durable (the store's, right before the commit that
+//! records the row) makes the mark durable with it, at no cost. Once
 //! the row is committed the mode becomes 0700 (0600 for a file) with a `chmod` that is not synced: if
 //! a power loss undoes it, the object is owned by a row and the reconciler sets it again. So an
 //! object of mode 000 without a row was never acknowledged to anyone, and is removed only if it is
@@ -29,7 +30,7 @@ use domain::Code;
 use futures::future::BoxFuture;
 use service_kit::paths::{Escape, check_within};
 
-use super::{Backend, BackendError, Found, ObjectRef, Usage};
+use super::{Backend, BackendError, Found, ObjectRef, Uncommitted, Usage};
 
 /// Directories and files under one base path, itself under one of the operator's roots.
 #[derive(Debug, Clone)]
@@ -154,31 +155,34 @@ impl LocalBackend {
         Ok(Some(resolved))
     }
 
-    /// Makes `v`'s object and syncs it with its directory; `uncommitted` makes a new one of mode 000
-    /// (see the module docs), otherwise it is made, or found and marked committed.
-    fn create_blocking(&self, v: &ObjectRef, uncommitted: bool) -> Result<String, BackendError> {
+    /// Makes `v`'s object, or finds it made (and marks it committed), and syncs it with its
+    /// directory. For a volume whose row is already written.
+    fn create_blocking(&self, v: &ObjectRef) -> Result<String, BackendError> {
         let dir = self
             .namespace_dir(&v.namespace, true)?
             .expect("create makes the namespace directory");
         let path = dir.join(Self::object_name(v));
-        let made = if uncommitted {
-            make_object(&path, v, UNCOMMITTED_MODE, true)
-        } else {
-            // Found uncommitted (made by an add a crash interrupted after its row was written, or a
-            // `chmod` a power loss undid): committed now, or the file could not be opened to size it.
-            mark_committed_at(&path)?;
-            make_object(&path, v, final_mode(v.file), false)
-        };
-        made?;
-        if let Err(e) = sync_dir(&dir) {
-            if uncommitted {
-                // Take back what this call made, so a failed add leaves nothing (if this fails too,
-                // the object is uncommitted and the reconciler removes it).
-                let _ = remove_uncommitted_at(&path);
-            }
-            return Err(e);
-        }
+        // Found uncommitted (made by an add a crash interrupted after its row was written, or a
+        // `chmod` a power loss undid): committed now, or the file could not be opened to size it.
+        mark_committed_at(&path)?;
+        make_object(&path, v, final_mode(v.file), false)?;
+        sync_dir(&dir)?;
         Ok(path.display().to_string())
+    }
+
+    /// Makes a new object of mode 000 for `v` (see the module docs); its directory's fsync is left to
+    /// the store, which runs it right before the commit that records the row (a file object syncs its
+    /// own inode here, while it is open).
+    fn create_uncommitted_blocking(&self, v: &ObjectRef) -> Result<Uncommitted, BackendError> {
+        let dir = self
+            .namespace_dir(&v.namespace, true)?
+            .expect("create makes the namespace directory");
+        let path = dir.join(Self::object_name(v));
+        make_object(&path, v, UNCOMMITTED_MODE, true)?;
+        Ok(Uncommitted {
+            location: path.display().to_string(),
+            sync_dir: dir,
+        })
     }
 
     /// Marks `v`'s object committed (a no-op when it is, or is gone).
@@ -460,7 +464,7 @@ impl Backend for LocalBackend {
     fn create<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<String, BackendError>> {
         let this = self.clone();
         let v = v.clone();
-        Box::pin(blocking(move || this.create_blocking(&v, false)))
+        Box::pin(blocking(move || this.create_blocking(&v)))
     }
 
     fn creates_uncommitted(&self) -> bool {
@@ -470,10 +474,10 @@ impl Backend for LocalBackend {
     fn create_uncommitted<'a>(
         &'a self,
         v: &'a ObjectRef,
-    ) -> BoxFuture<'a, Result<String, BackendError>> {
+    ) -> BoxFuture<'a, Result<Uncommitted, BackendError>> {
         let this = self.clone();
         let v = v.clone();
-        Box::pin(blocking(move || this.create_blocking(&v, true)))
+        Box::pin(blocking(move || this.create_uncommitted_blocking(&v)))
     }
 
     fn mark_committed<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {
@@ -620,8 +624,8 @@ mod tests {
         );
         let mode = |at: &str| fs::symlink_metadata(at).unwrap().mode() & 0o7777;
         let (dir, file) = (object("dir", false), object("blob", true));
-        let at_dir = backend.create_uncommitted(&dir).await.unwrap();
-        let at_file = backend.create_uncommitted(&file).await.unwrap();
+        let at_dir = backend.create_uncommitted(&dir).await.unwrap().location;
+        let at_file = backend.create_uncommitted(&file).await.unwrap().location;
         assert_eq!((mode(&at_dir), mode(&at_file)), (0, 0));
         assert_eq!(fs::metadata(&at_file).unwrap().len(), 1 << 30);
         // A fresh uid's object is never taken over: one already there is an error.
@@ -649,12 +653,12 @@ mod tests {
 
         // An uncommitted object with something in it is left in place; an empty one goes.
         let full = object("full", false);
-        let at_full = backend.create_uncommitted(&full).await.unwrap();
+        let at_full = backend.create_uncommitted(&full).await.unwrap().location;
         fs::set_permissions(&at_full, fs::Permissions::from_mode(0o700)).unwrap();
         fs::write(Path::new(&at_full).join("data"), b"x").unwrap();
         fs::set_permissions(&at_full, fs::Permissions::from_mode(0o000)).unwrap();
         let empty = object("empty", false);
-        let at_empty = backend.create_uncommitted(&empty).await.unwrap();
+        let at_empty = backend.create_uncommitted(&empty).await.unwrap().location;
         for f in backend.scan().await.unwrap() {
             if f.uid == full.uid {
                 assert!(backend.remove_found(&f).await.is_err());

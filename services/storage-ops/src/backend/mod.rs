@@ -142,6 +142,15 @@ pub struct Found {
     pub uncommitted: bool,
 }
 
+/// A new object [`Backend::create_uncommitted`] made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Uncommitted {
+    /// Where it is.
+    pub location: String,
+    /// The directory whose fsync makes it durable.
+    pub sync_dir: std::path::PathBuf,
+}
+
 /// The low-level work of one orchestrator.
 pub trait Backend: Send + Sync {
     /// Makes the object for `v` (or finds it made, and marks it committed if it was not) and says
@@ -151,13 +160,14 @@ pub trait Backend: Send + Sync {
     fn creates_uncommitted(&self) -> bool {
         false
     }
-    /// Makes a new object for `v`, marked uncommitted, durably (object and mark survive a power loss
-    /// once this answers), before `v` has a row; says where it is. On failure it leaves nothing, or
-    /// an uncommitted object the reconciler removes.
+    /// Makes a new object for `v`, marked uncommitted, before `v` has a row; says where it is and
+    /// which directory's fsync makes it (and its mark) durable, which the store runs right before the
+    /// commit that records the row. On failure it leaves nothing, or an uncommitted object the
+    /// reconciler removes.
     fn create_uncommitted<'a>(
         &'a self,
         v: &'a ObjectRef,
-    ) -> BoxFuture<'a, Result<String, BackendError>> {
+    ) -> BoxFuture<'a, Result<Uncommitted, BackendError>> {
         let _ = v;
         Box::pin(std::future::ready(Err(BackendError::new(
             Code::Unimplemented,

@@ -4,9 +4,10 @@
 //!
 //! A new volume's uid is chosen here, and its backend object is named after it. On a backend that
 //! can mark an object uncommitted (the `local` one, see [`crate::backend`]) the add makes the object
-//! first, marked, and durable (its directory synced), then commits the row, already Ready, in one
-//! transaction, then clears the mark (not synced). So a volume is acknowledged only once its row and
-//! its object are both on disk, and a crash anywhere leaves one of:
+//! first, marked; the store's writer then syncs the object's directory and commits the row, already
+//! Ready, in that order (concurrent adds share both fsyncs); then the mark is cleared (not synced). So
+//! a volume is acknowledged only once its row and its object are both on disk, and a crash anywhere
+//! leaves one of:
 //! - nothing, or an uncommitted object no row owns: never acknowledged, never shown to anyone; the
 //!   reconciler removes it whatever the orphan policy, and the client's retry makes a new one;
 //! - a committed row whose object is still marked: the reconciler clears the mark.
@@ -111,7 +112,20 @@ impl Ops {
 
     async fn add_locked(&self, spec: VolumeSpec) -> Result<(Volume, bool), OpsError> {
         let _guard = self.locks.lock(&spec.namespace, &spec.name).await;
-        if let Some(row) = self.store.get(&spec.namespace, &spec.name).await? {
+        // The registry is asked beside the read, not after it: a new volume needs both. For one that
+        // exists the question is dropped once the read answers, so a slow or absent registry does
+        // not hold up a repeated add.
+        let read = self.store.get(&spec.namespace, &spec.name);
+        let resolve = self.resolve(spec.orchestrator.as_deref());
+        tokio::pin!(read, resolve);
+        let mut resolved = None;
+        let existing = loop {
+            tokio::select! {
+                existing = &mut read => break existing,
+                answer = &mut resolve, if resolved.is_none() => resolved = Some(answer),
+            }
+        };
+        if let Some(row) = existing? {
             let diffs = differences(&row, &spec);
             if !diffs.is_empty() {
                 return Err(OpsError::SpecConflict {
@@ -134,7 +148,10 @@ impl Ops {
                 }
             };
         }
-        let orchestrator = self.resolve(spec.orchestrator.as_deref()).await?;
+        let orchestrator = match resolved {
+            Some(answer) => answer,
+            None => resolve.await,
+        }?;
         if !orchestrator.storage_ops {
             return Err(OpsError::NoStorageOps {
                 name: orchestrator.name,
@@ -179,9 +196,9 @@ impl Ops {
         Ok((to_volume(&row), true))
     }
 
-    /// A new volume on a backend that marks uncommitted objects: the object made (uncommitted and
-    /// durable), then the row committed Ready, then the mark cleared (see the module docs). The
-    /// caller holds the volume's lock throughout.
+    /// A new volume on a backend that marks uncommitted objects: the object made (uncommitted), then
+    /// its directory synced and the row committed (Ready) by the store's writer, then the mark
+    /// cleared (see the module docs). The caller holds the volume's lock throughout.
     async fn create_then_commit(
         &self,
         backend: &dyn Backend,
@@ -189,29 +206,20 @@ impl Ops {
         limit: Option<u64>,
     ) -> Result<VolumeRow, OpsError> {
         let object = ObjectRef::of(&row);
-        let location = match backend.create_uncommitted(&object).await {
-            Ok(location) => location,
-            Err(e) => {
-                // The backend took back what it had begun; if it could not, the object is
-                // uncommitted and this row owns it: the retry's `create` marks it committed, a
-                // delete removes it.
-                row.phase = VolumePhase::Failed;
-                row.reason = reasons::BACKEND_ERROR.into();
-                row.message.clone_from(&e.message);
-                self.store.insert(row.clone(), limit).await?;
-                tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "backend failed to make a volume");
-                return Err(OpsError::ProvisionFailed {
-                    namespace: row.namespace,
-                    name: row.name,
-                    cause: e,
-                });
-            }
+        let made = match backend.create_uncommitted(&object).await {
+            Ok(made) => made,
+            Err(e) => return Err(self.record_failed(row, limit, e).await),
         };
         row.phase = VolumePhase::Ready;
         row.reason = reasons::PROVISIONED.into();
         row.message = String::new();
-        row.location = location;
-        match self.store.insert(row, limit).await {
+        row.location = made.location;
+        let failed_row = row.clone();
+        match self
+            .store
+            .insert_after_syncing(row, limit, made.sync_dir.clone())
+            .await
+        {
             Ok(row) => {
                 // Not synced, and a failure here is not the caller's: the volume is made and
                 // recorded; the reconciler clears a mark that is still there.
@@ -221,18 +229,57 @@ impl Ops {
                 Ok(row)
             }
             Err(e) => {
-                // Refused (capacity, or the name taken): nothing was committed, so the object is
-                // nobody's; take it back now. Any other failure leaves it to the reconciler, which
-                // removes it once it sees no row owns it.
-                if matches!(
+                // Refused (capacity, the name taken, the directory not synced): nothing was
+                // committed, so the object is nobody's; take it back now. Any other failure leaves
+                // it to the reconciler, which removes it once it sees no row owns it.
+                let refused = matches!(
                     e,
-                    StoreError::CapacityExhausted { .. } | StoreError::Exists(..)
-                ) && let Err(removal) = backend.remove_found(&found_uncommitted(&object)).await
+                    StoreError::CapacityExhausted { .. }
+                        | StoreError::Exists(..)
+                        | StoreError::DirectorySync(..)
+                );
+                if refused
+                    && let Err(removal) = backend.remove_found(&found_uncommitted(&object)).await
                 {
                     tracing::warn!(namespace = %object.namespace, name = %object.name, uid = %object.uid, error = %removal, "an uncommitted object could not be taken back; the reconciler will remove it");
                 }
-                Err(e.into())
+                match e {
+                    // The backend's failure, recorded as any other: Failed, retried by the same
+                    // request.
+                    StoreError::DirectorySync(io) => {
+                        let e = crate::backend::BackendError::io(
+                            "syncing a directory",
+                            &made.sync_dir,
+                            &io,
+                        );
+                        Err(self.record_failed(failed_row, limit, e).await)
+                    }
+                    e => Err(e.into()),
+                }
             }
+        }
+    }
+
+    /// Records a new volume the backend failed to make as Failed, and says so.
+    async fn record_failed(
+        &self,
+        mut row: VolumeRow,
+        limit: Option<u64>,
+        e: crate::backend::BackendError,
+    ) -> OpsError {
+        // The backend took back what it had begun; if it could not, the object is uncommitted and
+        // this row owns it: the retry's `create` marks it committed, a delete removes it.
+        row.phase = VolumePhase::Failed;
+        row.reason = reasons::BACKEND_ERROR.into();
+        row.message.clone_from(&e.message);
+        if let Err(store) = self.store.insert(row.clone(), limit).await {
+            return store.into();
+        }
+        tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "backend failed to make a volume");
+        OpsError::ProvisionFailed {
+            namespace: row.namespace,
+            name: row.name,
+            cause: e,
         }
     }
 

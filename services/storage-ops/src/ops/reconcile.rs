@@ -390,7 +390,11 @@ mod tests {
             );
             // Stopped between its commit and clearing the mark: a Ready row, an object of mode 000.
             let committed = object("committed");
-            let at_committed = backend.create_uncommitted(&committed).await.unwrap();
+            let at_committed = backend
+                .create_uncommitted(&committed)
+                .await
+                .unwrap()
+                .location;
             ops.store
                 .insert(
                     ready_row(&base, "committed", &committed.uid, &at_committed),
@@ -400,10 +404,18 @@ mod tests {
                 .unwrap();
             // Stopped before its commit: no row.
             let abandoned = object("abandoned");
-            let at_abandoned = backend.create_uncommitted(&abandoned).await.unwrap();
+            let at_abandoned = backend
+                .create_uncommitted(&abandoned)
+                .await
+                .unwrap()
+                .location;
             // In flight: made, not committed yet, its add holding the lock.
             let in_flight = object("in-flight");
-            let at_in_flight = backend.create_uncommitted(&in_flight).await.unwrap();
+            let at_in_flight = backend
+                .create_uncommitted(&in_flight)
+                .await
+                .unwrap()
+                .location;
             let add = ops.locks.lock("team", "in-flight").await;
 
             assert!(ops.orphans().await.items.is_empty(), "{policy:?}");
