@@ -3,8 +3,10 @@
 # from /proc after start-up settles, and peak (VmHWM, the high-water mark) after LOAD_SECONDS of wrk
 # load at 64 connections on a read route of the service (the gateway's forwarded to a registry);
 # also the idle thread count and the load's requests/s, so a memory setting that costs throughput
-# shows. Where the rest goes: /proc/PID/smaps (the binary's code is file-backed and shared; the
-# heap is one mimalloc arena, see service_kit::memory).
+# shows. The idle figure is split into its file-backed part (the binary's own pages and the shared
+# libraries: page cache, shared by every process that maps it) and its anonymous part (the heap, one
+# mimalloc arena, see service_kit::memory; thread stacks); run as root, the script also shows which
+# crates storage-ops' resident binary pages belong to (bench/resident.py).
 #   bench/footprint.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,7 +36,7 @@ BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$registry_port BERTH_DATA_DIR=$work/upstre
   ./target/release/orchestrator-registry >/dev/null 2>&1 & pids+=($!)
 ready $registry_port
 
-printf '%-24s %10s %10s %8s   %s\n' "service" "idle RSS" "peak RSS" "threads" "load"
+printf '%-24s %10s %20s %10s %8s   %s\n' "service" "idle RSS" "of which file / anon" "peak RSS" "threads" "load"
 for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator; do
   port=$((port + 1))
   route=/healthz header=
@@ -64,12 +66,17 @@ for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator
   kill -0 "$pid" 2>/dev/null || { echo "$svc did not start:" >&2; cat "$work/$svc.log" >&2; exit 1; }
   sleep 1
   idle=$(kb "$pid" VmRSS) threads=$(ls "/proc/$pid/task" | wc -l)
+  split="$(kb "$pid" RssFile) / $(kb "$pid" RssAnon)"
+  # The file-backed part is the binary's page cache; where in the binary it comes from, by crate.
+  if [ "$svc" = storage-ops ] && [ -r "/proc/$pid/pagemap" ] && [ "$(id -u)" = 0 ]; then
+    resident=$(bench/resident.py "$pid" 2>&1 | head -12) || true
+  fi
   if [ -n "$header" ]; then
     rps=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "$header" "http://127.0.0.1:$port$route" | awk '/^Requests\/sec/ {print $2}')
   else
     rps=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" "http://127.0.0.1:$port$route" | awk '/^Requests\/sec/ {print $2}')
   fi
-  printf '%-24s %10s %10s %8s   %s\n' "$svc" "$idle" "$(kb "$pid" VmHWM)" "$threads" \
+  printf '%-24s %10s %20s %10s %8s   %s\n' "$svc" "$idle" "$split" "$(kb "$pid" VmHWM)" "$threads" \
     "GET $route, 64 connections, ${LOAD_SECONDS}s: $rps requests/s"
   kill "$pid"; wait "$pid" 2>/dev/null || true
 done
@@ -86,8 +93,14 @@ for p in $base $((base + 1)) $((base + 2)) $((base + 3)); do
 done
 sleep 1
 idle=$(kb "$pid" VmRSS) threads=$(ls "/proc/$pid/task" | wc -l)
+split="$(kb "$pid" RssFile) / $(kb "$pid" RssAnon)"
 rps() { awk '/^Requests\/sec/ {print $2}'; }
 kinds=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/kinds" | rps)
 volumes=$(wrk -t2 -c64 -d"${LOAD_SECONDS}s" -H "Authorization: Bearer $up_token" "http://127.0.0.1:$base/v1/volumes" | rps)
-printf '%-24s %10s %10s %8s   %s\n' "berth up (all five)" "$idle" "$(kb "$pid" VmHWM)" "$threads" \
+printf '%-24s %10s %20s %10s %8s   %s\n' "berth up (all five)" "$idle" "$split" "$(kb "$pid" VmHWM)" "$threads" \
   "GET /v1/kinds then /v1/volumes through the gateway, 64 connections, ${LOAD_SECONDS}s each: $kinds, $volumes requests/s"
+if [ -n "${resident:-}" ]; then
+  echo
+  echo "storage-ops idle: its own binary's resident pages by crate (bench/resident.py):"
+  echo "$resident"
+fi
