@@ -212,7 +212,8 @@ async fn start_stack(dir: &Path) -> Stack {
     }
 }
 
-async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> f64 {
+/// AddStorage over HTTP from `clients` sequential clients: volumes/s, and each add's p50 and p99 in ms.
+async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> (f64, f64, f64) {
     let started = Instant::now();
     let per = total / clients;
     let tasks: Vec<_> = (0..clients)
@@ -220,7 +221,9 @@ async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> f64 {
             let storage = stack.storage.clone();
             let tag = tag.to_string();
             tokio::spawn(async move {
+                let mut latencies = Vec::with_capacity(per);
                 for i in 0..per {
+                    let sent = Instant::now();
                     let (_, created) = storage
                         .add(&VolumeProvisionerProfile {
                             name: format!("{tag}-{c:03}-{i:05}"),
@@ -230,15 +233,20 @@ async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> f64 {
                         })
                         .await
                         .unwrap();
+                    latencies.push(sent.elapsed());
                     assert!(created);
                 }
+                latencies
             })
         })
         .collect();
+    let mut latencies = Vec::with_capacity(total);
     for t in tasks {
-        t.await.unwrap();
+        latencies.extend(t.await.unwrap());
     }
-    (per * clients) as f64 / started.elapsed().as_secs_f64()
+    let rate = (per * clients) as f64 / started.elapsed().as_secs_f64();
+    let (p50, p99) = percentiles(latencies);
+    (rate, p50, p99)
 }
 
 /// Mean and median of `rounds` timed runs of `step`, in microseconds.
@@ -638,10 +646,17 @@ async fn main() {
 
     let stack = start_stack(dir.path()).await;
     println!("  AddStorage over HTTP, local backend, {total_adds} volumes each:");
-    let a1 = adds(&stack, 1, total_adds.min(500), "seq").await;
-    println!("    1 client                                        {a1:>9.0} volumes/s");
-    let a32 = adds(&stack, 32, total_adds, "par").await;
-    println!("    32 clients                                      {a32:>9.0} volumes/s");
+    for (clients, total, tag) in [(1, total_adds.min(500), "seq"), (32, total_adds, "par")] {
+        let (rate, p50, p99) = adds(&stack, clients, total, tag).await;
+        let label = if clients == 1 {
+            "1 client".to_string()
+        } else {
+            format!("{clients} clients")
+        };
+        println!(
+            "    {label:<44} {rate:>9.0} volumes/s   each add p50 {p50:>6.2} ms   p99 {p99:>6.2} ms"
+        );
+    }
     add_breakdown(&stack, dir.path(), &stack.registry_url).await;
 
     // A fresh database, so the table holds exactly the seeded volumes.

@@ -476,8 +476,12 @@ impl Store {
             .map_err(Into::into)
     }
 
-    /// Whether the database answers (readiness).
+    /// Whether the database answers and the writer is there to take changes (readiness): a writer
+    /// thread that has ended would refuse every change, so the service must not look ready.
     pub async fn ping(&self) -> Result<(), StoreError> {
+        if self.inner.writes.is_closed() {
+            return Err(StoreError::Closed);
+        }
         sqlx::query("SELECT 1").execute(&self.inner.read).await?;
         Ok(())
     }
