@@ -68,6 +68,25 @@ const INSERT: &str = "INSERT INTO volumes (uid, namespace, name, orchestrator, k
      updated_at, resource_version) VALUES (?1, ?2, ?3, 'disk', 'local', ?4, '1Gi', 1073741824, 1, ?5, '{}', ?6, \
      'Ready', 'Provisioned', '', ?7, ?8, ?8, ?9)";
 
+/// One row of the volumes table through rusqlite, outside storage-ops' store (the raw baselines).
+fn raw_insert(conn: &rusqlite::Connection, r: &VolumeRow, resource_version: i64) {
+    conn.execute(
+        INSERT,
+        rusqlite::params![
+            r.uid,
+            r.namespace,
+            r.name,
+            r#"{"basePath":"/var/lib/berth/volumes"}"#,
+            r#"{"tier":"bronze"}"#,
+            r.spec_hash,
+            r.location,
+            r.created_at,
+            resource_version
+        ],
+    )
+    .unwrap();
+}
+
 fn raw_sqlite(dir: &Path, per_txn: usize, synchronous: &str) -> f64 {
     let path = dir.join(format!(
         "raw-{per_txn}-{synchronous}-{}.db",
@@ -79,28 +98,12 @@ fn raw_sqlite(dir: &Path, per_txn: usize, synchronous: &str) -> f64 {
     ))
     .unwrap();
     conn.execute_batch(SCHEMA).unwrap();
-    let config = r#"{"basePath":"/var/lib/berth/volumes"}"#;
     let started = Instant::now();
     let mut i = 0;
     while i < RAW_ROWS {
         conn.execute_batch("BEGIN IMMEDIATE").unwrap();
         for _ in 0..per_txn {
-            let r = row("bench", &format!("v{i:06}"), false);
-            conn.execute(
-                INSERT,
-                rusqlite::params![
-                    r.uid,
-                    r.namespace,
-                    r.name,
-                    config,
-                    r#"{"tier":"bronze"}"#,
-                    r.spec_hash,
-                    r.location,
-                    r.created_at,
-                    i as i64
-                ],
-            )
-            .unwrap();
+            raw_insert(&conn, &row("bench", &format!("v{i:06}"), false), i as i64);
             i += 1;
         }
         conn.execute_batch("COMMIT").unwrap();
@@ -436,22 +439,7 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
                 std::fs::create_dir(&path).unwrap();
                 std::fs::File::open(floor_dir).unwrap().sync_all().unwrap();
                 floor_db.execute_batch("BEGIN IMMEDIATE").unwrap();
-                floor_db
-                    .execute(
-                        INSERT,
-                        rusqlite::params![
-                            r.uid,
-                            r.namespace,
-                            r.name,
-                            r#"{"basePath":"/var/lib/berth/volumes"}"#,
-                            r#"{"tier":"bronze"}"#,
-                            r.spec_hash,
-                            r.location,
-                            r.created_at,
-                            i as i64
-                        ],
-                    )
-                    .unwrap();
+                raw_insert(floor_db, &r, i as i64);
                 floor_db.execute_batch("COMMIT").unwrap();
             }
         })

@@ -2,11 +2,11 @@
 //!
 //! Every write goes through one thread that owns the only writing connection (see `writer`), so
 //! writes never contend for SQLite's lock and never see `SQLITE_BUSY`. The thread takes whatever
-//! commands are queued (up to [`MAX_BATCH`]) and runs them in one transaction, answering each caller only after the `COMMIT` that
-//! made its change durable: under load many changes share one commit and its `fsync` (group commit),
-//! with no caller ever told "done" before the disk has it. Reads go to a small pool of other
-//! connections; WAL lets them run beside the writer and see every committed change, so a read after an
-//! acknowledged write always sees it.
+//! commands are queued (up to [`MAX_BATCH`]) and runs them in one transaction, answering each
+//! caller only after the `COMMIT` that made its change durable: under load many changes share one
+//! commit and its `fsync` (group commit), with no caller ever told "done" before the disk has it.
+//! Reads go to a small pool of other connections; WAL lets them run beside the writer and see every
+//! committed change, so a read after an acknowledged write always sees it.
 //!
 //! ## Durability: `synchronous = FULL`
 //!
