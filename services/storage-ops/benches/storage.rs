@@ -113,7 +113,14 @@ fn raw_sqlite(dir: &Path, per_txn: usize, synchronous: &str) -> f64 {
 
 async fn sqlx_single(dir: &Path, synchronous: SqliteSynchronous) -> f64 {
     let path = dir.join(format!("sqlx-{}.db", uuid::Uuid::new_v4()));
-    let options = storage_ops::store::connect_options(&path).synchronous(synchronous);
+    // The store's settings (see `raw_sqlite`), through sqlx.
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(synchronous)
+        .busy_timeout(Duration::from_secs(5))
+        .foreign_keys(true);
     let mut conn = sqlx::SqliteConnection::connect_with(&options)
         .await
         .unwrap();

@@ -1,12 +1,16 @@
-//! The volume store: SQLite, one writer thread with group commit, a pool of readers through sqlx.
+//! The volume store: SQLite through rusqlite, one writer thread with group commit, a few readers.
 //!
 //! Every write goes through one thread that owns the only writing connection (see `writer`), so
 //! writes never contend for SQLite's lock and never see `SQLITE_BUSY`. The thread takes whatever
 //! commands are queued (up to [`MAX_BATCH`]) and runs them in one transaction, answering each
 //! caller only after the `COMMIT` that made its change durable: under load many changes share one
 //! commit and its `fsync` (group commit), with no caller ever told "done" before the disk has it.
-//! Reads go to a small pool of other connections; WAL lets them run beside the writer and see every
-//! committed change, so a read after an acknowledged write always sees it.
+//! Reads go to a small pool of other connections (see `readers`); WAL lets them run beside the
+//! writer and see every committed change, so a read after an acknowledged write always sees it.
+//!
+//! The schema is `migrations/`, applied in order at open and counted in SQLite's `user_version`. A
+//! database an earlier storage-ops made through sqlx's migrator (its `_sqlx_migrations` table, no
+//! `user_version`) already has the first migration's tables and is adopted as it is.
 //!
 //! ## Durability: `synchronous = FULL`
 //!
@@ -26,15 +30,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use domain::{Labels, OrchestratorKind, VolumePhase};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
-use sqlx::{Connection, Row, SqliteConnection};
+use rusqlite::{OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
+use readers::Readers;
 use writer::{Command, Outcome};
 
+mod readers;
 mod writer;
 
 /// The most commands one transaction carries.
@@ -44,17 +46,8 @@ pub const MAX_BATCH: usize = 256;
 /// writer, but a checkpoint or an external `sqlite3` may hold the lock briefly).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The connection settings every storage-ops connection (and the benchmark's raw baseline) uses.
-pub fn connect_options(path: &Path) -> SqliteConnectOptions {
-    SqliteConnectOptions::new()
-        .filename(path)
-        .create_if_missing(true)
-        .journal_mode(SqliteJournalMode::Wal)
-        // FULL: an acknowledged change survives power loss too (see the module docs).
-        .synchronous(SqliteSynchronous::Full)
-        .busy_timeout(BUSY_TIMEOUT)
-        .foreign_keys(true)
-}
+/// The schema's migrations, in order: the database's `user_version` is how many it has applied.
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_volumes.sql")];
 
 /// A volume as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -150,8 +143,8 @@ impl StoreError {
     }
 }
 
-impl From<sqlx::Error> for StoreError {
-    fn from(e: sqlx::Error) -> Self {
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
         StoreError::db(e)
     }
 }
@@ -163,7 +156,7 @@ pub struct Store {
 }
 
 struct Inner {
-    read: SqlitePool,
+    read: Readers,
     writes: mpsc::Sender<Command>,
     instance: String,
     continue_key: Vec<u8>,
@@ -182,51 +175,17 @@ use columns;
 impl Store {
     /// Opens (creating if needed) the database at `path`, runs the migrations, starts the writer.
     pub async fn open(path: &Path) -> Result<Store, Box<dyn std::error::Error + Send + Sync>> {
-        let options = connect_options(path);
-        let mut writer = SqliteConnection::connect_with(&options).await?;
-        sqlx::migrate!("./migrations").run(&mut writer).await?;
-        sqlx::query("INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?1)")
-            .bind(uuid::Uuid::new_v4().to_string())
-            .execute(&mut writer)
-            .await?;
-        let instance: String = sqlx::query_scalar("SELECT value FROM meta WHERE key = 'instance'")
-            .fetch_one(&mut writer)
-            .await?;
-        // The key that signs `continue` tokens: made once, kept with the data, so a restart keeps
-        // accepting the tokens it issued before.
-        sqlx::query("INSERT OR IGNORE INTO meta (key, value) VALUES ('continue_key', ?1)")
-            .bind(hex::encode(rand::random::<[u8; 32]>()))
-            .execute(&mut writer)
-            .await?;
-        let continue_key: String =
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'continue_key'")
-                .fetch_one(&mut writer)
-                .await?;
-        let continue_key = hex::decode(continue_key)?;
-        let rv: String =
-            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'resource_version'")
-                .fetch_one(&mut writer)
-                .await?;
-        let rv: i64 = rv.parse()?;
-        // Readers are opened when reads come and closed after a minute idle: an idle service keeps
-        // none (each held its own page cache and C heap; storage-ops idled above its 12 MB budget).
-        let read = SqlitePoolOptions::new()
-            .min_connections(0)
-            .max_connections(4)
-            .idle_timeout(Duration::from_secs(60))
-            .connect_with(options)
-            .await?;
-        writer.close().await?;
-        // The writing connection is rusqlite's, on a thread of its own (see `writer`).
-        let writer = open_writer(path)?;
+        let owned = path.to_path_buf();
+        // Opening and migrating touch the disk: not on an async thread.
+        let opened = tokio::task::spawn_blocking(move || open_blocking(&owned)).await??;
         let (writes, queue) = mpsc::channel(4 * MAX_BATCH);
-        writer::spawn(writer, queue, rv)?;
+        writer::spawn(opened.writer, queue, opened.resource_version)?;
         Ok(Store {
             inner: Arc::new(Inner {
-                read,
+                read: Readers::new(path),
                 writes,
-                instance,
-                continue_key,
+                instance: opened.instance,
+                continue_key: opened.continue_key,
             }),
         })
     }
@@ -335,29 +294,36 @@ impl Store {
 
     /// The volume `namespace/name`.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Option<VolumeRow>, StoreError> {
-        let row = sqlx::query(concat!(
-            "SELECT ",
-            columns!(),
-            " FROM volumes WHERE namespace = ?1 AND name = ?2"
-        ))
-        .bind(namespace)
-        .bind(name)
-        .fetch_optional(&self.inner.read)
-        .await?;
-        Ok(row.as_ref().map(row_from).transpose()?)
+        let (namespace, name) = (namespace.to_owned(), name.to_owned());
+        self.inner
+            .read
+            .read(move |c| {
+                c.prepare_cached(concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM volumes WHERE namespace = ?1 AND name = ?2"
+                ))?
+                .query_row([namespace, name], row_from)
+                .optional()
+            })
+            .await
     }
 
     /// The volume with this uid.
     pub async fn get_uid(&self, uid: &str) -> Result<Option<VolumeRow>, StoreError> {
-        let row = sqlx::query(concat!(
-            "SELECT ",
-            columns!(),
-            " FROM volumes WHERE uid = ?1"
-        ))
-        .bind(uid)
-        .fetch_optional(&self.inner.read)
-        .await?;
-        Ok(row.as_ref().map(row_from).transpose()?)
+        let uid = uid.to_owned();
+        self.inner
+            .read
+            .read(move |c| {
+                c.prepare_cached(concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM volumes WHERE uid = ?1"
+                ))?
+                .query_row([uid], row_from)
+                .optional()
+            })
+            .await
     }
 
     /// Up to `limit` volumes in (namespace, name) order after `after`, in `namespace` when given. One
@@ -377,103 +343,117 @@ impl Store {
             (Some(ns), Some((after_ns, _))) if after_ns > ns => return Ok(Vec::new()),
             (_, after) => after,
         };
-        let rows = match (namespace, after) {
-            (None, None) => {
-                sqlx::query(concat!(
-                    "SELECT ",
-                    columns!(),
-                    " FROM volumes ORDER BY namespace, name LIMIT ?1"
-                ))
-                .bind(limit)
-                .fetch_all(&self.inner.read)
-                .await?
-            }
-            (None, Some((ns, name))) => sqlx::query(concat!(
-                "SELECT ",
-                columns!(),
-                " FROM volumes WHERE (namespace, name) > (?1, ?2) ORDER BY namespace, name LIMIT ?3"
-            ))
-            .bind(ns)
-            .bind(name)
-            .bind(limit)
-            .fetch_all(&self.inner.read)
-            .await?,
-            (Some(ns), None) => {
-                sqlx::query(concat!(
-                    "SELECT ",
-                    columns!(),
-                    " FROM volumes WHERE namespace = ?1 ORDER BY namespace, name LIMIT ?2"
-                ))
-                .bind(ns)
-                .bind(limit)
-                .fetch_all(&self.inner.read)
-                .await?
-            }
-            (Some(ns), Some((_, after_name))) => sqlx::query(concat!(
-                "SELECT ",
-                columns!(),
-                " FROM volumes WHERE namespace = ?1 AND name > ?2 ORDER BY namespace, name LIMIT ?3"
-            ))
-            .bind(ns)
-            .bind(after_name)
-            .bind(limit)
-            .fetch_all(&self.inner.read)
-            .await?,
-        };
-        Ok(rows.iter().map(row_from).collect::<Result<_, _>>()?)
+        let namespace = namespace.map(str::to_owned);
+        let after = after.map(|(ns, name)| (ns.to_owned(), name.to_owned()));
+        self.inner
+            .read
+            .read(move |c| {
+                let query = |sql: &str, params: &[&dyn rusqlite::ToSql]| {
+                    c.prepare_cached(sql)?
+                        .query_map(params, row_from)?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                };
+                match (&namespace, &after) {
+                    (None, None) => query(
+                        concat!(
+                            "SELECT ",
+                            columns!(),
+                            " FROM volumes ORDER BY namespace, name LIMIT ?1"
+                        ),
+                        params![limit],
+                    ),
+                    (None, Some((ns, name))) => query(
+                        concat!(
+                            "SELECT ",
+                            columns!(),
+                            " FROM volumes WHERE (namespace, name) > (?1, ?2) ORDER BY namespace, name LIMIT ?3"
+                        ),
+                        params![ns, name, limit],
+                    ),
+                    (Some(ns), None) => query(
+                        concat!(
+                            "SELECT ",
+                            columns!(),
+                            " FROM volumes WHERE namespace = ?1 ORDER BY namespace, name LIMIT ?2"
+                        ),
+                        params![ns, limit],
+                    ),
+                    (Some(ns), Some((_, after_name))) => query(
+                        concat!(
+                            "SELECT ",
+                            columns!(),
+                            " FROM volumes WHERE namespace = ?1 AND name > ?2 ORDER BY namespace, name LIMIT ?3"
+                        ),
+                        params![ns, after_name, limit],
+                    ),
+                }
+            })
+            .await
     }
 
     /// Volumes a crash (or a cancelled request) left half-done: `Pending`, `Provisioning`, `Deleting`.
     pub async fn unfinished(&self) -> Result<Vec<VolumeRow>, StoreError> {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            columns!(),
-            " FROM volumes WHERE phase IN ('Pending', 'Provisioning', 'Deleting')"
-        ))
-        .fetch_all(&self.inner.read)
-        .await?;
-        Ok(rows.iter().map(row_from).collect::<Result<_, _>>()?)
+        self.inner
+            .read
+            .read(|c| {
+                c.prepare_cached(concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM volumes WHERE phase IN ('Pending', 'Provisioning', 'Deleting')"
+                ))?
+                .query_map([], row_from)?
+                .collect()
+            })
+            .await
     }
 
     /// Every uid that owns a backend object: live volumes and retained ones.
     pub async fn owner_uids(&self) -> Result<HashSet<String>, StoreError> {
-        let uids: Vec<String> =
-            sqlx::query_scalar("SELECT uid FROM volumes UNION ALL SELECT uid FROM retained")
-                .fetch_all(&self.inner.read)
-                .await?;
-        Ok(uids.into_iter().collect())
+        self.inner
+            .read
+            .read(|c| {
+                c.prepare_cached("SELECT uid FROM volumes UNION ALL SELECT uid FROM retained")?
+                    .query_map([], |r| r.get(0))?
+                    .collect()
+            })
+            .await
     }
 
     /// Whether `uid` owns a backend object.
     pub async fn owns(&self, uid: &str) -> Result<bool, StoreError> {
-        let n: i64 = sqlx::query_scalar(
-            "SELECT (SELECT COUNT(*) FROM volumes WHERE uid = ?1) + (SELECT COUNT(*) FROM retained WHERE uid = ?1)",
-        )
-        .bind(uid)
-        .fetch_one(&self.inner.read)
-        .await?;
-        Ok(n > 0)
+        let uid = uid.to_owned();
+        self.inner
+            .read
+            .read(move |c| {
+                c.prepare_cached(
+                    "SELECT EXISTS (SELECT 1 FROM volumes WHERE uid = ?1) OR EXISTS (SELECT 1 FROM retained WHERE uid = ?1)",
+                )?
+                .query_row([uid], |r| r.get(0))
+            })
+            .await
     }
 
     /// The distinct (orchestrator, kind, config) the stored volumes were made on.
     pub async fn backend_targets(
         &self,
     ) -> Result<Vec<(String, OrchestratorKind, serde_json::Value)>, StoreError> {
-        let rows = sqlx::query("SELECT DISTINCT orchestrator, kind, backend_config FROM volumes")
-            .fetch_all(&self.inner.read)
-            .await?;
-        rows.iter()
-            .map(|r| {
-                let kind: String = r.try_get("kind")?;
-                let config: String = r.try_get("backend_config")?;
-                Ok((
-                    r.try_get("orchestrator")?,
-                    parse_kind(&kind)?,
-                    serde_json::from_str(&config).map_err(decode)?,
-                ))
+        self.inner
+            .read
+            .read(|c| {
+                c.prepare_cached("SELECT DISTINCT orchestrator, kind, backend_config FROM volumes")?
+                    .query_map([], |r| {
+                        let kind: String = r.get(1)?;
+                        let config: String = r.get(2)?;
+                        Ok((
+                            r.get(0)?,
+                            OrchestratorKind::parse_field("kind", &kind)
+                                .map_err(|e| bad_column(1, std::io::Error::other(e.message)))?,
+                            serde_json::from_str(&config).map_err(|e| bad_column(2, e))?,
+                        ))
+                    })?
+                    .collect()
             })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(Into::into)
+            .await
     }
 
     /// Whether the database answers and the writer is there to take changes (readiness): a writer
@@ -482,33 +462,107 @@ impl Store {
         if self.inner.writes.is_closed() {
             return Err(StoreError::Closed);
         }
-        sqlx::query("SELECT 1").execute(&self.inner.read).await?;
-        Ok(())
+        self.inner
+            .read
+            .read(|c| c.query_row("SELECT 1", [], |_| Ok(())))
+            .await
     }
 }
 
-/// The writing connection, with the settings of [`connect_options`].
+/// What opening a database finds: the writing connection, migrated, and the `meta` values.
+struct Opened {
+    writer: rusqlite::Connection,
+    instance: String,
+    continue_key: Vec<u8>,
+    resource_version: i64,
+}
+
+fn open_blocking(path: &Path) -> Result<Opened, Box<dyn std::error::Error + Send + Sync>> {
+    let mut conn = open_writer(path)?;
+    migrate(&mut conn)?;
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('instance', ?1)",
+        [uuid::Uuid::new_v4().to_string()],
+    )?;
+    // The key that signs `continue` tokens: made once, kept with the data, so a restart keeps
+    // accepting the tokens it issued before.
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('continue_key', ?1)",
+        [hex::encode(rand::random::<[u8; 32]>())],
+    )?;
+    let meta = |key: &str| {
+        conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| {
+            r.get::<_, String>(0)
+        })
+    };
+    let instance = meta("instance")?;
+    let continue_key = hex::decode(meta("continue_key")?)?;
+    let resource_version = meta("resource_version")?.parse()?;
+    Ok(Opened {
+        writer: conn,
+        instance,
+        continue_key,
+        resource_version,
+    })
+}
+
+/// Applies the migrations the database has not had, in one transaction with the new
+/// `user_version`; refuses a database a newer storage-ops has migrated further.
+fn migrate(
+    conn: &mut rusqlite::Connection,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let version: i64 = tx.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    let mut applied = usize::try_from(version).unwrap_or(usize::MAX);
+    if applied > MIGRATIONS.len() {
+        return Err(format!(
+            "its schema is at version {version}, newer than the {} this storage-ops knows; run the storage-ops that made it",
+            MIGRATIONS.len()
+        )
+        .into());
+    }
+    // Made by sqlx's migrator, which kept its own table and left `user_version` at 0: sqlx
+    // applies each migration in a transaction, so a `volumes` table means the first one is whole.
+    let made_by_sqlx: bool = tx.query_row(
+        "SELECT COUNT(*) = 2 FROM sqlite_master WHERE type = 'table' AND name IN ('_sqlx_migrations', 'volumes')",
+        [],
+        |r| r.get(0),
+    )?;
+    if applied == 0 && made_by_sqlx {
+        applied = 1;
+    }
+    for sql in &MIGRATIONS[applied..] {
+        tx.execute_batch(sql)?;
+    }
+    tx.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+    tx.commit()?;
+    Ok(())
+}
+
+/// The writing connection. WAL (set in the file, so this makes a new database WAL and any reader
+/// opened later finds it), `synchronous = FULL` (an acknowledged change survives power loss too; see
+/// the module docs).
 fn open_writer(path: &Path) -> rusqlite::Result<rusqlite::Connection> {
     let conn = rusqlite::Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    // FULL: an acknowledged change survives power loss too (see the module docs). The journal mode
-    // is the file's, set to WAL when the database was made.
     conn.execute_batch(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;",
     )?;
     Ok(conn)
 }
 
-/// A row of [`columns!`] as rusqlite reads it (the writer's `RETURNING`).
-fn row_from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<VolumeRow> {
-    fn bad(index: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
-        rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(e))
-    }
+/// A stored value that does not decode (the `index`th column).
+fn bad_column(index: usize, e: impl std::error::Error + Send + Sync + 'static) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(index, rusqlite::types::Type::Text, Box::new(e))
+}
+
+/// A row of [`columns!`].
+fn row_from(r: &rusqlite::Row<'_>) -> rusqlite::Result<VolumeRow> {
     fn json<T: serde::de::DeserializeOwned>(
         r: &rusqlite::Row<'_>,
         i: usize,
     ) -> rusqlite::Result<T> {
-        serde_json::from_str(&r.get::<_, String>(i)?).map_err(|e| bad(i, e))
+        serde_json::from_str(&r.get::<_, String>(i)?).map_err(|e| bad_column(i, e))
     }
     let kind: String = r.get(4)?;
     let phase: String = r.get(12)?;
@@ -520,60 +574,22 @@ fn row_from_sqlite(r: &rusqlite::Row<'_>) -> rusqlite::Result<VolumeRow> {
         name: r.get(2)?,
         orchestrator: r.get(3)?,
         kind: OrchestratorKind::parse_field("kind", &kind)
-            .map_err(|e| bad(4, std::io::Error::other(e.message)))?,
+            .map_err(|e| bad_column(4, std::io::Error::other(e.message)))?,
         backend_config: json(r, 5)?,
         capacity: r.get(6)?,
-        capacity_bytes: u64::try_from(capacity_bytes).map_err(|e| bad(7, e))?,
-        replicas: u32::try_from(replicas).map_err(|e| bad(8, e))?,
+        capacity_bytes: u64::try_from(capacity_bytes).map_err(|e| bad_column(7, e))?,
+        replicas: u32::try_from(replicas).map_err(|e| bad_column(8, e))?,
         labels: json(r, 9)?,
         parameters: json(r, 10)?,
         spec_hash: r.get(11)?,
         phase: VolumePhase::parse(&phase)
-            .ok_or_else(|| bad(12, std::io::Error::other(format!("phase {phase:?}"))))?,
+            .ok_or_else(|| bad_column(12, std::io::Error::other(format!("phase {phase:?}"))))?,
         reason: r.get(13)?,
         message: r.get(14)?,
         location: r.get(15)?,
         created_at: r.get(16)?,
         updated_at: r.get(17)?,
         resource_version: r.get(18)?,
-    })
-}
-
-fn decode(e: impl std::error::Error + Send + Sync + 'static) -> sqlx::Error {
-    sqlx::Error::Decode(Box::new(e))
-}
-
-fn parse_kind(s: &str) -> Result<OrchestratorKind, sqlx::Error> {
-    OrchestratorKind::parse_field("kind", s).map_err(|e| decode(std::io::Error::other(e.message)))
-}
-
-fn row_from(r: &SqliteRow) -> Result<VolumeRow, sqlx::Error> {
-    let json = |col: &str| -> Result<String, sqlx::Error> { r.try_get(col) };
-    let phase: String = r.try_get("phase")?;
-    let kind: String = r.try_get("kind")?;
-    let capacity_bytes: i64 = r.try_get("capacity_bytes")?;
-    let replicas: i64 = r.try_get("replicas")?;
-    Ok(VolumeRow {
-        uid: r.try_get("uid")?,
-        namespace: r.try_get("namespace")?,
-        name: r.try_get("name")?,
-        orchestrator: r.try_get("orchestrator")?,
-        kind: parse_kind(&kind)?,
-        backend_config: serde_json::from_str(&json("backend_config")?).map_err(decode)?,
-        capacity: r.try_get("capacity")?,
-        capacity_bytes: u64::try_from(capacity_bytes).map_err(decode)?,
-        replicas: u32::try_from(replicas).map_err(decode)?,
-        labels: serde_json::from_str(&json("labels")?).map_err(decode)?,
-        parameters: serde_json::from_str(&json("parameters")?).map_err(decode)?,
-        spec_hash: r.try_get("spec_hash")?,
-        phase: VolumePhase::parse(&phase)
-            .ok_or_else(|| decode(std::io::Error::other(format!("phase {phase:?}"))))?,
-        reason: r.try_get("reason")?,
-        message: r.try_get("message")?,
-        location: r.try_get("location")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-        resource_version: r.try_get("resource_version")?,
     })
 }
 
@@ -651,6 +667,41 @@ mod tests {
         );
         let c = store.insert(row("ns", "b", "o", 10), None).await.unwrap();
         assert!(c.resource_version > ready.resource_version);
+    }
+
+    /// A database an earlier storage-ops made through sqlx's migrator is adopted with its rows; one a
+    /// newer storage-ops migrated further is refused, and left as it was.
+    #[tokio::test]
+    async fn databases_made_by_sqlx_are_adopted_and_newer_ones_refused() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("old.db");
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+        let mut old = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .unwrap();
+        sqlx::migrate!("./migrations").run(&mut old).await.unwrap();
+        old.close().await.unwrap();
+        let store = Store::open(&path).await.unwrap();
+        let kept = store.insert(row("ns", "a", "o", 1), None).await.unwrap();
+        drop(store);
+        let store = Store::open(&path).await.unwrap();
+        assert_eq!(store.get("ns", "a").await.unwrap(), Some(kept));
+        drop(store);
+
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 7).unwrap();
+        drop(conn);
+        let e = Store::open(&path).await.err().unwrap().to_string();
+        assert!(e.contains("version 7"), "{e}");
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 7);
     }
 
     /// Inserts that name a directory have it synced before their commit; one that cannot be synced
@@ -751,13 +802,20 @@ mod tests {
                 .is_empty()
         );
 
-        let mut conn = store.inner.read.acquire().await.unwrap();
         for sql in [
             "EXPLAIN QUERY PLAN SELECT uid FROM volumes WHERE (namespace, name) > ('a', 'b') ORDER BY namespace, name LIMIT 10",
             "EXPLAIN QUERY PLAN SELECT uid FROM volumes WHERE namespace = 'a' AND name > 'b' ORDER BY namespace, name LIMIT 10",
         ] {
-            let rows = sqlx::query(sql).fetch_all(&mut *conn).await.unwrap();
-            let detail: Vec<String> = rows.iter().map(|r| r.get::<String, _>("detail")).collect();
+            let detail: Vec<String> = store
+                .inner
+                .read
+                .read(move |c| {
+                    c.prepare(sql)?
+                        .query_map([], |r| r.get("detail"))?
+                        .collect()
+                })
+                .await
+                .unwrap();
             let detail = detail.join("; ");
             assert!(
                 detail.contains("USING INDEX volumes_by_key"),

@@ -1,11 +1,10 @@
 //! The one writing connection, on a thread of its own, with group commit and group directory sync.
 //!
-//! Reads go through sqlx's pool; writes do not. sqlx runs each statement as a message to the
-//! connection's worker thread and back, and a write batch is four statements at least (`BEGIN`, the
-//! change, the resource version, `COMMIT`): in the storage bench that was most of the gap between the
-//! store's single-row commit and SQLite's own. Here the thread owns a rusqlite connection, takes a
-//! whole batch from the queue, runs it with cached statements and answers each caller after the
-//! `COMMIT`: one hand-over per batch, not one per statement.
+//! The thread owns the only writing connection, takes a whole batch from the queue, runs it with
+//! cached statements and answers each caller after the `COMMIT`: one hand-over between threads per
+//! batch, not one per statement (sqlx, which storage-ops used before, sent each statement to its
+//! connection's thread and back, and a batch is four statements at least; in the storage bench that
+//! was most of the gap between the store's single-row commit and SQLite's own).
 //!
 //! An insert may name a directory whose fsync makes the volume's new backend object durable. The
 //! writer syncs every such directory of a batch (each once, however many inserts name it) after
@@ -272,7 +271,7 @@ fn apply(conn: &Connection, cmd: &Command, rv: &mut i64) -> Result<Outcome, Fail
                         *rv + 1,
                         uid,
                     ],
-                    super::row_from_sqlite,
+                    super::row_from,
                 )
                 .optional()?;
             if row.is_some() {
