@@ -3,6 +3,8 @@
 #
 #   bench/all.sh                 # the whole set, about 35 minutes warm on 2 cores (two clean builds)
 #   QUICK=1 bench/all.sh         # fewer rounds and shorter runs and no clean builds, to try the script
+#   SKIP_BUILD=1 bench/all.sh    # everything but the two clean builds (about 20 minutes fewer): the
+#                                # build section of the file being replaced is kept, and says so
 #
 # Each section is the output of one benchmark, verbatim, under the command that produced it, so a
 # figure can be reproduced alone. Each benchmark takes medians of its own rounds and prints ratios
@@ -54,8 +56,20 @@ section "Machines: ListMachines over 10,000 instances, CreateMachine under an ac
 section "Memory: each service idle and at peak, and berth up" bench/footprint.sh
 section "Start-up and shutdown of berth up" bench/startup.sh
 section "Instruction counts per request through the gateway (callgrind)" bench/instructions.sh
-if [ "${QUICK:-}" != 1 ]; then
-  section "Clean release build: what fat LTO costs and buys" bench/build.sh
+build_title="Clean release build: what fat LTO costs and buys"
+if [ "${SKIP_BUILD:-}" = 1 ] && grep -q "^## $build_title" "$out" 2>/dev/null; then
+  echo "== $build_title: kept from the previous $out (SKIP_BUILD=1)" >&2
+  {
+    echo "## $build_title"
+    echo
+    echo "Not run again in this run (\`SKIP_BUILD=1\`): the section below is the one of the file this run"
+    echo "replaced ($(sed -n 's/^Made by .* on \(.*\)\.$/\1/p' "$out" | head -1))."
+    echo
+    awk -v t="## $build_title" '$0 == t {on = 1; next} on && /^## / {exit} on' "$out" |
+      sed '/^Not run again in this run/,/^$/d'
+  } >>"$tmp"
+elif [ "${QUICK:-}" != 1 ]; then
+  section "$build_title" bench/build.sh
 fi
 
 mv "$tmp" "$out"

@@ -52,15 +52,17 @@ pub fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     }
 }
 
-/// Checks that `path` resolves to one of `roots`, or under one, as they resolve themselves.
-pub fn check_within(path: &Path, roots: &[String]) -> Result<(), Escape> {
+/// Checks that `path` resolves to one of `roots`, or under one, as they resolve themselves, and
+/// says where it resolves to (see [`resolve`]), so a caller about to use the path need not resolve
+/// it again.
+pub fn check_within(path: &Path, roots: &[String]) -> Result<PathBuf, Escape> {
     let resolved = resolve(path).map_err(Escape::Unresolvable)?;
     for root in roots {
         // A root that cannot be resolved covers nothing (and refuses nothing on its own).
         if let Ok(root) = resolve(Path::new(root))
             && resolved.starts_with(&root)
         {
-            return Ok(());
+            return Ok(resolved);
         }
     }
     Err(Escape::Outside { resolved })

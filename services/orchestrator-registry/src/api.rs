@@ -287,8 +287,8 @@ pub fn parse_registration(
 /// A `basePath` under a root by its text must stay under it through any symbolic link already on
 /// this host. (Storage-ops checks again where it makes the directories, right before it does.)
 fn check_links(base_path: &str, limits: &OrchestratorLimits) -> Result<(), ApiError> {
-    service_kit::paths::check_within(std::path::Path::new(base_path), &limits.local_roots).map_err(
-        |escape| {
+    service_kit::paths::check_within(std::path::Path::new(base_path), &limits.local_roots)
+        .map_err(|escape| {
             // Where it leads is the host's business: logged, not answered.
             tracing::info!(base_path, error = ?escape, "a basePath that leaves the allowed roots");
             // Like the lexical check, the operator's set-up refuses it: a precondition (412).
@@ -299,8 +299,8 @@ fn check_links(base_path: &str, limits: &OrchestratorLimits) -> Result<(), ApiEr
                     domain::orchestrator::LOCAL_ROOTS_SETTING
                 ),
             ))
-        },
-    )
+        })?;
+    Ok(())
 }
 
 /// `If-Match`: `*`, or a list of (possibly weak) quoted resourceVersions.

@@ -3,8 +3,9 @@
 //! Directories are made with mode 0700 and files with 0600 by passing the mode to `mkdir`/`open`
 //! (which the umask can only narrow), rather than by changing the process's umask, which is shared by
 //! every thread of the process. Nothing is ever made or removed outside `basePath`: names are validated
-//! DNS names (no `/`, no `..`), and the namespace directory must resolve to a direct child of the
-//! resolved base path, so a symbolic link planted under `basePath` cannot redirect a volume elsewhere.
+//! DNS names (no `/`, no `..`), and the namespace directory must be a real directory (not a link)
+//! directly in the resolved base path, so a symbolic link planted under `basePath` cannot redirect a
+//! volume elsewhere.
 //! A made object is `fsync`ed together with its directory before it is reported, so a volume the
 //! database calls Ready survives a power loss on the backend too.
 //!
@@ -52,10 +53,11 @@ impl LocalBackend {
         }
     }
 
-    /// Refuses a base path that leads outside the roots through a symbolic link (its text is under
-    /// one: `Backends` checked that). Checked before anything is made, and again after the base
-    /// path is made, so a link swapped in meanwhile is not used either.
-    fn check_base(&self) -> Result<(), BackendError> {
+    /// Where the base path resolves to (see [`service_kit::paths::resolve`]), refusing one that
+    /// leads outside the roots through a symbolic link (its text is under one: `Backends` checked
+    /// that). Checked before anything is made, and again after the base path is made, so a link
+    /// swapped in meanwhile is not used either.
+    fn check_base(&self) -> Result<PathBuf, BackendError> {
         check_within(&self.base, &self.roots).map_err(|escape| {
             let detail = match &escape {
                 Escape::Outside { resolved } => {
@@ -79,6 +81,33 @@ impl LocalBackend {
         format!("{}-{}", v.name, v.uid)
     }
 
+    /// The resolved base path, made (and checked again) when `create` is set and it is missing;
+    /// `None` when it is missing, or is not a directory, and `create` is not set.
+    fn base_dir(&self, create: bool) -> Result<Option<PathBuf>, BackendError> {
+        let resolved = self.check_base()?;
+        // There, it is its own canonical path: every link on the way to it is resolved.
+        match fs::symlink_metadata(&resolved) {
+            Ok(m) if m.is_dir() => return Ok(Some(resolved)),
+            // A base path that is a file holds no namespace directory: nothing there to read or
+            // delete, so a volume that failed on it can still be deleted.
+            Ok(_) if !create => return Ok(None),
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+                if !create {
+                    return Ok(None);
+                }
+            }
+            Err(e) => return Err(BackendError::io("resolving the base path", &self.base, &e)),
+            // A file where the base path should be: the `mkdir` below says so.
+            Ok(_) => {}
+        }
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&self.base)
+            .map_err(|e| BackendError::io("making the base path", &self.base, &e))?;
+        self.check_base().map(Some)
+    }
+
     /// The resolved namespace directory, made when `create` is set; `None` when it does not exist.
     fn namespace_dir(
         &self,
@@ -91,21 +120,8 @@ impl LocalBackend {
                 format!("namespace {namespace:?} cannot be a directory name"),
             ));
         }
-        self.check_base()?;
-        if create {
-            DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&self.base)
-                .map_err(|e| BackendError::io("making the base path", &self.base, &e))?;
-            self.check_base()?;
-        }
-        let base = match fs::canonicalize(&self.base) {
-            Ok(b) => b,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                return Err(BackendError::io("resolving the base path", &self.base, &e));
-            }
+        let Some(base) = self.base_dir(create)? else {
+            return Ok(None);
         };
         let dir = base.join(namespace);
         if create {
@@ -128,11 +144,7 @@ impl LocalBackend {
                 )
                 .with_detail(format!("at {}", dir.display())));
             }
-            // A base path that is a file holds no namespace directory: nothing there to read or
-            // delete, so a volume that failed on it can still be deleted.
-            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::NotADirectory) => {
-                return Ok(None);
-            }
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => {
                 return Err(BackendError::io(
                     "reading the namespace directory",
@@ -141,18 +153,9 @@ impl LocalBackend {
                 ));
             }
         }
-        let resolved = fs::canonicalize(&dir)
-            .map_err(|e| BackendError::io("resolving the namespace directory", &dir, &e))?;
-        if resolved.parent() != Some(base.as_path()) {
-            return Err(BackendError::new(
-                Code::FailedPrecondition,
-                format!(
-                    "the directory of namespace {namespace:?} resolves outside the base path; refusing to use it"
-                ),
-            )
-            .with_detail(format!("{} resolves to {}", dir.display(), resolved.display())));
-        }
-        Ok(Some(resolved))
+        // A real directory (not a link) in the resolved base path: already its own canonical path,
+        // which is why it is not resolved again (each resolution reads every component's link).
+        Ok(Some(dir))
     }
 
     /// Makes `v`'s object, or finds it made (and marks it committed), and syncs it with its
@@ -257,14 +260,13 @@ impl LocalBackend {
     }
 
     fn scan_blocking(&self) -> Result<Vec<Found>, BackendError> {
-        self.check_base()?;
-        let base = match fs::canonicalize(&self.base) {
-            Ok(b) => b,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => {
-                return Err(BackendError::io("reading the base path", &self.base, &e));
+        let base = self.check_base()?;
+        if let Err(e) = fs::symlink_metadata(&base) {
+            if e.kind() == ErrorKind::NotFound {
+                return Ok(Vec::new());
             }
-        };
+            return Err(BackendError::io("reading the base path", &self.base, &e));
+        }
         let mut found = Vec::new();
         for ns in read_dir(&base)? {
             let Ok(ns) = ns else { continue };
@@ -613,6 +615,33 @@ mod tests {
         );
         assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "nothing made");
         assert!(backend.scan().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_base_path_swapped_for_a_link_out_of_the_roots_is_refused_on_the_next_use() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let outside = tmp.path().join("outside");
+        fs::create_dir_all(&root).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        let base = root.join("vols");
+        let backend = LocalBackend::new(&base.display().to_string(), roots(&root));
+        let first = object("first", false);
+        let at = backend.create(&first).await.unwrap();
+        assert!(at.starts_with(&*root.canonicalize().unwrap().display().to_string()));
+        fs::rename(&base, root.join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, &base).unwrap();
+        for e in [
+            backend.create(&object("second", false)).await.unwrap_err(),
+            backend
+                .create_uncommitted(&object("third", false))
+                .await
+                .unwrap_err(),
+            backend.mark_committed(&first).await.unwrap_err(),
+        ] {
+            assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+        }
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0, "nothing made");
     }
 
     #[tokio::test]
