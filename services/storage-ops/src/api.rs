@@ -55,9 +55,9 @@ impl From<OpsError> for ApiError {
             OpsError::Store(StoreError::Closed) => {
                 ApiError::from_code(Code::Unavailable, "storage-ops is stopping")
             }
-            OpsError::Store(e @ (StoreError::Db(_) | StoreError::DirectorySync(_))) => {
-                ApiError::internal(e)
-            }
+            OpsError::Store(
+                e @ (StoreError::Db(_) | StoreError::DirectorySync { .. } | StoreError::Backend(_)),
+            ) => ApiError::internal(e),
             OpsError::Task(e) => ApiError::internal(e),
             // The caller learns that the registry failed and how, never where it is or what it
             // said; the log gets all of it with the request id.

@@ -22,10 +22,10 @@
 //! commits: AddStorage on the local backend writes its row once, already Ready, after the object is
 //! made (see `ops::add` for why that is crash-safe), so one add is one commit, not two. The fsync of
 //! the object's directory is the writer's too, right before that commit, so concurrent adds share it
-//! as they share the commit (see `writer`).
+//! as they share the commit; so are making the object and clearing its mark (see `writer`).
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use domain::{Labels, OrchestratorKind, VolumePhase};
 use rusqlite::{OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backend::NewObject;
 use readers::Readers;
 use writer::{Command, Outcome};
 
@@ -130,8 +131,16 @@ pub enum StoreError {
     Db(Arc<dyn std::error::Error + Send + Sync>),
     /// The directory whose fsync makes a new object durable could not be synced (the caller knows
     /// which; a path never goes into an error a client may read).
-    #[error("syncing a directory: {0}")]
-    DirectorySync(Arc<std::io::Error>),
+    #[error("syncing a directory: {cause}")]
+    DirectorySync {
+        /// Which directory.
+        dir: std::path::PathBuf,
+        /// Why it could not be synced.
+        cause: Arc<std::io::Error>,
+    },
+    /// The backend could not make the new row's object (no row is written).
+    #[error("{0}")]
+    Backend(crate::backend::BackendError),
     /// The writer is gone (the service is stopping).
     #[error("the store is closed")]
     Closed,
@@ -225,29 +234,33 @@ impl Store {
         self.insert_row(row, capacity_limit, None).await
     }
 
-    /// [`Store::insert`] for a volume whose new backend object becomes durable with an fsync of
-    /// `dir`: the writer syncs it before the commit that records the row, so the row is never on disk
-    /// without its object. [`StoreError::DirectorySync`] when that fsync fails (no row is written).
-    pub async fn insert_after_syncing(
+    /// [`Store::insert`] for a volume with a new backend object, which the writer makes (marked
+    /// uncommitted), makes durable with an fsync of its directory, records in the row (its location)
+    /// by the commit, and marks committed, in that order, before answering: so the row is never on
+    /// disk without its object. [`StoreError::Backend`] when the object cannot be made and
+    /// [`StoreError::DirectorySync`] when its directory cannot be synced (no row is written either
+    /// way); on every other error the object is left uncommitted, for the caller or the reconciler to
+    /// take back.
+    pub async fn insert_with_object(
         &self,
         row: VolumeRow,
         capacity_limit: Option<u64>,
-        dir: PathBuf,
+        object: Box<dyn NewObject>,
     ) -> Result<VolumeRow, StoreError> {
-        self.insert_row(row, capacity_limit, Some(dir)).await
+        self.insert_row(row, capacity_limit, Some(object)).await
     }
 
     async fn insert_row(
         &self,
         row: VolumeRow,
         capacity_limit: Option<u64>,
-        sync_dir: Option<PathBuf>,
+        object: Option<Box<dyn NewObject>>,
     ) -> Result<VolumeRow, StoreError> {
         match self
             .send(|reply| Command::Insert {
                 row: Box::new(row),
                 capacity_limit,
-                sync_dir,
+                object,
                 reply,
             })
             .await?
@@ -601,6 +614,8 @@ pub fn now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::Uncommitted;
+    use std::path::PathBuf;
 
     pub(crate) fn row(ns: &str, name: &str, orchestrator: &str, bytes: u64) -> VolumeRow {
         VolumeRow {
@@ -704,37 +719,93 @@ mod tests {
         assert_eq!(version, 7);
     }
 
-    /// Inserts that name a directory have it synced before their commit; one that cannot be synced
-    /// gets no row and says why, and the rest of its batch commits.
+    /// A stand-in backend object: what it did goes to `log`, in order; `make` fails when `refuse`
+    /// is set, and says its directory is `sync_dir`.
+    struct Probe {
+        name: String,
+        sync_dir: PathBuf,
+        refuse: bool,
+        log: Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl NewObject for Probe {
+        fn make(&mut self) -> Result<Uncommitted, crate::backend::BackendError> {
+            self.log.lock().unwrap().push(format!("make {}", self.name));
+            if self.refuse {
+                return Err(crate::backend::BackendError::new(
+                    domain::Code::ResourceExhausted,
+                    "no room",
+                ));
+            }
+            Ok(Uncommitted {
+                location: format!("/at/{}", self.name),
+                sync_dir: self.sync_dir.clone(),
+            })
+        }
+
+        fn mark_committed(&mut self) -> Result<(), crate::backend::BackendError> {
+            self.log.lock().unwrap().push(format!("mark {}", self.name));
+            Ok(())
+        }
+    }
+
+    /// The writer makes each insert's object, syncs its directory and commits the row recording
+    /// where it is, then marks it; an insert whose object cannot be made, or whose directory cannot
+    /// be synced, gets no row (and no mark) and says why, and the rest of its batch commits.
     #[tokio::test]
-    async fn inserts_after_a_directory_sync_commit_only_when_it_is_synced() {
+    async fn inserts_with_an_object_commit_only_once_it_is_made_and_synced() {
         let (dir, store) = open().await;
-        let missing = dir.path().join("gone");
-        let inserts = (0..8).map(|i| {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let inserts = (0..9).map(|i| {
             let store = store.clone();
-            let sync = if i % 2 == 0 {
-                dir.path().to_path_buf()
-            } else {
-                missing.clone()
+            let probe = Probe {
+                name: format!("v{i}"),
+                sync_dir: if i % 3 == 1 {
+                    dir.path().join("gone")
+                } else {
+                    dir.path().to_path_buf()
+                },
+                refuse: i % 3 == 2,
+                log: log.clone(),
             };
             async move {
                 store
-                    .insert_after_syncing(row("ns", &format!("v{i}"), "o", 1), None, sync)
+                    .insert_with_object(row("ns", &format!("v{i}"), "o", 1), None, Box::new(probe))
                     .await
             }
         });
         let results = futures::future::join_all(inserts).await;
+        let log = log.lock().unwrap().clone();
         for (i, result) in results.iter().enumerate() {
             let stored = store.get("ns", &format!("v{i}")).await.unwrap();
-            if i % 2 == 0 {
-                assert!(result.is_ok(), "{result:?}");
-                assert!(stored.is_some());
-            } else {
-                let Err(StoreError::DirectorySync(why)) = result else {
-                    panic!("{result:?}");
-                };
-                assert_eq!(why.kind(), std::io::ErrorKind::NotFound);
-                assert!(stored.is_none());
+            let (made, marked) = (
+                log.iter().position(|l| *l == format!("make v{i}")),
+                log.iter().position(|l| *l == format!("mark v{i}")),
+            );
+            assert!(made.is_some(), "{log:?}");
+            match i % 3 {
+                0 => {
+                    assert_eq!(result.as_ref().unwrap().location, format!("/at/v{i}"));
+                    assert_eq!(stored.unwrap().location, format!("/at/v{i}"));
+                    assert!(marked > made, "{log:?}");
+                }
+                1 => {
+                    let Err(StoreError::DirectorySync { dir: at, cause }) = result else {
+                        panic!("{result:?}");
+                    };
+                    assert_eq!(cause.kind(), std::io::ErrorKind::NotFound);
+                    assert_eq!(*at, dir.path().join("gone"));
+                    assert!(stored.is_none());
+                    assert!(marked.is_none(), "{log:?}");
+                }
+                _ => {
+                    let Err(StoreError::Backend(why)) = result else {
+                        panic!("{result:?}");
+                    };
+                    assert_eq!(why.code, domain::Code::ResourceExhausted);
+                    assert!(stored.is_none());
+                    assert!(marked.is_none(), "{log:?}");
+                }
             }
         }
     }

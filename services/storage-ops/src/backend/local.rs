@@ -11,7 +11,7 @@
 //!
 //! # Uncommitted objects: mode 000
 //!
-//! AddStorage makes a new volume's object before its row ([`Backend::create_uncommitted`]), with
+//! AddStorage makes a new volume's object before its row ([`Backend::new_object`]), with
 //! mode 000 given to the `mkdir`/`open` that makes it: the mark is part of the new inode, so the one
 //! directory `fsync` that makes the object durable (the store's, right before the commit that
 //! records the row) makes the mark durable with it, at no cost. Once
@@ -31,7 +31,7 @@ use domain::Code;
 use futures::future::BoxFuture;
 use service_kit::paths::{Escape, check_within};
 
-use super::{Backend, BackendError, Found, ObjectRef, Uncommitted, Usage};
+use super::{Backend, BackendError, Found, NewObject, ObjectRef, Uncommitted, Usage};
 
 /// Directories and files under one base path, itself under one of the operator's roots.
 #[derive(Debug, Clone)]
@@ -300,6 +300,24 @@ impl LocalBackend {
     }
 }
 
+/// A new object of the local backend, made and marked by the store's writer.
+struct LocalNewObject {
+    backend: LocalBackend,
+    object: ObjectRef,
+}
+
+impl NewObject for LocalNewObject {
+    fn make(&mut self) -> Result<Uncommitted, BackendError> {
+        self.backend.create_uncommitted_blocking(&self.object)
+    }
+
+    fn mark_committed(&mut self) -> Result<(), BackendError> {
+        // Through the checked namespace directory again, not the path `make` returned: a base path
+        // swapped for a link in between is refused here too.
+        self.backend.mark_committed_blocking(&self.object)
+    }
+}
+
 /// Splits `<name>-<uid>` where uid is a lower-case hyphenated UUID; anything else is not Berth's.
 pub fn parse_object_name(file: &str) -> Option<(&str, &str)> {
     const UUID_LEN: usize = 36;
@@ -469,17 +487,11 @@ impl Backend for LocalBackend {
         Box::pin(blocking(move || this.create_blocking(&v)))
     }
 
-    fn creates_uncommitted(&self) -> bool {
-        true
-    }
-
-    fn create_uncommitted<'a>(
-        &'a self,
-        v: &'a ObjectRef,
-    ) -> BoxFuture<'a, Result<Uncommitted, BackendError>> {
-        let this = self.clone();
-        let v = v.clone();
-        Box::pin(blocking(move || this.create_uncommitted_blocking(&v)))
+    fn new_object(&self, v: &ObjectRef) -> Option<Box<dyn NewObject>> {
+        Some(Box::new(LocalNewObject {
+            backend: self.clone(),
+            object: v.clone(),
+        }))
     }
 
     fn mark_committed<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {

@@ -3,11 +3,11 @@
 //! # Why one commit is enough
 //!
 //! A new volume's uid is chosen here, and its backend object is named after it. On a backend that
-//! can mark an object uncommitted (the `local` one, see [`crate::backend`]) the add makes the object
-//! first, marked; the store's writer then syncs the object's directory and commits the row, already
-//! Ready, in that order (concurrent adds share both fsyncs); then the mark is cleared (not synced). So
-//! a volume is acknowledged only once its row and its object are both on disk, and a crash anywhere
-//! leaves one of:
+//! can mark an object uncommitted (the `local` one, see [`crate::backend`]) the store's writer makes
+//! the object first, marked, then syncs the object's directory and commits the row, already Ready,
+//! in that order (concurrent adds share both fsyncs), then clears the mark (not synced), and only
+//! then answers. So a volume is acknowledged only once its row and its object are both on disk, and a
+//! crash anywhere leaves one of:
 //! - nothing, or an uncommitted object no row owns: never acknowledged, never shown to anyone; the
 //!   reconciler removes it whatever the orphan policy, and the client's retry makes a new one;
 //! - a committed row whose object is still marked: the reconciler clears the mark.
@@ -31,7 +31,7 @@ use domain::{Volume, VolumePhase, VolumeSpec};
 use sha2::{Digest, Sha256};
 
 use super::{Ops, OpsError, reasons, to_volume};
-use crate::backend::{Backend, ObjectRef, capacity_limit};
+use crate::backend::{Backend, NewObject, ObjectRef, capacity_limit};
 use crate::store::{StatusUpdate, StoreError, VolumeRow, now};
 
 /// The hash of a normalised spec: two requests are "the same volume" when these are equal.
@@ -185,8 +185,8 @@ impl Ops {
             resource_version: 0,
         };
         let limit = capacity_limit(orchestrator.kind, &orchestrator.config);
-        let row = if backend.creates_uncommitted() {
-            self.create_then_commit(backend.as_ref(), row, limit)
+        let row = if let Some(object) = backend.new_object(&ObjectRef::of(&row)) {
+            self.create_then_commit(backend.as_ref(), object, row, limit)
                 .await?
         } else {
             let row = self.store.insert(row, limit).await?;
@@ -196,38 +196,26 @@ impl Ops {
         Ok((to_volume(&row), true))
     }
 
-    /// A new volume on a backend that marks uncommitted objects: the object made (uncommitted), then
-    /// its directory synced and the row committed (Ready) by the store's writer, then the mark
-    /// cleared (see the module docs). The caller holds the volume's lock throughout.
+    /// A new volume on a backend that marks uncommitted objects: the object made (uncommitted), its
+    /// directory synced, the row committed (Ready) and the mark cleared, all by the store's writer
+    /// (see the module docs). The caller holds the volume's lock throughout.
     async fn create_then_commit(
         &self,
         backend: &dyn Backend,
+        object: Box<dyn NewObject>,
         mut row: VolumeRow,
         limit: Option<u64>,
     ) -> Result<VolumeRow, OpsError> {
-        let object = ObjectRef::of(&row);
-        let made = match backend.create_uncommitted(&object).await {
-            Ok(made) => made,
-            Err(e) => return Err(self.record_failed(row, limit, e).await),
-        };
+        let object_ref = ObjectRef::of(&row);
+        let failed_row = row.clone();
         row.phase = VolumePhase::Ready;
         row.reason = reasons::PROVISIONED.into();
         row.message = String::new();
-        row.location = made.location;
-        let failed_row = row.clone();
-        match self
-            .store
-            .insert_after_syncing(row, limit, made.sync_dir.clone())
-            .await
-        {
-            Ok(row) => {
-                // Not synced, and a failure here is not the caller's: the volume is made and
-                // recorded; the reconciler clears a mark that is still there.
-                if let Err(e) = backend.mark_committed(&object).await {
-                    tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "a made volume's object is still marked uncommitted; the reconciler will retry");
-                }
-                Ok(row)
-            }
+        match self.store.insert_with_object(row, limit, object).await {
+            Ok(row) => Ok(row),
+            // Nothing was made: recorded as any other backend failure, Failed, retried by the same
+            // request.
+            Err(StoreError::Backend(e)) => Err(self.record_failed(failed_row, limit, e).await),
             Err(e) => {
                 // Refused (capacity, the name taken, the directory not synced): nothing was
                 // committed, so the object is nobody's; take it back now. Any other failure leaves
@@ -236,22 +224,20 @@ impl Ops {
                     e,
                     StoreError::CapacityExhausted { .. }
                         | StoreError::Exists(..)
-                        | StoreError::DirectorySync(..)
+                        | StoreError::DirectorySync { .. }
                 );
                 if refused
-                    && let Err(removal) = backend.remove_found(&found_uncommitted(&object)).await
+                    && let Err(removal) =
+                        backend.remove_found(&found_uncommitted(&object_ref)).await
                 {
-                    tracing::warn!(namespace = %object.namespace, name = %object.name, uid = %object.uid, error = %removal, "an uncommitted object could not be taken back; the reconciler will remove it");
+                    tracing::warn!(namespace = %object_ref.namespace, name = %object_ref.name, uid = %object_ref.uid, error = %removal, "an uncommitted object could not be taken back; the reconciler will remove it");
                 }
                 match e {
                     // The backend's failure, recorded as any other: Failed, retried by the same
                     // request.
-                    StoreError::DirectorySync(io) => {
-                        let e = crate::backend::BackendError::io(
-                            "syncing a directory",
-                            &made.sync_dir,
-                            &io,
-                        );
+                    StoreError::DirectorySync { dir, cause } => {
+                        let e =
+                            crate::backend::BackendError::io("syncing a directory", &dir, &cause);
                         Err(self.record_failed(failed_row, limit, e).await)
                     }
                     e => Err(e.into()),

@@ -6,10 +6,12 @@
 //! connection's thread and back, and a batch is four statements at least; in the storage bench that
 //! was most of the gap between the store's single-row commit and SQLite's own).
 //!
-//! An insert may name a directory whose fsync makes the volume's new backend object durable. The
-//! writer syncs every such directory of a batch (each once, however many inserts name it) after
-//! `BEGIN` and before the inserts: so a committed row's object is always on disk, and under load many
-//! adds share one directory fsync as they share one commit.
+//! An insert may bring a new backend object ([`NewObject`]). After `BEGIN` the writer makes each
+//! such object of the batch (marked uncommitted), then syncs every directory they name (each once,
+//! however many objects are in it), then runs the inserts and commits, then clears the objects'
+//! marks, and only then answers: so a committed row's object is always on disk, under load many adds
+//! share one directory fsync as they share one commit, and one add hands its work to another
+//! thread once, here, rather than also to the blocking pool to make its object and to mark it.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -18,6 +20,8 @@ use std::sync::Arc;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::backend::{BackendError, NewObject};
+
 use super::{MAX_BATCH, StatusUpdate, StoreError, VolumeRow, now};
 
 /// A change the writer makes, with where to send its outcome.
@@ -25,7 +29,7 @@ pub(super) enum Command {
     Insert {
         row: Box<VolumeRow>,
         capacity_limit: Option<u64>,
-        sync_dir: Option<PathBuf>,
+        object: Option<Box<dyn NewObject>>,
         reply: oneshot::Sender<Result<Outcome, StoreError>>,
     },
     SetStatus {
@@ -97,27 +101,62 @@ impl From<rusqlite::Error> for Failure {
     }
 }
 
-/// Syncs each directory the batch's inserts name, once: what failed, by directory.
-fn sync_dirs(batch: &[Command]) -> HashMap<&PathBuf, Arc<std::io::Error>> {
+/// Makes the object of each insert of the batch that brings one, recording where it is in the
+/// insert's row: by the batch's position, the directory whose fsync makes it durable, or why it
+/// could not be made.
+fn make_objects(batch: &mut [Command]) -> Vec<Option<Result<PathBuf, BackendError>>> {
+    batch
+        .iter_mut()
+        .map(|cmd| match cmd {
+            Command::Insert {
+                row,
+                object: Some(object),
+                ..
+            } => Some(object.make().map(|made| {
+                row.location = made.location;
+                made.sync_dir
+            })),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Syncs each directory the made objects name, once: what failed, by directory.
+fn sync_dirs(
+    made: &[Option<Result<PathBuf, BackendError>>],
+) -> HashMap<&PathBuf, Arc<std::io::Error>> {
     let mut synced: HashMap<&PathBuf, Option<Arc<std::io::Error>>> = HashMap::new();
-    for cmd in batch {
-        if let Command::Insert {
-            sync_dir: Some(dir),
-            ..
-        } = cmd
-        {
-            synced.entry(dir).or_insert_with(|| {
-                std::fs::File::open(dir)
-                    .and_then(|d| d.sync_all())
-                    .err()
-                    .map(Arc::new)
-            });
-        }
+    for dir in made.iter().flatten().flatten() {
+        synced.entry(dir).or_insert_with(|| {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .err()
+                .map(Arc::new)
+        });
     }
     synced
         .into_iter()
         .filter_map(|(dir, failed)| Some((dir, failed?)))
         .collect()
+}
+
+/// Clears the marks of the objects whose rows the batch committed. A failure is not the caller's:
+/// the volume is made and recorded, and the reconciler clears a mark that is still there.
+fn mark_committed(batch: &mut [Command], results: &[Result<Outcome, StoreError>]) {
+    for (cmd, result) in batch.iter_mut().zip(results) {
+        if let (
+            Command::Insert {
+                row,
+                object: Some(object),
+                ..
+            },
+            Ok(_),
+        ) = (cmd, result)
+            && let Err(e) = object.mark_committed()
+        {
+            tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "a made volume's object is still marked uncommitted; the reconciler will retry");
+        }
+    }
 }
 
 fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64) {
@@ -132,20 +171,29 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64) {
     let start_rv = *rv;
     let mut results = Vec::with_capacity(batch.len());
     let mut fatal = None;
-    let unsynced = sync_dirs(batch);
-    for cmd in batch.iter() {
+    let made = make_objects(batch);
+    let unsynced = sync_dirs(&made);
+    for (cmd, made) in batch.iter().zip(&made) {
         if fatal.is_some() {
             break;
         }
-        if let Command::Insert {
-            sync_dir: Some(dir),
-            ..
-        } = cmd
-            && let Some(failed) = unsynced.get(dir)
-        {
-            // Its object is not durable: no row for it (the caller takes the object back).
-            results.push(Err(StoreError::DirectorySync(failed.clone())));
-            continue;
+        match made {
+            // Nothing was made (the backend took back what it had begun): no row for it.
+            Some(Err(e)) => {
+                results.push(Err(StoreError::Backend(e.clone())));
+                continue;
+            }
+            Some(Ok(dir)) => {
+                if let Some(failed) = unsynced.get(dir) {
+                    // Its object is not durable: no row for it (the caller takes the object back).
+                    results.push(Err(StoreError::DirectorySync {
+                        dir: dir.clone(),
+                        cause: failed.clone(),
+                    }));
+                    continue;
+                }
+            }
+            None => {}
         }
         match apply(conn, cmd, rv) {
             Ok(outcome) => results.push(Ok(outcome)),
@@ -173,6 +221,7 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64) {
         }
         return;
     }
+    mark_committed(batch, &results);
     for (cmd, result) in batch.drain(..).zip(results) {
         cmd.reply(result);
     }
