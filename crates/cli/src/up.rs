@@ -428,12 +428,14 @@ pub async fn run(args: UpArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let mut tasks = Vec::new();
+    // One stop signal and one set of tasks per tier of [`stop_tier`].
+    let stops: Vec<_> = (0..STOP_TIERS).map(|_| watch::channel(false)).collect();
+    let mut tiers: Vec<Vec<_>> = (0..STOP_TIERS).map(|_| Vec::new()).collect();
     let apps = std::mem::take(&mut built.apps);
     for (name, app) in apps {
-        let mut stop = stop_rx.clone();
-        tasks.push(tokio::spawn(async move {
+        let tier = stop_tier(name);
+        let mut stop = stops[tier].1.clone();
+        tiers[tier].push(tokio::spawn(async move {
             let shutdown = async move {
                 let _ = stop.wait_for(|s| *s).await;
             };
@@ -488,19 +490,57 @@ pub async fn run(args: UpArgs) -> ExitCode {
 
     stop_signals.recv().await;
     say("Stopping: draining in-flight requests…");
-    let _ = stop_tx.send(true);
-    let drained =
-        tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(tasks)).await;
-    if drained.is_err() {
-        eprintln!("berth up: some requests did not finish within 30s; exiting anyway");
+    // Tier by tier, each drained before the next is told to stop, all within one deadline.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    for ((stop, _), tasks) in stops.iter().zip(tiers) {
+        let _ = stop.send(true);
+        let drained = tokio::time::timeout_at(deadline, futures::future::join_all(tasks)).await;
+        if drained.is_err() {
+            eprintln!("berth up: some requests did not finish within 30s; exiting anyway");
+            break;
+        }
     }
     say("Stopped.");
     ExitCode::SUCCESS
 }
 
+/// How many tiers [`stop_tier`] puts the services in.
+const STOP_TIERS: usize = 3;
+
+/// When a service stops on Ctrl-C: the gateway first, then the services it calls (storage-ops and
+/// the machine driver), then the ones they call (the registry, the ECS emulator). Each tier drains
+/// its in-flight requests before the next tier is told to stop, so a request accepted before the
+/// signal never finds a service it still needs already gone (stopped all at once, a volume add in
+/// flight could find the registry closed and be answered 503).
+fn stop_tier(name: &str) -> usize {
+    match name {
+        gateway::NAME => 0,
+        storage_ops::NAME | machine_driver::NAME => 1,
+        _ => 2,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each service stops only after everything that calls it has drained.
+    #[test]
+    fn services_stop_after_the_services_that_call_them() {
+        for (caller, callee) in [
+            (gateway::NAME, storage_ops::NAME),
+            (gateway::NAME, machine_driver::NAME),
+            (storage_ops::NAME, orchestrator_registry::NAME),
+            (machine_driver::NAME, orchestrator_registry::NAME),
+            (machine_driver::NAME, "ecs-emulator"),
+        ] {
+            assert!(
+                stop_tier(caller) < stop_tier(callee),
+                "{caller} before {callee}"
+            );
+            assert!(stop_tier(callee) < STOP_TIERS);
+        }
+    }
 
     #[test]
     fn every_variable_up_sets_or_reads_is_one_a_service_reads() {

@@ -159,7 +159,7 @@ pub fn validate_labels(field: &str, labels: &Labels) -> Result<(), Status> {
 }
 
 /// Long hostile inputs are cut short in messages so an error never echoes megabytes back.
-fn truncated(s: &str) -> String {
+pub(crate) fn truncated(s: &str) -> String {
     const SHOWN: usize = 80;
     if s.len() <= SHOWN {
         return s.to_string();

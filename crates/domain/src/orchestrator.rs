@@ -339,6 +339,14 @@ impl LocalConfig {
             Some(Value::String(s)) => normalize_base_path("config.basePath", s)?,
             Some(_) => return Err(Status::invalid("config.basePath", "must be a string")),
         };
+        if let Some(volume) = volume_object_in(&base_path) {
+            return Err(Status::invalid(
+                "config.basePath",
+                format!(
+                    "{base_path:?} is inside the directory of a Berth volume ({volume:?}): deleting that volume would delete every volume made here; choose a directory outside every volume"
+                ),
+            ));
+        }
         let capacity = match map.get("capacity") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => {
@@ -565,6 +573,31 @@ pub fn normalize_base_path(field: &str, text: &str) -> Result<String, Status> {
     Ok(format!("/{}", parts.join("/")))
 }
 
+/// The component of `path` that names a Berth volume's own object, `<name>-<uid>` as the local
+/// backend names them (a volume name, `-`, a lower-case hyphenated UUID), if any. A local
+/// orchestrator's base path must not be inside a volume: deleting that volume removes its directory
+/// with everything in it, other volumes too. Checked on the text at registration and again by
+/// storage-ops on the path as it resolves (links followed).
+pub fn volume_object_in(path: &str) -> Option<&str> {
+    path.split('/').find(|part| is_volume_object_name(part))
+}
+
+fn is_volume_object_name(part: &str) -> bool {
+    const UUID_LEN: usize = 36;
+    let bytes = part.as_bytes();
+    if bytes.len() < UUID_LEN + 2 || bytes[bytes.len() - UUID_LEN - 1] != b'-' {
+        return false;
+    }
+    let uid = &bytes[bytes.len() - UUID_LEN..];
+    let uuid_shaped = uid.iter().enumerate().all(|(i, b)| match i {
+        8 | 13 | 18 | 23 => *b == b'-',
+        _ => b.is_ascii_digit() || (b'a'..=b'f').contains(b),
+    });
+    // The byte before the uid is '-' (ASCII), so the name ends on a character boundary.
+    uuid_shaped
+        && crate::names::validate_volume_name("name", &part[..bytes.len() - UUID_LEN - 1]).is_ok()
+}
+
 /// Checks a Docker Engine address: `unix://` followed by an absolute socket path, or `tcp://host:port`.
 /// Returns it with a trailing `/` removed.
 pub fn validate_docker_host(field: &str, text: &str) -> Result<String, Status> {
@@ -632,6 +665,42 @@ mod tests {
             schema["properties"]["capacity"]["pattern"],
             crate::quantity::CAPACITY_PATTERN
         );
+    }
+
+    /// A base path inside a volume's own directory (`<name>-<uid>`) is refused, naming the field
+    /// and the component; names that only look close are not.
+    #[test]
+    fn a_base_path_inside_a_volume_is_refused() {
+        let uid = "0f8fad5b-d9cb-469f-a165-70867728950e";
+        for inside in [
+            format!("/srv/vols/team/data-{uid}"),
+            format!("/srv/vols/team/data-{uid}/nested"),
+            format!("/srv/a-b-{uid}/x"),
+        ] {
+            let e = OrchestratorKind::Local
+                .validate_config(Some(&json!({"basePath": inside})))
+                .unwrap_err();
+            assert!(
+                e.message.starts_with("config.basePath: ")
+                    && e.message.contains("inside the directory of a Berth volume"),
+                "{inside}: {}",
+                e.message
+            );
+        }
+        for fine in [
+            "/srv/vols".to_string(),
+            format!("/srv/{uid}"),
+            format!("/srv/data-{}", uid.to_uppercase()),
+            format!("/srv/data_{uid}"),
+            format!("/srv/Data-{uid}"),
+            format!("/srv/data-{uid}x"),
+            format!("/srv/\u{e9}-{uid}"),
+        ] {
+            assert_eq!(volume_object_in(&fine), None, "{fine}");
+            OrchestratorKind::Local
+                .validate_config(Some(&json!({"basePath": fine})))
+                .unwrap_or_else(|e| panic!("{fine}: {e:?}"));
+        }
     }
 
     #[test]

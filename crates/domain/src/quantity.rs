@@ -91,7 +91,9 @@ impl Quantity {
 
     /// Parses `text` as a byte count; `field` names the input in the error message.
     pub fn parse_field(field: &str, text: &str) -> Result<Self, Status> {
-        parse(text).map_err(|rule| Status::invalid(field, format!("{text:?} {rule}")))
+        parse(text).map_err(|rule| {
+            Status::invalid(field, format!("{:?} {rule}", crate::names::truncated(text)))
+        })
     }
 }
 

@@ -58,7 +58,7 @@ impl LocalBackend {
     /// that). Checked before anything is made, and again after the base path is made, so a link
     /// swapped in meanwhile is not used either.
     fn check_base(&self) -> Result<PathBuf, BackendError> {
-        check_within(&self.base, &self.roots).map_err(|escape| {
+        let resolved = check_within(&self.base, &self.roots).map_err(|escape| {
             let detail = match &escape {
                 Escape::Outside { resolved } => {
                     format!("{} resolves to {}", self.base.display(), resolved.display())
@@ -73,7 +73,24 @@ impl LocalBackend {
                 ),
             )
             .with_detail(detail)
-        })
+        })?;
+        // The registry refuses a base path inside a volume by its text; through a link it can still
+        // lead into one, and volumes made there would go when that volume is deleted.
+        if let Some(volume) = resolved
+            .to_str()
+            .and_then(domain::orchestrator::volume_object_in)
+        {
+            return Err(BackendError::new(
+                Code::FailedPrecondition,
+                "the base path resolves inside the directory of a Berth volume; refusing to use it (deleting that volume would delete every volume made here)",
+            )
+            .with_detail(format!(
+                "{} resolves to {} (inside {volume})",
+                self.base.display(),
+                resolved.display()
+            )));
+        }
+        Ok(resolved)
     }
 
     /// The object's file name: `<name>-<uid>`.
@@ -97,14 +114,29 @@ impl LocalBackend {
                 }
             }
             Err(e) => return Err(BackendError::io("resolving the base path", &self.base, &e)),
-            // A file where the base path should be: the `mkdir` below says so.
-            Ok(_) => {}
+            // A file (or another non-directory) where the base path should be: the operator's to
+            // mend, not a failure of the service.
+            Ok(_) => {
+                return Err(BackendError::new(
+                    Code::FailedPrecondition,
+                    "the base path is not a directory (a file or something else is there); refusing to use it",
+                )
+                .with_detail(format!("at {}", resolved.display())));
+            }
         }
         DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&self.base)
-            .map_err(|e| BackendError::io("making the base path", &self.base, &e))?;
+            .map_err(|e| match e.kind() {
+                // A file where one of the base path's directories should be.
+                ErrorKind::AlreadyExists | ErrorKind::NotADirectory => BackendError::new(
+                    Code::FailedPrecondition,
+                    "the base path cannot be made: a file is where one of its directories should be; refusing to use it",
+                )
+                .with_detail(format!("at {}: {e}", self.base.display())),
+                _ => BackendError::io("making the base path", &self.base, &e),
+            })?;
         self.check_base().map(Some)
     }
 
@@ -240,8 +272,15 @@ impl LocalBackend {
             .with_detail(format!("under {}", self.base.display())));
         };
         let path = dir.join(Self::object_name(v));
-        let m = fs::symlink_metadata(&path)
-            .map_err(|e| BackendError::io("reading the volume's object", &path, &e))?;
+        let m = fs::symlink_metadata(&path).map_err(|e| {
+            if e.kind() == ErrorKind::NotFound {
+                // Removed behind Berth's back: the volume's data is gone, which the caller is told
+                // as such, not as the service's own failure.
+                return BackendError::new(Code::NotFound, "the volume's object is gone")
+                    .with_detail(format!("at {}", path.display()));
+            }
+            BackendError::io("reading the volume's object", &path, &e)
+        })?;
         let available_bytes = nix::sys::statvfs::statvfs(&path)
             .ok()
             .map(|s| s.blocks_available().saturating_mul(s.fragment_size()));
@@ -364,7 +403,20 @@ fn make_object(path: &Path, v: &ObjectRef, mode: u32, new: bool) -> Result<(), B
         // Sparse: set_len allocates nothing, so the file has the exact capacity and costs no space.
         let sized = file
             .set_len(v.capacity_bytes)
-            .map_err(|e| BackendError::io("sizing the volume's file", path, &e))
+            .map_err(|e| {
+                if e.kind() == ErrorKind::FileTooLarge {
+                    // The caller's size, not the service's failure (ext4 holds at most 16 TiB a file).
+                    return BackendError::new(
+                        Code::InvalidArgument,
+                        format!(
+                            "capacity: {} bytes is more than one file can hold on the file system under the orchestrator's base path; ask for less, or for parameters.format: directory",
+                            v.capacity_bytes
+                        ),
+                    )
+                    .with_detail(format!("at {}: {e}", path.display()));
+                }
+                BackendError::io("sizing the volume's file", path, &e)
+            })
             .and_then(|()| {
                 file.sync_all()
                     .map_err(|e| BackendError::io("syncing the volume's file", path, &e))

@@ -213,6 +213,11 @@ impl Ops {
         row.message = String::new();
         match self.store.insert_with_object(row, limit, object).await {
             Ok(row) => Ok(row),
+            // The request itself cannot be met here (a file larger than the file system allows):
+            // the same request would fail again, so nothing is recorded and it is refused as such.
+            Err(StoreError::Backend(e)) if e.code == domain::Code::InvalidArgument => {
+                Err(OpsError::BackendRefused(e.into()))
+            }
             // Nothing was made: recorded as any other backend failure, Failed, retried by the same
             // request.
             Err(StoreError::Backend(e)) => Err(self.record_failed(failed_row, limit, e).await),

@@ -365,3 +365,73 @@ async fn capacity_exhaustion_is_a_429_and_leaves_nothing() {
     app.storage.delete("team", "one").await.unwrap();
     app.storage.add(&q).await.unwrap();
 }
+
+/// What the operator or the caller got wrong is answered as such, never as a 500: a file larger
+/// than the file system holds is the caller's 400 and leaves no Failed volume to hold capacity; a
+/// base path that is a file, or one that leads through a link into a volume's own directory (where
+/// deleting that volume would delete the new ones), is the operator's 412, and nothing is made.
+#[tokio::test]
+async fn sizes_and_base_paths_the_file_system_cannot_take_are_refused_as_such() {
+    let app = spawn_app().await;
+
+    // 7 EiB is a valid quantity; ext4 holds 16 TiB a file (a file system that takes it makes it
+    // sparse, which is no failure either).
+    let mut huge = profile("huge", "7Ei");
+    huge.parameters = Some(BTreeMap::from([("format".into(), "file".into())]));
+    let response = app.post_raw(&serde_json::to_value(&huge).unwrap()).await;
+    if response.status() != 201 {
+        let (status, body) = problem(response).await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["title"], "InvalidArgument", "{body}");
+        assert!(
+            body["detail"].as_str().unwrap().contains("capacity"),
+            "{body}"
+        );
+        let e = app.storage.get("team", "huge").await.unwrap_err();
+        assert_eq!(code(&e), Code::NotFound, "no Failed volume is kept");
+        assert!(app.objects("team").is_empty(), "{:?}", app.objects("team"));
+    }
+
+    let file_base = app.tmp.path().join("a-file");
+    std::fs::write(&file_base, b"not a directory").unwrap();
+    register_local(&app.registry, "filebase", &file_base, None, false).await;
+    let outer: domain::Volume = app
+        .post_raw(&serde_json::to_value(profile("outer", "1Gi")).unwrap())
+        .await
+        .json()
+        .await
+        .unwrap();
+    let link = app.tmp.path().join("link");
+    std::os::unix::fs::symlink(&outer.status.location, &link).unwrap();
+    register_local(&app.registry, "nested", &link.join("vols"), None, false).await;
+    for orchestrator in ["filebase", "nested"] {
+        let mut p = profile(&format!("on-{orchestrator}"), "1Gi");
+        p.orchestrator = Some(orchestrator.into());
+        let (status, body) = problem(app.post_raw(&serde_json::to_value(&p).unwrap()).await).await;
+        assert_eq!(status, 412, "{orchestrator}: {body}");
+        assert_eq!(
+            body["title"], "FailedPrecondition",
+            "{orchestrator}: {body}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&outer.status.location).unwrap().count(),
+        0,
+        "nothing made inside the outer volume"
+    );
+    assert_eq!(std::fs::read(&file_base).unwrap(), b"not a directory");
+
+    // By its text, such a base path is refused at registration already.
+    let e = app
+        .registry
+        .register(
+            "inside",
+            &domain::orchestrator::RegisterOrchestrator {
+                config: Some(json!({"basePath": format!("{}/vols", outer.status.location)})),
+                ..domain::orchestrator::RegisterOrchestrator::new(domain::OrchestratorKind::Local)
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::InvalidArgument, "{e:?}");
+}

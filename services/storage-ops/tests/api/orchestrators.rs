@@ -192,7 +192,8 @@ async fn no_5xx_names_an_internal_host_port_or_path() {
         assert_eq!(ready.status(), 503);
         assert_names_none(&ready.text().await.unwrap(), &internals);
     }
-    // A backend that fails: a base path under a file (500), and an Engine socket nobody serves (503).
+    // A backend that fails: a base path under a file (412, the operator's to mend), and an Engine
+    // socket nobody serves (503).
     let blocked = app.tmp.path().join("blocked");
     std::fs::write(&blocked, b"not a directory").unwrap();
     register_local(&app.registry, "blocked", &blocked.join("vols"), None, false).await;
@@ -207,7 +208,7 @@ async fn no_5xx_names_an_internal_host_port_or_path() {
         )
         .await
         .unwrap();
-    for (orchestrator, status) in [("blocked", 500), ("engine", 503)] {
+    for (orchestrator, status) in [("blocked", 412), ("engine", 503)] {
         let mut p = profile(&format!("on-{orchestrator}"), "1Gi");
         p.orchestrator = Some(orchestrator.into());
         let e = app.storage.add(&p).await.unwrap_err();

@@ -191,4 +191,9 @@ async fn sparse_files_and_directories_report_stats() {
     assert_eq!(code(&e), Code::NotFound);
     app.storage.delete("team", "blob").await.unwrap();
     assert!(!Path::new(&v.status.location).exists());
+
+    // Removed behind Berth's back: the data is gone, said as such (DataLoss), not a 500.
+    std::fs::remove_dir_all(&d.status.location).unwrap();
+    let e = app.storage.stats("team", "dir").await.unwrap_err();
+    assert_eq!(code(&e), Code::DataLoss, "{e:?}");
 }
