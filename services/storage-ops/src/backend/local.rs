@@ -58,7 +58,7 @@ impl LocalBackend {
     /// that). Checked before anything is made, and again after the base path is made, so a link
     /// swapped in meanwhile is not used either.
     fn check_base(&self) -> Result<PathBuf, BackendError> {
-        let resolved = check_within(&self.base, &self.roots).map_err(|escape| {
+        check_within(&self.base, &self.roots).map_err(|escape| {
             let detail = match &escape {
                 Escape::Outside { resolved } => {
                     format!("{} resolves to {}", self.base.display(), resolved.display())
@@ -73,24 +73,29 @@ impl LocalBackend {
                 ),
             )
             .with_detail(detail)
-        })?;
-        // The registry refuses a base path inside a volume by its text; through a link it can still
-        // lead into one, and volumes made there would go when that volume is deleted.
-        if let Some(volume) = resolved
+        })
+    }
+
+    /// Refuses to make anything under a base path that resolves inside a Berth volume's own
+    /// directory. The registry refuses such a base path by its text; through a link it can still
+    /// lead into one, and volumes made there would go when that volume is deleted. Only making is
+    /// refused: volumes already there can still be read and deleted.
+    fn refuse_inside_volume(&self, resolved: &Path) -> Result<(), BackendError> {
+        match resolved
             .to_str()
             .and_then(domain::orchestrator::volume_object_in)
         {
-            return Err(BackendError::new(
+            None => Ok(()),
+            Some(volume) => Err(BackendError::new(
                 Code::FailedPrecondition,
-                "the base path resolves inside the directory of a Berth volume; refusing to use it (deleting that volume would delete every volume made here)",
+                "the base path resolves inside the directory of a Berth volume; refusing to make volumes there (deleting that volume would delete them)",
             )
             .with_detail(format!(
                 "{} resolves to {} (inside {volume})",
                 self.base.display(),
                 resolved.display()
-            )));
+            ))),
         }
-        Ok(resolved)
     }
 
     /// The object's file name: `<name>-<uid>`.
@@ -102,6 +107,9 @@ impl LocalBackend {
     /// `None` when it is missing, or is not a directory, and `create` is not set.
     fn base_dir(&self, create: bool) -> Result<Option<PathBuf>, BackendError> {
         let resolved = self.check_base()?;
+        if create {
+            self.refuse_inside_volume(&resolved)?;
+        }
         // There, it is its own canonical path: every link on the way to it is resolved.
         match fs::symlink_metadata(&resolved) {
             Ok(m) if m.is_dir() => return Ok(Some(resolved)),
@@ -137,7 +145,9 @@ impl LocalBackend {
                 .with_detail(format!("at {}: {e}", self.base.display())),
                 _ => BackendError::io("making the base path", &self.base, &e),
             })?;
-        self.check_base().map(Some)
+        let resolved = self.check_base()?;
+        self.refuse_inside_volume(&resolved)?;
+        Ok(Some(resolved))
     }
 
     /// The resolved namespace directory, made when `create` is set; `None` when it does not exist.
