@@ -55,9 +55,12 @@ impl From<OpsError> for ApiError {
             OpsError::Store(StoreError::Closed) => {
                 ApiError::from_code(Code::Unavailable, "storage-ops is stopping")
             }
-            OpsError::Store(
-                e @ (StoreError::Db(_) | StoreError::DirectorySync { .. } | StoreError::Backend(_)),
-            ) => ApiError::internal(e),
+            OpsError::Store(e @ (StoreError::Db(_) | StoreError::DirectorySync { .. })) => {
+                ApiError::internal(e)
+            }
+            // AddStorage records these as Failed volumes; one that reaches here keeps its code and
+            // the backend's words for the caller (never the detail, which names paths).
+            OpsError::Store(StoreError::Backend(e)) => ApiError::new(e.into()),
             OpsError::Task(e) => ApiError::internal(e),
             // The caller learns that the registry failed and how, never where it is or what it
             // said; the log gets all of it with the request id.

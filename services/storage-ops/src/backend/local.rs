@@ -31,7 +31,7 @@ use domain::Code;
 use futures::future::BoxFuture;
 use service_kit::paths::{Escape, check_within};
 
-use super::{Backend, BackendError, Found, NewObject, ObjectRef, Uncommitted, Usage};
+use super::{Backend, BackendError, Found, NewObject, ObjectRef, Uncommitted, Usage, blocking};
 
 /// Directories and files under one base path, itself under one of the operator's roots.
 #[derive(Debug, Clone)]
@@ -530,18 +530,6 @@ pub(crate) fn walk_allocated(root: &Path) -> u64 {
     total
 }
 
-/// Runs blocking file-system work off the async threads.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, BackendError> + Send + 'static,
-) -> Result<T, BackendError> {
-    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
-        Err(BackendError::new(
-            Code::Internal,
-            format!("file-system task: {e}"),
-        ))
-    })
-}
-
 impl Backend for LocalBackend {
     fn create<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<String, BackendError>> {
         let this = self.clone();
@@ -650,9 +638,60 @@ mod tests {
         fs::write(&base, b"").unwrap();
         let backend = LocalBackend::new(&base.display().to_string(), roots(tmp.path()));
         let v = object("data", false);
-        assert!(backend.create(&v).await.is_err());
+        let e = backend.create(&v).await.unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition, "{e}");
         // What failed to be made can still be deleted: there is nothing there.
         backend.delete(&v).await.unwrap();
+        // A file on the way to the base path is the operator's to mend too.
+        let under = LocalBackend::new(&base.join("vols").display().to_string(), roots(tmp.path()));
+        let e = under.create(&v).await.unwrap_err();
+        assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+        assert_eq!(fs::read(&base).unwrap(), b"");
+    }
+
+    /// A base path that comes to resolve inside a volume's own directory (through a link swapped
+    /// later) refuses new volumes, but the volumes already made there can still be read and deleted.
+    #[tokio::test]
+    async fn a_base_path_inside_a_volume_refuses_only_new_volumes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outer_backend = LocalBackend::new(
+            &tmp.path().join("outer").display().to_string(),
+            roots(tmp.path()),
+        );
+        let outer = outer_backend.create(&object("outer", false)).await.unwrap();
+        let plain = tmp.path().join("plain");
+        fs::create_dir_all(&plain).unwrap();
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&plain, &link).unwrap();
+        let nested = LocalBackend::new(&link.join("vols").display().to_string(), roots(tmp.path()));
+        let kept = object("kept", false);
+        let at = nested.create(&kept).await.unwrap();
+        // The link now leads into the outer volume, with the volumes made so far.
+        fs::rename(plain.join("vols"), Path::new(&outer).join("vols")).unwrap();
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&outer, &link).unwrap();
+        for e in [
+            nested.create(&object("new", false)).await.unwrap_err(),
+            nested
+                .create_uncommitted(&object("new", false))
+                .await
+                .unwrap_err(),
+        ] {
+            assert_eq!(e.code, Code::FailedPrecondition, "{e}");
+            assert!(
+                e.message.contains("inside the directory of a Berth volume"),
+                "{e}"
+            );
+        }
+        assert_eq!(nested.usage(&kept).await.unwrap().source, "walk");
+        nested.delete(&kept).await.unwrap();
+        assert!(
+            !Path::new(&outer)
+                .join("vols")
+                .join("ns")
+                .join(Path::new(&at).file_name().unwrap())
+                .exists()
+        );
     }
 
     #[tokio::test]

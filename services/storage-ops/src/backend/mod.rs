@@ -151,6 +151,18 @@ pub struct Uncommitted {
     pub sync_dir: std::path::PathBuf,
 }
 
+/// Runs blocking file-system work off the async threads; a task that panicked is Internal.
+pub(crate) async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, BackendError> + Send + 'static,
+) -> Result<T, BackendError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(BackendError::new(
+            Code::Internal,
+            format!("file-system task: {e}"),
+        ))
+    })
+}
+
 /// A new volume's object, made uncommitted and then marked committed by the store's writer around
 /// the commit that records the volume's row: [`NewObject::make`] right before the batch's directory
 /// syncs, [`NewObject::mark_committed`] right after its `COMMIT`, both before the writer answers.
@@ -195,16 +207,7 @@ pub trait Backend: Send + Sync {
                 format!("{} cannot make uncommitted objects", self.identity()),
             ))));
         };
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || object.make())
-                .await
-                .unwrap_or_else(|e| {
-                    Err(BackendError::new(
-                        Code::Internal,
-                        format!("file-system task: {e}"),
-                    ))
-                })
-        })
+        Box::pin(blocking(move || object.make()))
     }
     /// Clears the uncommitted mark of `v`'s object, once its row is committed. Need not be durable:
     /// a mark that comes back after a power loss is on an object a row owns, which the reconciler
