@@ -1,17 +1,22 @@
 //! storage-ops benchmark: prints figures, asserts nothing.
 //!
 //! Run: `cargo bench -p storage-ops --bench storage` (optionally `BERTH_BENCH_DIR=/some/disk` to measure
-//! another disk, `BERTH_BENCH_ADDS=2000` for more AddStorage calls).
+//! another disk, `BERTH_BENCH_ADDS=2000` for more AddStorage calls, `BERTH_BENCH_ROUNDS=9` for more
+//! rounds of the one-client comparison; `BERTH_BENCH_PROFILE=berth|design|bare` makes only 3000
+//! one-client creates of that kind, for a profiler).
 //!
 //! 1. Raw SQLite (rusqlite, no sqlx) with storage-ops' exact settings (WAL, `synchronous = FULL`,
 //!    busy timeout, foreign keys) and schema: single-row transactions, then 64-row transactions.
 //! 2. The same single-row inserts through sqlx on one connection (sqlx's own cost).
 //! 3. storage-ops' store (one writer, group commit): 1 caller, then 64 concurrent callers.
 //! 4. AddStorage over HTTP with the local backend (lookup in a fake in-memory registry; a mkdir, a
-//!    directory fsync and one commit per volume): 1 client, then 32 concurrent clients, each as a
-//!    ratio to the raw single-row rate; beside them the floor over HTTP (a bare axum route doing the
-//!    mkdir, the fsync and a raw commit, no Berth code), and both again on tmpfs (`/dev/shm`), where
-//!    no fsync costs anything and only the software path is left.
+//!    directory fsync and one commit per volume), 1 client, in interleaved rounds beside raw SQLite's
+//!    single-row commit, the floor of a crash-safe create with nothing else (mkdir, directory fsync,
+//!    raw commit), that floor behind a bare axum route, and the design's floor (the same route asking
+//!    the registry over HTTP first, as every AddStorage must): medians of the rounds, and ratios taken
+//!    round by round (this machine's fsync time drifts by tens of percent within minutes, so only
+//!    figures measured side by side compare). Then 32 clients, and the rounds again on tmpfs
+//!    (`/dev/shm`), where no fsync costs anything and only the software path is left.
 //! 5. Where one AddStorage's time goes: each step it takes, timed alone, one at a time (HTTP round
 //!    trip with a read, the registry look-up, one store commit, the local backend's create and its
 //!    parts: the `mkdir`, the directory `fsync`, the path checks).
@@ -225,8 +230,24 @@ async fn start_stack(dir: &Path) -> Stack {
     }
 }
 
-/// AddStorage over HTTP from `clients` sequential clients: volumes/s, and each add's p50 and p99 in ms.
-async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> (f64, f64, f64) {
+/// One timed sequence of calls: calls/s, and each call's p50 and p99 in ms.
+#[derive(Clone, Copy)]
+struct Timed {
+    rate: f64,
+    p50: f64,
+    p99: f64,
+}
+
+impl Timed {
+    fn of(latencies: Vec<Duration>, started: Instant) -> Timed {
+        let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
+        let (p50, p99) = percentiles(latencies);
+        Timed { rate, p50, p99 }
+    }
+}
+
+/// AddStorage over HTTP from `clients` sequential clients, `total` volumes in all.
+async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> Timed {
     let started = Instant::now();
     let per = total / clients;
     let tasks: Vec<_> = (0..clients)
@@ -257,38 +278,93 @@ async fn adds(stack: &Stack, clients: usize, total: usize, tag: &str) -> (f64, f
     for t in tasks {
         latencies.extend(t.await.unwrap());
     }
-    let rate = (per * clients) as f64 / started.elapsed().as_secs_f64();
-    let (p50, p99) = percentiles(latencies);
-    (rate, p50, p99)
+    Timed::of(latencies, started)
 }
 
-/// The state of [`floor_over_http`]'s route: one raw connection with the last resource version
-/// written, and the directory the objects go in.
-struct FloorState {
-    db: std::sync::Mutex<(rusqlite::Connection, i64)>,
+/// A raw connection with storage-ops' settings and schema (the raw baseline and the floor), with
+/// the resource version it last wrote.
+struct RawDb {
+    conn: rusqlite::Connection,
+    rv: i64,
+}
+
+impl RawDb {
+    fn open(path: &Path) -> RawDb {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;",
+        )
+        .unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        RawDb { conn, rv: 0 }
+    }
+
+    /// One single-row transaction, committed (so fsynced: FULL).
+    fn commit_one(&mut self, name: &str) {
+        self.rv += 1;
+        let r = row("raw", name, false);
+        self.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        raw_insert(&self.conn, &r, self.rv);
+        self.conn.execute_batch("COMMIT").unwrap();
+    }
+}
+
+/// The floor of a crash-safe create, with nothing else: the object's mkdir, its directory's
+/// fsync, then one raw single-row commit.
+struct Floor {
+    db: RawDb,
     objects: std::path::PathBuf,
 }
 
-/// The floor route's handler: mkdir, the directory's fsync and one raw commit, on the blocking pool.
-async fn floor_create(
-    axum::extract::State(state): axum::extract::State<Arc<FloorState>>,
-    axum::Json(profile): axum::Json<VolumeProvisionerProfile>,
-) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
-    tokio::task::spawn_blocking(move || {
-        std::fs::create_dir(state.objects.join(&profile.name)).unwrap();
-        std::fs::File::open(&state.objects)
+impl Floor {
+    fn open(dir: &Path, tag: &str) -> Floor {
+        let objects = dir.join(format!("floor-{tag}"));
+        std::fs::create_dir_all(&objects).unwrap();
+        Floor {
+            db: RawDb::open(&dir.join(format!("floor-{tag}.db"))),
+            objects,
+        }
+    }
+
+    fn create(&mut self, name: &str) {
+        std::fs::create_dir(self.objects.join(name)).unwrap();
+        std::fs::File::open(&self.objects)
             .unwrap()
             .sync_all()
             .unwrap();
-        let mut db = state.db.lock().unwrap();
-        db.1 += 1;
-        let r = row("floor", &profile.name, false);
-        db.0.execute_batch("BEGIN IMMEDIATE").unwrap();
-        raw_insert(&db.0, &r, db.1);
-        db.0.execute_batch("COMMIT").unwrap();
-    })
-    .await
-    .unwrap();
+        self.db.commit_one(name);
+    }
+}
+
+/// The state of a bare floor route: the floor, and for the design's floor the registry it asks.
+struct FloorRoute {
+    floor: std::sync::Mutex<Floor>,
+    registry: Option<(reqwest::Client, String)>,
+}
+
+/// The floor route's handler: for the design's floor, first the registry's default orchestrator
+/// (one GET, its JSON parsed), as every AddStorage asks it; then [`Floor::create`] on the blocking
+/// pool.
+async fn floor_create(
+    axum::extract::State(route): axum::extract::State<Arc<FloorRoute>>,
+    axum::Json(profile): axum::Json<VolumeProvisionerProfile>,
+) -> (axum::http::StatusCode, axum::Json<serde_json::Value>) {
+    if let Some((client, url)) = &route.registry {
+        let orchestrator: serde_json::Value = client
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert!(orchestrator["config"]["basePath"].is_string());
+    }
+    tokio::task::spawn_blocking(move || route.floor.lock().unwrap().create(&profile.name))
+        .await
+        .unwrap();
     (
         axum::http::StatusCode::CREATED,
         axum::Json(serde_json::json!({"created": true})),
@@ -296,49 +372,157 @@ async fn floor_create(
 }
 
 /// The floor of a durable create over HTTP, with no Berth code: a bare axum route (no middleware)
-/// whose handler makes a directory, fsyncs its parent and commits one raw row (rusqlite, FULL) on
-/// the blocking pool, called by one sequential client over keep-alive with AddStorage's body. What
-/// any HTTP service doing a crash-safe create could reach on this machine: volumes/s, p50, p99 (ms).
-async fn floor_over_http(dir: &Path, total: usize) -> (f64, f64, f64) {
-    let db = rusqlite::Connection::open(dir.join("floor-http.db")).unwrap();
-    db.execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
-        .unwrap();
-    db.execute_batch(SCHEMA).unwrap();
-    let objects = dir.join("floor-http");
-    std::fs::create_dir_all(&objects).unwrap();
-    let state = Arc::new(FloorState {
-        db: std::sync::Mutex::new((db, 0)),
-        objects,
-    });
-    let router = axum::Router::new()
-        .route("/v1/volumes", axum::routing::post(floor_create))
-        .with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/v1/volumes", listener.local_addr().unwrap());
-    tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
-    let client = reqwest::Client::new();
+/// whose handler runs [`Floor::create`] on the blocking pool, called over keep-alive with
+/// AddStorage's body. What any HTTP service doing a crash-safe create could reach on this machine;
+/// with `registry`, what one that also asks a registry over HTTP first, as DESIGN's AddStorage
+/// must, could reach.
+struct FloorOverHttp {
+    url: String,
+    client: reqwest::Client,
+}
+
+impl FloorOverHttp {
+    async fn start(dir: &Path, registry: Option<&str>) -> FloorOverHttp {
+        let tag = if registry.is_some() { "design" } else { "http" };
+        let route = Arc::new(FloorRoute {
+            floor: std::sync::Mutex::new(Floor::open(dir, tag)),
+            registry: registry.map(|url| {
+                (
+                    reqwest::Client::new(),
+                    format!("{url}/v1/orchestrators:default"),
+                )
+            }),
+        });
+        let router = axum::Router::new()
+            .route("/v1/volumes", axum::routing::post(floor_create))
+            .with_state(route);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/volumes", listener.local_addr().unwrap());
+        tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
+        FloorOverHttp {
+            url,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// `total` creates from one sequential client.
+    async fn creates(&self, total: usize, tag: &str) -> Timed {
+        let mut latencies = Vec::with_capacity(total);
+        let started = Instant::now();
+        for i in 0..total {
+            let sent = Instant::now();
+            let answer = self
+                .client
+                .post(&self.url)
+                .json(&VolumeProvisionerProfile {
+                    name: format!("{tag}-{i:05}"),
+                    namespace: Some("adds".into()),
+                    capacity: "1Gi".into(),
+                    ..Default::default()
+                })
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(answer.status(), reqwest::StatusCode::CREATED);
+            answer.bytes().await.unwrap();
+            latencies.push(sent.elapsed());
+        }
+        Timed::of(latencies, started)
+    }
+}
+
+/// `total` calls of a blocking `step`, one after another, timed.
+fn blocking_calls(total: usize, mut step: impl FnMut(usize)) -> Timed {
     let mut latencies = Vec::with_capacity(total);
     let started = Instant::now();
     for i in 0..total {
         let sent = Instant::now();
-        let answer = client
-            .post(&url)
-            .json(&VolumeProvisionerProfile {
-                name: format!("floor-{i:05}"),
-                namespace: Some("adds".into()),
-                capacity: "1Gi".into(),
-                ..Default::default()
-            })
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(answer.status(), reqwest::StatusCode::CREATED);
-        answer.bytes().await.unwrap();
+        step(i);
         latencies.push(sent.elapsed());
     }
-    let rate = total as f64 / started.elapsed().as_secs_f64();
-    let (p50, p99) = percentiles(latencies);
-    (rate, p50, p99)
+    Timed::of(latencies, started)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// One client's AddStorage beside the raw commit and the floor, in `rounds` interleaved rounds of
+/// `per` calls each (the first of each kind starts the round in turn), printed as medians: the
+/// rate of each, and each rate's ratio to raw and to the floor over HTTP taken round by round, so a
+/// disk that speeds up or slows down between rounds moves all four together. Returns the raw
+/// rate's median.
+async fn one_client_rounds(stack: &Stack, dir: &Path, rounds: usize, per: usize) -> f64 {
+    const KINDS: [&str; 5] = [
+        "raw SQLite, one row a transaction (FULL)",
+        "floor: mkdir, dir fsync, raw commit (no HTTP)",
+        "floor over HTTP (bare axum route, no Berth)",
+        "the same, asking the registry first (design)",
+        "Berth AddStorage, 1 client",
+    ];
+    const BERTH: usize = KINDS.len() - 1;
+    let mut raw = RawDb::open(&dir.join("raw-rounds.db"));
+    let mut floor = Floor::open(dir, "thread");
+    let floor_http = FloorOverHttp::start(dir, None).await;
+    let design_floor = FloorOverHttp::start(dir, Some(&stack.registry_url)).await;
+    let mut timed: [Vec<Timed>; KINDS.len()] = Default::default();
+    for round in 0..rounds {
+        for k in 0..KINDS.len() {
+            let kind = (round + k) % KINDS.len();
+            let tag = format!("r{round}");
+            let t = match kind {
+                0 => blocking_calls(per, |i| raw.commit_one(&format!("{tag}-{i:05}"))),
+                1 => blocking_calls(per, |i| floor.create(&format!("{tag}-{i:05}"))),
+                2 => floor_http.creates(per, &tag).await,
+                3 => design_floor.creates(per, &tag).await,
+                _ => adds(stack, 1, per, &format!("one-{tag}")).await,
+            };
+            timed[kind].push(t);
+        }
+    }
+    let ratio = |of: usize, to: usize| {
+        median(
+            timed[of]
+                .iter()
+                .zip(&timed[to])
+                .map(|(a, b)| a.rate / b.rate)
+                .collect(),
+        )
+    };
+    for (kind, label) in KINDS.iter().enumerate() {
+        let rate = median(timed[kind].iter().map(|t| t.rate).collect());
+        let p50 = median(timed[kind].iter().map(|t| t.p50).collect());
+        let p99 = median(timed[kind].iter().map(|t| t.p99).collect());
+        let to_raw = if kind == 0 {
+            "          ".to_string()
+        } else {
+            format!("{:>5.2}x raw", ratio(kind, 0))
+        };
+        println!("    {label:<46} {rate:>7.0}/s {to_raw}   p50 {p50:>5.2} ms   p99 {p99:>5.2} ms");
+    }
+    println!(
+        "    Berth's 1-client add: {:.2}x the floor, {:.2}x the floor over HTTP, {:.2}x the design's floor",
+        ratio(BERTH, 1),
+        ratio(BERTH, 2),
+        ratio(BERTH, 3)
+    );
+    let per_round = |of: usize| {
+        timed[of]
+            .iter()
+            .zip(&timed[0])
+            .map(|(a, b)| format!("{:.2}", a.rate / b.rate))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!(
+        "    each round's ratio to raw: Berth {}; floor {}; over HTTP {}; design {}",
+        per_round(BERTH),
+        per_round(1),
+        per_round(2),
+        per_round(3)
+    );
+    median(timed[0].iter().map(|t| t.rate).collect())
 }
 
 /// Mean and median of `rounds` timed runs of `step`, in microseconds.
@@ -505,26 +689,12 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
     std::fs::create_dir_all(&ns_dir).unwrap();
     // The floor for a crash-safe create, with nothing of Berth's in it: the object's mkdir and
     // its directory's fsync, then one raw single-row commit (rusqlite, FULL), in one thread.
-    let floor_db = rusqlite::Connection::open(dir.join("floor.db")).unwrap();
-    floor_db
-        .execute_batch("PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;")
-        .unwrap();
-    floor_db.execute_batch(SCHEMA).unwrap();
-    let floor_dir = base.join("breakdown-floor");
-    std::fs::create_dir_all(&floor_dir).unwrap();
+    let mut floor = Floor::open(dir, "breakdown");
     print(
         "floor: mkdir, directory fsync, raw commit (no Berth code)",
         time_step(ROUNDS, |i| {
-            let path = floor_dir.join(format!("f{i:05}"));
-            let r = row("floor", &format!("f{i:05}"), false);
-            let (floor_db, floor_dir) = (&floor_db, &floor_dir);
-            async move {
-                std::fs::create_dir(&path).unwrap();
-                std::fs::File::open(floor_dir).unwrap().sync_all().unwrap();
-                floor_db.execute_batch("BEGIN IMMEDIATE").unwrap();
-                raw_insert(floor_db, &r, i as i64);
-                floor_db.execute_batch("COMMIT").unwrap();
-            }
+            floor.create(&format!("f{i:05}"));
+            async {}
         })
         .await,
     );
@@ -678,6 +848,31 @@ async fn main() {
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
     let dir = tempfile::tempdir_in(&root).unwrap();
+    // For a profiler (`perf stat`, `perf record`): only 3000 one-client creates of one kind.
+    if let Ok(kind) = std::env::var("BERTH_BENCH_PROFILE") {
+        let stack = start_stack(dir.path()).await;
+        let timed = match kind.as_str() {
+            "berth" => adds(&stack, 1, 3000, "profile").await,
+            "design" => {
+                FloorOverHttp::start(dir.path(), Some(&stack.registry_url))
+                    .await
+                    .creates(3000, "profile")
+                    .await
+            }
+            "bare" => {
+                FloorOverHttp::start(dir.path(), None)
+                    .await
+                    .creates(3000, "profile")
+                    .await
+            }
+            other => panic!("BERTH_BENCH_PROFILE: {other:?} is none of berth, design, bare"),
+        };
+        println!(
+            "{kind}: 3000 creates, {:.0}/s, p50 {:.2} ms",
+            timed.rate, timed.p50
+        );
+        return;
+    }
     let total_adds: usize = std::env::var("BERTH_BENCH_ADDS")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -721,49 +916,37 @@ async fn main() {
     }
 
     let stack = start_stack(dir.path()).await;
-    let raw = best[0];
+    let rounds: usize = std::env::var("BERTH_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let per = (total_adds / 2).clamp(10, 300);
     println!(
-        "  AddStorage over HTTP, local backend ({total_adds} volumes; 1 client: at most 500), against raw SQLite's {raw:.0} rows/s:"
+        "  AddStorage over HTTP, local backend, 1 client, beside raw SQLite and the floor of a crash-safe create ({rounds} interleaved rounds of {per} each; medians):"
     );
-    for (clients, total, tag) in [(1, total_adds.min(500), "seq"), (32, total_adds, "par")] {
-        let (rate, p50, p99) = adds(&stack, clients, total, tag).await;
-        let label = if clients == 1 {
-            "1 client".to_string()
-        } else {
-            format!("{clients} clients")
-        };
-        println!(
-            "    {label:<44} {rate:>9.0} volumes/s {:>5.2}x raw   each add p50 {p50:>6.2} ms   p99 {p99:>6.2} ms",
-            rate / raw
-        );
-    }
-    let (rate, p50, p99) = floor_over_http(dir.path(), total_adds.min(500)).await;
+    let raw = one_client_rounds(&stack, dir.path(), rounds, per).await;
+    let par = adds(&stack, 32, total_adds, "par").await;
     println!(
-        "    {:<44} {rate:>9.0} volumes/s {:>5.2}x raw   each add p50 {p50:>6.2} ms   p99 {p99:>6.2} ms",
-        "floor over HTTP, 1 client (bare axum, no Berth)",
-        rate / raw
+        "    {:<46} {:>7.0}/s {:>5.2}x raw   p50 {:>5.2} ms   p99 {:>5.2} ms",
+        "Berth AddStorage, 32 clients (one run)",
+        par.rate,
+        par.rate / raw,
+        par.p50,
+        par.p99
     );
-    // The same two on tmpfs, where an fsync costs nothing: what is left is Berth's own path (HTTP,
-    // the read and the registry's answer, hand-overs between threads, the writer's statements), a
-    // figure that does not drift with the disk as the ones above do.
+    // The same on tmpfs, where an fsync costs nothing: what is left is the software path (HTTP, the
+    // read and the registry's answer, hand-overs between threads, the writer's statements), a figure
+    // that does not drift with the disk as the ones above do.
     let shm = Path::new("/dev/shm");
     if shm.is_dir() {
         let mem = tempfile::tempdir_in(shm).unwrap();
         let mem_stack = start_stack(mem.path()).await;
         println!(
-            "  The same on tmpfs ({}: no disk, so no fsync cost):",
-            mem.path().display()
+            "  The same on tmpfs ({}: no disk, so no fsync cost; {} rounds):",
+            mem.path().display(),
+            rounds.div_ceil(2)
         );
-        let (rate, p50, p99) = adds(&mem_stack, 1, total_adds.min(500), "mem").await;
-        println!(
-            "    {:<44} {rate:>9.0} volumes/s   each add p50 {p50:>6.2} ms   p99 {p99:>6.2} ms",
-            "1 client"
-        );
-        let (rate, p50, p99) = floor_over_http(mem.path(), total_adds.min(500)).await;
-        println!(
-            "    {:<44} {rate:>9.0} volumes/s   each add p50 {p50:>6.2} ms   p99 {p99:>6.2} ms",
-            "floor over HTTP, 1 client (bare axum, no Berth)"
-        );
+        one_client_rounds(&mem_stack, mem.path(), rounds.div_ceil(2), per).await;
     }
     add_breakdown(&stack, dir.path(), &stack.registry_url).await;
 
