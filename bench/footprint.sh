@@ -10,6 +10,8 @@
 #   bench/footprint.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo puts release binaries (CARGO_TARGET_DIR, as cargo reads it).
+bin=${CARGO_TARGET_DIR:-target}/release
 LOAD_SECONDS=${LOAD_SECONDS:-5}
 command -v wrk >/dev/null 2>&1 || {
   apt-get update -qq >/dev/null
@@ -29,11 +31,11 @@ kb() { awk -v k="$2" '$1 == k ":" {printf "%.1f MB", $2 / 1024}' "/proc/$1/statu
 ready() { for _ in $(seq 200); do curl -fsS "http://127.0.0.1:$1/healthz" >/dev/null 2>&1 && return; sleep 0.05; done; }
 
 # The gateway binary mints its own tokens: the benchmark needs no release build of the CLI.
-token=$(BERTH_TOKENS_FILE=$work/tokens ./target/release/gateway token create --admin --name bench)
+token=$(BERTH_TOKENS_FILE=$work/tokens "$bin"/gateway token create --admin --name bench)
 # The gateway's upstream, started once and left out of the table.
 registry_port=18379
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$registry_port BERTH_DATA_DIR=$work/upstream DOCKER_HOST=tcp://127.0.0.1:1 \
-  ./target/release/orchestrator-registry >/dev/null 2>&1 & pids+=($!)
+  "$bin"/orchestrator-registry >/dev/null 2>&1 & pids+=($!)
 ready $registry_port
 
 printf '%-24s %10s %20s %10s %8s   %s\n' "service" "idle RSS" "of which file / anon" "peak RSS" "threads" "load"
@@ -41,7 +43,7 @@ for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator
   port=$((port + 1))
   route=/healthz header=
   case $svc in
-    ecs-emulator) ./target/release/ecs-emulator --port "$port" >"$work/$svc.log" 2>&1 & ;;
+    ecs-emulator) "$bin"/ecs-emulator --port "$port" >"$work/$svc.log" 2>&1 & ;;
     *)
       # Each service is given only the variables it reads: any other BERTH_* name stops it (exit 2).
       extra=()
@@ -51,7 +53,7 @@ for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator
         storage-ops) extra=(BERTH_REGISTRY_URL=http://127.0.0.1:$registry_port) ;;
       esac
       env BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$port BERTH_DATA_DIR=$work/$svc DOCKER_HOST=tcp://127.0.0.1:1 \
-        "${extra[@]}" ./target/release/$svc >"$work/$svc.log" 2>&1 &
+        "${extra[@]}" "$bin"/$svc >"$work/$svc.log" 2>&1 &
       ;;
   esac
   pid=$!
@@ -83,13 +85,16 @@ done
 
 # The whole stack in one process, as `berth up` runs it.
 base=18400
-BERTH_RATE_LIMIT_RPS=1000000 ./target/release/berth up --port-base $base --data-dir "$work/up" >"$work/up.out" 2>/dev/null &
+BERTH_RATE_LIMIT_RPS=1000000 "$bin"/berth up --port-base $base --data-dir "$work/up" >"$work/up.out" 2>/dev/null &
 pid=$!
 pids+=("$pid")
 for _ in $(seq 200); do grep -q '^admin token: ' "$work/up.out" 2>/dev/null && break; sleep 0.05; done
 up_token=$(sed -n 's/^admin token: //p' "$work/up.out" | head -1)
 for p in $base $((base + 1)) $((base + 2)) $((base + 3)); do
-  until curl -fsS -o /dev/null "http://127.0.0.1:$p/readyz" 2>/dev/null; do sleep 0.05; done
+  until curl -fsS -o /dev/null "http://127.0.0.1:$p/readyz" 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || { echo "berth up stopped before it was ready" >&2; exit 1; }
+    sleep 0.05
+  done
 done
 sleep 1
 idle=$(kb "$pid" VmRSS) threads=$(ls "/proc/$pid/task" | wc -l)

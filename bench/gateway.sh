@@ -46,7 +46,7 @@ if [ "${BERTH_BENCH_SKIP_BUILD:-}" != 1 ]; then
   echo "== building release binaries"
   cargo build --release -q -p gateway -p orchestrator-registry
 fi
-bin=${BERTH_BENCH_BIN_DIR:-./target/release}
+bin=${BERTH_BENCH_BIN_DIR:-${CARGO_TARGET_DIR:-target}/release}
 
 work=$(mktemp -d)
 pids=()

@@ -11,6 +11,8 @@
 # start-up and warm-up are not in it. Installs Debian's valgrind if it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Where cargo puts release binaries (CARGO_TARGET_DIR, as cargo reads it).
+bin=${CARGO_TARGET_DIR:-target}/release
 REQUESTS=${REQUESTS:-200}
 BASE=${BASE:-18280}
 
@@ -31,18 +33,18 @@ trap cleanup EXIT
 
 GW=$BASE; REG=$((BASE + 2)); STO=$((BASE + 3))
 # The gateway binary mints its own tokens: the benchmark needs no release build of the CLI.
-token=$(BERTH_TOKENS_FILE=$work/tokens ./target/release/gateway token create --admin --name bench)
+token=$(BERTH_TOKENS_FILE=$work/tokens "$bin"/gateway token create --admin --name bench)
 
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$REG BERTH_DATA_DIR=$work/registry DOCKER_HOST=tcp://127.0.0.1:1 \
-  ./target/release/orchestrator-registry & pids+=($!)
+  "$bin"/orchestrator-registry & pids+=($!)
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$STO BERTH_DATA_DIR=$work/storage BERTH_REGISTRY_URL=http://127.0.0.1:$REG \
-  BERTH_LOCAL_ROOTS=$work/registry/volumes ./target/release/storage-ops & pids+=($!)
+  BERTH_LOCAL_ROOTS=$work/registry/volumes "$bin"/storage-ops & pids+=($!)
 # Generous upstream limits: under callgrind the gateway runs some fifty times slower.
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$GW BERTH_DATA_DIR=$work BERTH_TOKENS_FILE=$work/tokens \
   BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_STORAGE_OPS_URL=http://127.0.0.1:$STO \
   BERTH_RATE_LIMIT_RPS=1000000 BERTH_WORKERS=1 BERTH_UPSTREAM_TIMEOUT=120s \
   valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
-  ./target/release/gateway 2>"$work/valgrind.log" & pids+=($!)
+  "$bin"/gateway 2>"$work/valgrind.log" & pids+=($!)
 gateway_pid=$!
 for port in $REG $STO $GW; do
   for _ in $(seq 600); do curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break; sleep 0.1; done

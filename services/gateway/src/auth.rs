@@ -181,45 +181,56 @@ pub enum TokensFileError {
     Watch(#[source] std::io::Error),
 }
 
-/// Parses a tokens file; the error names the line and what is wrong with it.
+/// Parses a tokens file; the error names the first line that does not parse and what is wrong with it.
 pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, TokenLineError> {
+    let (entries, mut malformed) = parse_token_lines(text);
+    if malformed.is_empty() {
+        Ok(entries)
+    } else {
+        Err(malformed.swap_remove(0))
+    }
+}
+
+/// Parses every line of a tokens file: the entries of the lines that parse, and why each other
+/// line does not.
+fn parse_token_lines(text: &str) -> (Vec<TokenEntry>, Vec<TokenLineError>) {
     let mut entries = Vec::new();
+    let mut malformed = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
         if line.is_empty() {
             continue;
         }
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        let [name, hash, scopes] = fields[..] else {
-            return Err(TokenLineError {
+        match parse_token_line(line) {
+            Ok(entry) => entries.push(entry),
+            Err(problem) => malformed.push(TokenLineError {
                 line: i + 1,
-                problem: TokenLineProblem::Shape,
-            });
-        };
-        let hash = hash
-            .strip_prefix("sha256:")
-            .and_then(|h| hex::decode(h).ok())
-            .and_then(|h| <[u8; 32]>::try_from(h).ok())
-            .ok_or(TokenLineError {
-                line: i + 1,
-                problem: TokenLineProblem::Hash,
-            })?;
-        let scopes = scopes
-            .split(',')
-            .map(|s| {
-                Scope::parse(s).ok_or_else(|| TokenLineError {
-                    line: i + 1,
-                    problem: TokenLineProblem::UnknownScope(s.to_string()),
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        entries.push(TokenEntry {
-            name: name.to_string(),
-            hash,
-            scopes,
-        });
+                problem,
+            }),
+        }
     }
-    Ok(entries)
+    (entries, malformed)
+}
+
+fn parse_token_line(line: &str) -> Result<TokenEntry, TokenLineProblem> {
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let [name, hash, scopes] = fields[..] else {
+        return Err(TokenLineProblem::Shape);
+    };
+    let hash = hash
+        .strip_prefix("sha256:")
+        .and_then(|h| hex::decode(h).ok())
+        .and_then(|h| <[u8; 32]>::try_from(h).ok())
+        .ok_or(TokenLineProblem::Hash)?;
+    let scopes = scopes
+        .split(',')
+        .map(|s| Scope::parse(s).ok_or_else(|| TokenLineProblem::UnknownScope(s.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(TokenEntry {
+        name: name.to_string(),
+        hash,
+        scopes,
+    })
 }
 
 /// The tokens, re-read from their file when it changes.
@@ -302,23 +313,36 @@ impl TokenStore {
     }
 
     /// Re-reads the file if it has changed since it was last read.
+    ///
+    /// A line that does not parse grants nothing and the others apply: keeping the previous tokens
+    /// instead would keep a token working after its line was removed, whenever another line of the
+    /// same edit had a typo. A file that cannot be read at all (not a missing one: that is no
+    /// tokens) keeps the previous tokens until it can.
     pub fn reload_if_changed(&self) {
         let mut known = self.modified.lock().expect("tokens lock");
         let modified = stamp(&self.path);
         if modified == *known {
             return;
         }
-        match read(&self.path) {
-            Ok((entries, modified)) => {
-                tracing::info!(count = entries.len(), "tokens file reloaded");
-                self.entries.store(entries);
-                *known = modified;
-            }
-            // A half-written file keeps the old tokens rather than locking everyone out.
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => {
-                tracing::warn!(error = %e, "tokens file unreadable; keeping the previous tokens")
+                tracing::warn!(path = %self.path.display(), error = %e, "tokens file unreadable; keeping the previous tokens until it can be read");
+                return;
             }
+        };
+        let (entries, malformed) = parse_token_lines(&text);
+        for e in &malformed {
+            tracing::error!(path = %self.path.display(), error = %e, "tokens file: this line grants nothing until it is fixed");
         }
+        tracing::info!(
+            count = entries.len(),
+            malformed = malformed.len(),
+            "tokens file reloaded"
+        );
+        self.entries.store(Arc::new(entries));
+        *known = modified;
     }
 }
 
@@ -483,6 +507,24 @@ mod tests {
             store
                 .authenticate_remembering("alpha", &mut memory, |_| ())
                 .is_none()
+        );
+        // A removed line revokes its token even when another line of the edit does not parse; the
+        // line that does not parse grants nothing.
+        std::fs::write(
+            &path,
+            format!(
+                "{}\noops sha256:12 admin\n{}",
+                tokens_file_line("c", "gamma", &[Scope::Admin]),
+                tokens_file_line("d", "delta", &[Scope::Admin]).replace("admin", "root")
+            ),
+        )
+        .unwrap();
+        store.reload_if_changed();
+        assert!(store.authenticate("beta", |_| ()).is_none());
+        assert!(store.authenticate("delta", |_| ()).is_none());
+        assert_eq!(
+            store.authenticate("gamma", |e| e.name.clone()).unwrap(),
+            "c"
         );
         assert!(
             TokenStore::load(&dir.path().join("missing"))

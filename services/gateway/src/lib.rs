@@ -184,10 +184,10 @@ impl Config {
             http.request_timeout =
                 upstream_timeout.max(machine_driver_timeout) + Duration::from_secs(5);
         }
-        let rps: f64 = env.parse_or(RATE_LIMIT_RPS, 100.0)?;
-        let burst: f64 = env.parse_or(RATE_LIMIT_BURST, (rps * 2.0).max(1.0))?;
-        let auth_rps: f64 = env.parse_or(AUTH_FAILURE_RPS, 10.0)?;
-        let auth_burst: f64 = env.parse_or(AUTH_FAILURE_BURST, 100.0)?;
+        let rps = rate_or(env, RATE_LIMIT_RPS, 100.0)?;
+        let burst = rate_or(env, RATE_LIMIT_BURST, (rps * 2.0).max(1.0))?;
+        let auth_rps = rate_or(env, AUTH_FAILURE_RPS, 10.0)?;
+        let auth_burst = rate_or(env, AUTH_FAILURE_BURST, 100.0)?;
         Ok(Config {
             listen: listen_addr(env, DEFAULT_PORT)?,
             http,
@@ -225,6 +225,24 @@ impl Config {
             max_connections: Some(env.parse_or(MAX_CONNECTIONS, 0usize)?).filter(|&n| n > 0),
         })
     }
+}
+
+/// A rate or a burst: a finite number, 0 or more (a rate of 0 turns its limit off). A negative or
+/// not-a-number value would otherwise turn the limit off without a word, and an infinite one
+/// make a bucket no call ever empties.
+fn rate_or(env: &Env, key: &str, default: f64) -> Result<f64, ConfigError> {
+    let value: f64 = env.parse_or(key, default)?;
+    if value.is_finite() && value >= 0.0 && value <= f64::from(u32::MAX) {
+        return Ok(value);
+    }
+    Err(ConfigError {
+        var: key.to_string(),
+        value: env.get(key).unwrap_or_default().to_string(),
+        problem: format!(
+            "must be a number from 0 to {} (0 turns the limit off)",
+            u32::MAX
+        ),
+    })
 }
 
 /// Why the gateway cannot be assembled from its configuration.
@@ -362,6 +380,28 @@ pub fn build_on(
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_that_is_no_rate_is_refused_naming_the_variable() {
+        for bad in ["-5", "NaN", "1e309", "inf", "5000000000"] {
+            for var in [
+                env_vars::RATE_LIMIT_RPS,
+                env_vars::RATE_LIMIT_BURST,
+                env_vars::AUTH_FAILURE_RPS,
+                env_vars::AUTH_FAILURE_BURST,
+            ] {
+                let e = Config::from_env(&Env::default().with(var, bad)).unwrap_err();
+                assert_eq!(e.var, var, "{bad}");
+                assert!(e.problem.contains("0 turns the limit off"), "{e}");
+            }
+        }
+        let off = Config::from_env(&Env::default().with(env_vars::RATE_LIMIT_RPS, "0")).unwrap();
+        assert!(off.rate_limit.is_none());
+        let on = Config::from_env(&Env::default().with(env_vars::RATE_LIMIT_RPS, "0.5")).unwrap();
+        assert_eq!(on.rate_limit.map(|l| l.rps), Some(0.5));
+    }
+
     #[test]
     fn every_variable_this_crate_reads_is_declared() {
         let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));

@@ -136,6 +136,9 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
             "{server} answered HTTP {status} without a Berth request id, so it is not a Berth \
              gateway: check --server/BERTH_URL"
         )),
+        // The machine driver's answer when the cloud refused the class's access key: its own
+        // message says what to fix, and it is not the caller's Berth token.
+        Some(401) if e.status.message.contains("not a Berth credential") => None,
         Some(401) => Some(
             "the gateway did not accept the token from --token/BERTH_TOKEN; `berth up` prints an \
              admin token on its first start, and `berth token create --admin --data-dir <dir>` \
@@ -419,6 +422,26 @@ mod tests {
             split_name("ns/a", Some("other")),
             Err(CliError::Usage(_))
         ));
+    }
+
+    #[test]
+    fn a_cloud_key_refusal_is_not_hinted_as_the_callers_token() {
+        let context = HintContext {
+            server: None,
+            wait_for: None,
+        };
+        let refused = |message: &str| ClientError {
+            status: domain::Status::new(Code::Unauthenticated, message),
+            http_status: Some(401),
+            request_id: Some("r".into()),
+            retry_after: None,
+        };
+        let token = hint(&refused("no bearer token"), &context).unwrap();
+        assert!(token.contains("--token/BERTH_TOKEN"), "{token}");
+        let cloud = refused(
+            "InvalidAccessKeyId: ECS refused the cloud access key in the request's secret, not a Berth credential",
+        );
+        assert_eq!(hint(&cloud, &context), None);
     }
 
     #[test]
