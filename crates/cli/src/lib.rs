@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser};
 
-use crate::args::{Command, GetCommand, MachineCommand, VolumeCommand, VolumeName};
+use crate::args::{Command, GetCommand, MachineCommand, VolumeName};
 use crate::commands::{CliError, Ctx, EXIT_USAGE, HintContext};
 
 /// Parses `argv` and runs the command.
@@ -62,10 +62,8 @@ pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
             .await
         }
         Command::Volume(group) => {
-            context.wait_for = match &group.command {
-                VolumeCommand::Create { wait, .. } if !wait.wait => Some("until it is Ready"),
-                _ => None,
-            };
+            // No `--wait` hint: a volume's `--wait` waits for Ready once the add is accepted; it
+            // does not repeat an add that was refused (a full orchestrator's 429, say).
             connected(&group.connection, &mut context, |ctx| async move {
                 commands::volume::run(&ctx, &group.format, &group.command).await
             })
