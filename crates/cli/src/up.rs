@@ -113,6 +113,15 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     let emulator_key = (stored_key.id.clone(), stored_key.secret.clone());
     let internal_token = internal_token_of(base_env)?;
     let at = |port: u16| SocketAddr::new(args.bind, port).to_string();
+    // The emulator listens on loopback whatever --bind says: only the machine driver, in this
+    // process, needs to reach it, and its admin endpoints (`/_emulator/reset` empties the account)
+    // take no credential.
+    let loopback = if args.bind.is_ipv6() {
+        std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+    } else {
+        std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+    };
+    let emulator_addr = SocketAddr::new(loopback, ports.ecs_emulator);
     let url = |port: u16| {
         let host = if args.bind.is_unspecified() {
             "127.0.0.1".to_string()
@@ -132,7 +141,7 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         .with("BERTH_STORAGE_OPS_URL", url(ports.storage_ops))
         .with("BERTH_MACHINE_DRIVER_URL", url(ports.machine_driver))
         .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
-        .with("BERTH_ALICLOUD_ENDPOINT", url(ports.ecs_emulator));
+        .with("BERTH_ALICLOUD_ENDPOINT", format!("http://{emulator_addr}"));
     let env_for = |port: u16| shared.clone().with(vars::LISTEN, at(port));
     // Every configuration is read before anything binds a port, so one that is refused stops the
     // start with its reason and nothing half-started.
@@ -150,26 +159,28 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         lifecycle: emulator_lifecycle(base_env)?,
         ..ecs_emulator::Config::default()
     })?;
-    let emulator_listener = service_kit::server::bind(
-        SocketAddr::new(args.bind, ports.ecs_emulator),
-        "--port-base",
-    )
-    .await?;
+    let emulator_listener = service_kit::server::bind(emulator_addr, "--port-base").await?;
     apps.push((
         "ecs-emulator",
         Application::new(emulator.router(), emulator_listener),
     ));
     apps.push((
         orchestrator_registry::NAME,
-        orchestrator_registry::build(configs.registry).await?,
+        orchestrator_registry::build(configs.registry)
+            .await
+            .map_err(under_port_base)?,
     ));
     apps.push((
         storage_ops::NAME,
-        storage_ops::build(configs.storage_ops).await?,
+        storage_ops::build(configs.storage_ops)
+            .await
+            .map_err(under_port_base)?,
     ));
     apps.push((
         machine_driver::NAME,
-        machine_driver::build(configs.machine_driver).await?,
+        machine_driver::build(configs.machine_driver)
+            .await
+            .map_err(under_port_base)?,
     ));
     // Each service's head-read limit, as its own binary reads it (the gateway reads its own).
     let idle_timeout = base_env.duration_or(
@@ -194,6 +205,21 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         internal_token,
         registry_url: url(ports.registry),
     })
+}
+
+/// A service's own binary says which variable to change when its port is taken (`BERTH_LISTEN`);
+/// under `berth up` every port comes from --port-base and --bind, so the message says those.
+fn under_port_base(e: BoxError) -> BoxError {
+    match e.downcast::<std::io::Error>() {
+        Ok(io) => {
+            let text = io.to_string().replace(
+                &format!("set {} to another address", vars::LISTEN),
+                "choose another --port-base (or --bind)",
+            );
+            Box::new(std::io::Error::new(io.kind(), text))
+        }
+        Err(e) => e,
+    }
 }
 
 /// The embedded emulator's lifecycle delays: `BERTH_ECS_EMULATOR_PENDING`, `_STARTING` and
@@ -523,6 +549,17 @@ fn stop_tier(name: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_taken_port_is_told_as_the_port_base_to_change() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let e = service_kit::server::bind(taken.local_addr().unwrap(), vars::LISTEN)
+            .await
+            .unwrap_err();
+        let told = under_port_base(Box::new(e)).to_string();
+        assert!(told.contains("choose another --port-base"), "{told}");
+        assert!(!told.contains(vars::LISTEN), "{told}");
+    }
 
     /// Each service stops only after everything that calls it has drained.
     #[test]
