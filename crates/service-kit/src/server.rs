@@ -412,6 +412,12 @@ where
         };
     let mut app = match build(env).await {
         Ok(app) => app,
+        // A value the configuration refuses is a mistake in how the binary was started, as an
+        // unknown name is: the same exit code, 2.
+        Err(e) if e.is::<crate::config::ConfigError>() => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
+        }
         Err(e) => {
             tracing::error!(error = %e, "{name} failed to start");
             eprintln!("{name}: {e}");

@@ -103,6 +103,20 @@ fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
         "{stderr}"
     );
 
+    // A value that is no rate is refused as an unknown name is, with exit code 2, naming it.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .env("BERTH_LISTEN", "127.0.0.1:0")
+        .env("BERTH_DATA_DIR", dir.path())
+        .env("BERTH_RATE_LIMIT_RPS", "-5")
+        .output()
+        .expect("the gateway binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("BERTH_RATE_LIMIT_RPS") && stderr.contains("0 turns the limit off"),
+        "{stderr}"
+    );
+
     // The retired name: it starts, and says once what to set instead.
     let log = start_and_stop_with(dir.path(), &[("BERTH_GATEWAY_WORKERS", "2")]);
     assert_eq!(
