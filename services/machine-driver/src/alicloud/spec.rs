@@ -308,7 +308,7 @@ impl ProviderSpec {
                     // listed, found and deleted as a machine of both clusters.
                     v.add(
                         &format!("{SPEC}.tags"),
-                        &format!(
+                        format!(
                             "exactly one tag of the form kubernetes.io/cluster/**** (found {clusters}): it names the one cluster the machine belongs to"
                         ),
                     );
