@@ -297,20 +297,10 @@ impl ProviderSpec {
                 "Tags required for Alicloud machines",
             ),
             Some(tags) => {
-                let clusters = tags.keys().filter(|k| k.contains(CLUSTER_TAG)).count();
-                if clusters == 0 {
+                if !tags.keys().any(|k| k.contains(CLUSTER_TAG)) {
                     v.add(
                         &format!("{SPEC}.tags"),
                         "Tag required of the form kubernetes.io/cluster/****",
-                    );
-                } else if clusters > 1 {
-                    // The cluster tag scopes every lookup of the class: with two, one VM would be
-                    // listed, found and deleted as a machine of both clusters.
-                    v.add(
-                        &format!("{SPEC}.tags"),
-                        format!(
-                            "exactly one tag of the form kubernetes.io/cluster/**** (found {clusters}): it names the one cluster the machine belongs to"
-                        ),
                     );
                 }
                 if !tags.keys().any(|k| k.contains(ROLE_TAG)) {
@@ -923,7 +913,7 @@ pub mod schema {
         let tags = if for_create {
             json!({
                 "type": "object",
-                "description": "Must hold exactly one key containing kubernetes.io/cluster/ and at least one containing kubernetes.io/role/: they scope what the class may see and touch. At most 18 (ECS takes 20 and Berth adds two), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
+                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch. At most 18 (ECS takes 20 and Berth adds two), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
                 "maxProperties": MAX_SPEC_TAGS,
                 "propertyNames": {
                     "type": "string",
@@ -941,7 +931,7 @@ pub mod schema {
         } else {
             json!({
                 "type": "object",
-                "description": "Must hold exactly one key containing kubernetes.io/cluster/ and at least one containing kubernetes.io/role/: they scope what the class may see and touch.",
+                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch.",
                 "additionalProperties": {"type": "string"},
                 "allOf": [some_key_contains(CLUSTER_TAG), some_key_contains(ROLE_TAG)]
             })
@@ -1222,16 +1212,6 @@ mod tests {
             .unwrap_err()
             .message;
         assert!(msg.contains("kubernetes.io/cluster/****"), "{msg}");
-        v["tags"] = json!({"kubernetes.io/cluster/a": "1", "kubernetes.io/cluster/b": "1", "kubernetes.io/role/x": "1"});
-        let msg = ProviderSpec::decode(&v)
-            .unwrap()
-            .validate_scope(&policy())
-            .unwrap_err()
-            .message;
-        assert!(
-            msg.starts_with("machineClass.providerSpec.tags: exactly one tag of the form kubernetes.io/cluster/**** (found 2)"),
-            "{msg}"
-        );
     }
 
     #[test]
