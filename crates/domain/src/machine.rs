@@ -13,6 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::code::Status;
 use crate::names::Labels;
 
+/// Words in every answer that says the cloud refused a class's access key (a 401 from the
+/// machine driver), so a client can tell it from the gateway refusing the caller's own Berth token.
+pub const CLOUD_KEY_REFUSED: &str = "not a Berth credential";
+
 /// The parts of Kubernetes `ObjectMeta` Berth uses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

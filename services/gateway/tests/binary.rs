@@ -75,14 +75,21 @@ fn a_first_start_with_create_admin_token_logs_one_admin_token_once() {
 #[test]
 fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .env("BERTH_LISTEN", "127.0.0.1:0")
-        .env("BERTH_DATA_DIR", dir.path())
-        .env("BERTH_INTERNAL_TOKN", "s3cret-credential")
-        .output()
-        .expect("the gateway binary runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // A start with one more variable set: its exit code and what it printed.
+    let start_with = |var: &str, value: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+            .env("BERTH_LISTEN", "127.0.0.1:0")
+            .env("BERTH_DATA_DIR", dir.path())
+            .env(var, value)
+            .output()
+            .expect("the gateway binary runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = start_with("BERTH_INTERNAL_TOKN", "s3cret-credential");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("BERTH_INTERNAL_TOKN"), "{stderr}");
     assert!(
         stderr.contains("did you mean BERTH_INTERNAL_TOKEN?"),
@@ -90,28 +97,15 @@ fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
     );
     assert!(!stderr.contains("s3cret-credential"), "{stderr}");
     // Empty is refused too: `BERTH_RATE_LIMIT_RPS=` is no setting.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .env("BERTH_LISTEN", "127.0.0.1:0")
-        .env("BERTH_DATA_DIR", dir.path())
-        .env("BERTH_RATE_LIMIT_RPS", "")
-        .output()
-        .expect("the gateway binary runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = start_with("BERTH_RATE_LIMIT_RPS", "");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("BERTH_RATE_LIMIT_RPS is set to the empty string"),
         "{stderr}"
     );
-
     // A value that is no rate is refused as an unknown name is, with exit code 2, naming it.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .env("BERTH_LISTEN", "127.0.0.1:0")
-        .env("BERTH_DATA_DIR", dir.path())
-        .env("BERTH_RATE_LIMIT_RPS", "-5")
-        .output()
-        .expect("the gateway binary runs");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let (code, stderr) = start_with("BERTH_RATE_LIMIT_RPS", "-5");
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("BERTH_RATE_LIMIT_RPS") && stderr.contains("0 turns the limit off"),
         "{stderr}"

@@ -105,12 +105,7 @@ fn raw_sqlite(dir: &Path, per_txn: usize, synchronous: &str) -> f64 {
         "raw-{per_txn}-{synchronous}-{}.db",
         uuid::Uuid::new_v4()
     ));
-    let conn = rusqlite::Connection::open(&path).unwrap();
-    conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
-    ))
-    .unwrap();
-    conn.execute_batch(SCHEMA).unwrap();
+    let conn = RawDb::open(&path, synchronous).conn;
     let started = Instant::now();
     let mut i = 0;
     while i < RAW_ROWS {
@@ -294,11 +289,12 @@ struct RawDb {
 }
 
 impl RawDb {
-    fn open(path: &Path) -> RawDb {
+    /// `synchronous` is `FULL` (storage-ops' own) or `NORMAL` (for comparison).
+    fn open(path: &Path, synchronous: &str) -> RawDb {
         let conn = rusqlite::Connection::open(path).unwrap();
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;",
-        )
+        conn.execute_batch(&format!(
+            "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
+        ))
         .unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         RawDb { conn, rv: 0 }
@@ -326,7 +322,7 @@ impl Floor {
         let objects = dir.join(format!("floor-{tag}"));
         std::fs::create_dir_all(&objects).unwrap();
         Floor {
-            db: RawDb::open(&dir.join(format!("floor-{tag}.db"))),
+            db: RawDb::open(&dir.join(format!("floor-{tag}.db")), "FULL"),
             objects,
         }
     }
@@ -455,8 +451,8 @@ fn median(mut values: Vec<f64>) -> f64 {
 
 /// One client's AddStorage beside the raw commit and the floor, in `rounds` interleaved rounds of
 /// `per` calls each (the first of each kind starts the round in turn), printed as medians: the
-/// rate of each, and each rate's ratio to raw and to the floor over HTTP taken round by round, so a
-/// disk that speeds up or slows down between rounds moves all four together. Returns the raw
+/// rate of each, and each rate's ratio to raw (and Berth's to each floor) taken round by round, so
+/// a disk that speeds up or slows down between rounds moves all five together. Returns the raw
 /// rate's median.
 async fn one_client_rounds(stack: &Stack, dir: &Path, rounds: usize, per: usize) -> f64 {
     const KINDS: [&str; 5] = [
@@ -467,7 +463,7 @@ async fn one_client_rounds(stack: &Stack, dir: &Path, rounds: usize, per: usize)
         "Berth AddStorage, 1 client",
     ];
     const BERTH: usize = KINDS.len() - 1;
-    let mut raw = RawDb::open(&dir.join("raw-rounds.db"));
+    let mut raw = RawDb::open(&dir.join("raw-rounds.db"), "FULL");
     let mut floor = Floor::open(dir, "thread");
     let floor_http = FloorOverHttp::start(dir, None).await;
     let design_floor = FloorOverHttp::start(dir, Some(&stack.registry_url)).await;

@@ -138,7 +138,13 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
         )),
         // The machine driver's answer when the cloud refused the class's access key: its own
         // message says what to fix, and it is not the caller's Berth token.
-        Some(401) if e.status.message.contains("not a Berth credential") => None,
+        Some(401)
+            if e.status
+                .message
+                .contains(domain::machine::CLOUD_KEY_REFUSED) =>
+        {
+            None
+        }
         Some(401) => Some(
             "the gateway did not accept the token from --token/BERTH_TOKEN; `berth up` prints an \
              admin token on its first start, and `berth token create --admin --data-dir <dir>` \
@@ -438,9 +444,10 @@ mod tests {
         };
         let token = hint(&refused("no bearer token"), &context).unwrap();
         assert!(token.contains("--token/BERTH_TOKEN"), "{token}");
-        let cloud = refused(
-            "InvalidAccessKeyId: ECS refused the cloud access key in the request's secret, not a Berth credential",
-        );
+        let cloud = refused(&format!(
+            "InvalidAccessKeyId: ECS refused the cloud access key in the request's secret, {}",
+            domain::machine::CLOUD_KEY_REFUSED
+        ));
         assert_eq!(hint(&cloud, &context), None);
     }
 

@@ -776,8 +776,9 @@ fn ecs_status(e: &alicloud::Error) -> Status {
     Status::new(
         Code::Unauthenticated,
         format!(
-            "{}: ECS refused the cloud access key in the request's secret (secret.data[alicloudAccessKeyID] and [alicloudAccessKeySecret]), not a Berth credential; put in the key the ECS endpoint accepts (under `berth up`, the emulator key it prints when it starts)",
-            status.message
+            "{}: ECS refused the cloud access key in the request's secret (secret.data[alicloudAccessKeyID] and [alicloudAccessKeySecret]), {}; put in the key the ECS endpoint accepts (under `berth up`, the emulator key it prints when it starts)",
+            status.message,
+            domain::machine::CLOUD_KEY_REFUSED
         ),
     )
 }
