@@ -33,6 +33,9 @@
 //!   one), and a reqwest wrapper that also adds the internal credential, for the gateway's own calls.
 //! - [`protocol`]: problem+json in place of the bare 400/414/431 hyper writes for requests it cannot
 //!   parse, by wrapping each connection's socket.
+//! - [`tenancy`]: the caller (its token's name and namespaces, as the gateway forwards them), the
+//!   [`tenancy::Caller`] extractor handlers check objects against, and the one audit line the stack
+//!   writes per mutating call.
 //! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, on
 //!   hyper's HTTP/1 connection builder with a head-read limit (`BERTH_IDLE_TIMEOUT`), or by an engine
 //!   of the service's own ([`server::Engine`]).
@@ -55,6 +58,7 @@ pub mod query;
 pub mod request_id;
 pub mod server;
 pub mod telemetry;
+pub mod tenancy;
 #[cfg(feature = "testing")]
 pub mod testing;
 

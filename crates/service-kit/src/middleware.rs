@@ -19,7 +19,7 @@ use tracing::Instrument;
 
 use crate::config::{HttpConfig, SecretString};
 use crate::error::{ApiError, PROBLEM_JSON};
-use crate::{metrics, request_id, telemetry};
+use crate::{metrics, request_id, telemetry, tenancy};
 
 /// The detail of every 413, whichever step noticed the body was too large.
 pub const BODY_TOO_LARGE: &str = "body: larger than the service's limit";
@@ -40,6 +40,9 @@ pub struct Stack {
     timeout: Duration,
     body_limit: usize,
     internal_token: Option<SecretString>,
+    /// Whether this stack writes the audit line of mutating calls: a service's does; the gateway's
+    /// does not, since the service it forwards to writes it, naming the object.
+    audits: bool,
 }
 
 impl Stack {
@@ -50,6 +53,19 @@ impl Stack {
             timeout: config.request_timeout,
             body_limit: config.body_limit,
             internal_token: config.internal_token.clone(),
+            audits: true,
+        })
+    }
+
+    /// The stack of a server that forwards its mutating calls to a service, which audits them: the
+    /// gateway's.
+    pub fn forwarding(service: &'static str, config: &HttpConfig) -> Arc<Self> {
+        Arc::new(Stack {
+            service,
+            timeout: config.request_timeout,
+            body_limit: config.body_limit,
+            internal_token: config.internal_token.clone(),
+            audits: false,
         })
     }
 
@@ -136,6 +152,11 @@ impl Stack {
         let probe = is_public_path(request.uri().path());
         let span = telemetry::request_span(self.service, &request, route, &id);
         let started = Instant::now();
+        let audit = if self.audits {
+            tenancy::Audit::begin(&mut request, route)
+        } else {
+            None
+        };
         let answer = async move {
             let response = match refuse_without_internal_token(&self.internal_token, &request) {
                 Some(refusal) => refusal,
@@ -167,6 +188,9 @@ impl Stack {
             let elapsed = started.elapsed();
             metrics::record(self.service, &method, route, &response, elapsed);
             telemetry::log_answer(probe, response.status().as_u16(), elapsed);
+            if let Some(audit) = audit {
+                audit.finish(&method, route, response.status().as_u16());
+            }
             response
         };
         // Boxed for the same reason as the handler: the whole stack's state stays in one place

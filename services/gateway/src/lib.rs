@@ -364,7 +364,7 @@ pub fn build_on(
         }
     }
     let (gateway, router) = assemble(&config)?;
-    let stack = service_kit::middleware::Stack::new(NAME, &config.http);
+    let stack = service_kit::middleware::Stack::forwarding(NAME, &config.http);
     Ok(
         Application::new(router, listener).with_engine(engine::engine(
             gateway,
