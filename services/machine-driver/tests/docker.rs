@@ -11,11 +11,12 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bollard::Docker as Engine;
-use bollard::query_parameters::DownloadFromContainerOptions;
+use bollard::exec::{CreateExecOptions, StartExecOptions};
+use bollard::query_parameters::{DownloadFromContainerOptions, UploadToContainerOptions};
 use client::machines::Client;
 use client::{ClientError, ClientOptions, ServiceClient};
 use domain::Code;
@@ -24,6 +25,7 @@ use domain::machine::{
 };
 use futures::StreamExt as _;
 use machine_driver::docker::archive;
+use machine_driver::docker::spec::{Record, bootstrap_record};
 use serde_json::{Value, json};
 use service_kit::Env;
 use service_kit::testing::{TestServer, eventually, spawn};
@@ -154,6 +156,73 @@ impl App {
         archive::first_file(&tar).map(|b| String::from_utf8(b).unwrap())
     }
 
+    /// The labels of a bootstrap record of machine `n`'s container, if it exists.
+    async fn record(&self, n: usize, record: Record) -> Option<HashMap<String, String>> {
+        let c = self
+            .engine
+            .inspect_container(&self.machine(n).metadata.name, None)
+            .await
+            .ok()?;
+        let name = bootstrap_record(&c.id?, record);
+        self.engine
+            .inspect_volume(&name)
+            .await
+            .ok()
+            .map(|v| v.labels)
+    }
+
+    /// Writes a file into machine `n`'s container, as a process of the machine could.
+    async fn plant(&self, n: usize, path: &str, contents: &[u8]) {
+        let tar = archive::single_file(path, 0o644, contents).unwrap();
+        self.engine
+            .upload_to_container(
+                &self.machine(n).metadata.name,
+                Some(UploadToContainerOptions {
+                    path: "/".into(),
+                    ..UploadToContainerOptions::default()
+                }),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Runs a test-machine script in machine `n`'s container as one of its own processes, to the
+    /// end.
+    async fn run_in(&self, n: usize, script: &str) {
+        let path = "/tmp/hostile-script";
+        self.plant(n, path, format!("{SHEBANG}{script}").as_bytes())
+            .await;
+        let name = self.machine(n).metadata.name;
+        let exec = self
+            .engine
+            .create_exec(
+                &name,
+                CreateExecOptions {
+                    cmd: Some(vec!["/berth-machine", "bootstrap", path]),
+                    ..CreateExecOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        self.engine
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: true,
+                    ..StartExecOptions::default()
+                }),
+            )
+            .await
+            .unwrap();
+        let code = eventually("the machine's own process ends", WAIT, || async {
+            let x = self.engine.inspect_exec(&exec.id).await.ok()?;
+            (x.running == Some(false)).then_some(x.exit_code)?
+        })
+        .await;
+        assert_eq!(code, 0, "{script}");
+    }
+
     /// Polls status until OK.
     async fn until_running(&self, req: &MachineRequest) {
         eventually("machine Running", WAIT, || async {
@@ -256,12 +325,13 @@ async fn a_machine_is_created_adopted_bootstrapped_once_listed_and_deleted() {
         app.file(0, "/var/lib/berth/user-data").await.as_deref(),
         Some(user_data.as_str())
     );
+    // Its run is recorded where only the driver writes: a volume labelled with the exit code.
+    let record = app.record(0, Record::Exited).await.expect("an exit record");
     assert_eq!(
-        app.file(0, "/var/lib/berth/bootstrap.exit")
-            .await
-            .as_deref(),
+        record.get("berth.io/bootstrap-exit").map(String::as_str),
         Some("0")
     );
+    assert_eq!(app.file(0, "/var/lib/berth/bootstrap.exit").await, None);
 
     // One container, labelled with the class's cluster and role and the machine's name and UID.
     assert_eq!(app.containers().await.len(), 1);
@@ -725,6 +795,132 @@ async fn twenty_machines_created_twice_concurrently_make_twenty_containers() {
         app.containers().await.is_empty().then_some(())
     })
     .await;
+}
+
+/// The resident set of this process, in bytes (the driver runs in it).
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// F1: the files a machine writes where earlier drivers kept the bootstrap's state are data, never
+/// ids the driver sends to the Engine: a planted exec id that walks to another container's start,
+/// to the machine's own export, or that is not UTF-8, starts nothing, pulls nothing into memory and
+/// fails no call.
+#[tokio::test]
+async fn what_a_machine_writes_never_steers_the_driver() {
+    let Some(app) = spawn_app("steer", &[]).await else {
+        return;
+    };
+    // A container that is nobody's machine, never started.
+    let victim = app
+        .engine
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(format!("{}-victim", app.run)),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(app.image.clone()),
+                labels: Some(HashMap::from([(RUN_LABEL.to_owned(), app.run.clone())])),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .id;
+    let plain = app.class(json!({}));
+    let exec = app.class(json!({"bootstrap": "exec"}));
+    let user_data = format!("{SHEBANG}append /var/lib/berth/runs ran\n");
+    app.machines
+        .create(&app.req(0, &plain, Some(&user_data)))
+        .await
+        .unwrap();
+    let req = app.req(0, &exec, Some(&user_data));
+    let name = req.machine.metadata.name.clone();
+
+    // A big file, and an "exec id" that walks to the machine's own export.
+    app.run_in(0, "fill /big 256\n").await;
+    let planted: Vec<Vec<u8>> = vec![
+        format!("../v1.23/containers/{victim}").into_bytes(),
+        format!("../containers/{name}/export?").into_bytes(),
+        [b"a".as_slice(), &[0xff; 5], &[0xe2, 0x82]].concat(),
+    ];
+    let before = rss();
+    for exec_id in &planted {
+        app.plant(0, "/var/lib/berth/bootstrap.exec", exec_id).await;
+        for _ in 0..2 {
+            let e = app.machines.status(&req).await.unwrap_err();
+            assert_code(&e, Code::Uninitialized, 409);
+            assert!(e.status.message.contains("has not run yet"), "{e}");
+        }
+    }
+    // A claimed exit code is no result either.
+    app.plant(0, "/var/lib/berth/bootstrap.exit", b"0").await;
+    let e = app.machines.status(&req).await.unwrap_err();
+    assert_code(&e, Code::Uninitialized, 409);
+    let grown = rss().saturating_sub(before);
+    assert!(
+        grown < 96 << 20,
+        "the driver's memory grew by {} MiB while the machine offered 256 MiB",
+        grown >> 20
+    );
+
+    // InitializeMachine runs the machine's own bootstrap, once, and starts nothing else.
+    app.machines.initialize(&req).await.unwrap();
+    app.machines.status(&req).await.unwrap();
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+    let v = app.engine.inspect_container(&victim, None).await.unwrap();
+    let state = v.state.unwrap();
+    assert_eq!(state.running, Some(false));
+    assert_eq!(
+        state.started_at.as_deref(),
+        Some("0001-01-01T00:00:00Z"),
+        "the victim was started"
+    );
+    let started = app
+        .record(0, Record::Started)
+        .await
+        .expect("a started record");
+    let exec_id = &started["berth.io/bootstrap-exec"];
+    assert!(
+        machine_driver::docker::spec::is_engine_id(exec_id),
+        "{exec_id}"
+    );
+    let x = app.engine.inspect_exec(exec_id).await.unwrap();
+    let own = app.engine.inspect_container(&name, None).await.unwrap().id;
+    assert_eq!(x.container_id, own);
+
+    // A planted id after the bootstrap changes nothing either; delete takes the records along.
+    for exec_id in &planted {
+        app.plant(0, "/var/lib/berth/bootstrap.exec", exec_id).await;
+        app.plant(0, "/var/lib/berth/bootstrap.exit", exec_id).await;
+        app.machines.status(&req).await.unwrap();
+        app.machines.initialize(&req).await.unwrap();
+    }
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+    app.machines.delete(&req).await.unwrap();
+    assert_eq!(app.record(0, Record::Started).await, None);
+    let own = own.unwrap();
+    for record in [Record::Started, Record::Exited] {
+        assert!(
+            app.engine
+                .inspect_volume(&bootstrap_record(&own, record))
+                .await
+                .is_err()
+        );
+    }
 }
 
 /// No Engine needed: the README's example class is one the driver accepts as it is.

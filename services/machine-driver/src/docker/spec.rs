@@ -54,10 +54,48 @@ pub const SECRET_USER_DATA: &str = "userData";
 pub const STATE_DIR: &str = "/var/lib/berth";
 /// Where the user data is written in the container.
 pub const USER_DATA_PATH: &str = "/var/lib/berth/user-data";
-/// Written (with the exec id) before the bootstrap starts: a second run is never made.
-pub const BOOTSTRAP_EXEC_PATH: &str = "/var/lib/berth/bootstrap.exec";
-/// Written (with the exit code) once the bootstrap has finished.
-pub const BOOTSTRAP_EXIT_PATH: &str = "/var/lib/berth/bootstrap.exit";
+/// Where drivers before the bootstrap records ([`LABEL_RECORDS`]) wrote the bootstrap's exec id,
+/// inside the container. Only its existence is looked at now, and only for containers made before.
+pub const LEGACY_EXEC_PATH: &str = "/var/lib/berth/bootstrap.exec";
+/// Where those drivers wrote the bootstrap's exit code (read bounded, as a number, for them only).
+pub const LEGACY_EXIT_PATH: &str = "/var/lib/berth/bootstrap.exit";
+
+/// Container label: set on every container this driver makes; its bootstrap is recorded in Docker
+/// volumes the driver creates ([`bootstrap_record`]), never in files inside the container. A
+/// container without it was made by an earlier driver.
+pub const LABEL_RECORDS: &str = "berth.io/bootstrap-records";
+/// Volume label: the container a bootstrap record belongs to.
+pub const LABEL_RECORD_OF: &str = "berth.io/bootstrap-of";
+/// Volume label: the exec the bootstrap runs as (on the "started" record).
+pub const LABEL_RECORD_EXEC: &str = "berth.io/bootstrap-exec";
+/// Volume label: the bootstrap's exit code (on the "exited" record).
+pub const LABEL_RECORD_EXIT: &str = "berth.io/bootstrap-exit";
+
+/// Whether `id` is a Docker object id as the Engine makes them (64 lower-case hex digits): the only
+/// shape an id may have before it goes into an Engine API path.
+pub fn is_engine_id(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Which of a bootstrap's two records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// Made (with the exec id) before the exec starts: a second run is never made.
+    Started,
+    /// Made (with the exit code) once it has finished.
+    Exited,
+}
+
+/// The name of the volume recording a bootstrap step of container `id` (a checked Engine id).
+pub fn bootstrap_record(id: &str, record: Record) -> String {
+    match record {
+        Record::Started => format!("berth-bootstrap-{id}"),
+        Record::Exited => format!("berth-bootstrap-{id}-exit"),
+    }
+}
 
 /// The longest machine name: a container's host name is at most 63 characters.
 const MAX_MACHINE_NAME: usize = 63;
@@ -626,6 +664,7 @@ impl Plan {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         labels.extend(self.scope.labels(name, uid));
+        labels.insert(LABEL_RECORDS.to_owned(), "volumes".to_owned());
         let some = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
         ContainerCreateBody {
             hostname: Some(name.to_owned()),

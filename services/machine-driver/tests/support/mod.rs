@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use bollard::Docker as Engine;
 use bollard::query_parameters::{
-    CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
+    CreateImageOptions, ListContainersOptions, RemoveContainerOptions, RemoveVolumeOptions,
 };
 use futures::StreamExt as _;
 use machine_driver::docker::archive;
+use machine_driver::docker::spec::{Record, bootstrap_record};
 use sha2::Digest as _;
 
 /// The machine program's source; the image tag is derived from it.
@@ -153,6 +154,16 @@ impl Drop for Sweep {
                             }),
                         )
                         .await;
+                    // The driver's bootstrap records of the container (DeleteMachine removes
+                    // them; a test that fails before it does leaves them).
+                    for record in [Record::Started, Record::Exited] {
+                        let _ = engine
+                            .remove_volume(
+                                &bootstrap_record(&id, record),
+                                None::<RemoveVolumeOptions>,
+                            )
+                            .await;
+                    }
                 }
             });
         })
