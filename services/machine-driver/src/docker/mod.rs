@@ -51,8 +51,8 @@ use async_trait::async_trait;
 use bollard::Docker as Engine;
 use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecOptions};
-use bollard::models::ContainerInspectResponse;
 use bollard::models::VolumeCreateRequest;
+use bollard::models::{ContainerInspectResponse, MountType};
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, CreateImageOptions,
     DownloadFromContainerOptions, ListContainersOptions, RemoveContainerOptions,
@@ -319,6 +319,8 @@ struct Container {
     exit_code: Option<i64>,
     hostname: String,
     addresses: Vec<NodeAddress>,
+    /// The host directories it mounts (bind mounts' sources).
+    bind_sources: Vec<String>,
 }
 
 impl Container {
@@ -330,6 +332,14 @@ impl Container {
             .trim_start_matches('/')
             .to_owned();
         let config = c.config.unwrap_or_default();
+        let bind_sources = c
+            .host_config
+            .and_then(|h| h.mounts)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.typ == Some(MountType::BIND))
+            .filter_map(|m| m.source)
+            .collect();
         let state = c.state.unwrap_or_default();
         let hostname = config
             .hostname
@@ -369,22 +379,12 @@ impl Container {
             exit_code: state.exit_code,
             hostname,
             addresses,
+            bind_sources,
         }
     }
 
     fn provider_id(&self) -> String {
         spec::provider_id(&self.name)
-    }
-
-    /// Who the container was made for, in words.
-    fn owner(&self) -> String {
-        match (self.labels.get(LABEL_UID), self.labels.get(LABEL_CLUSTER)) {
-            (Some(uid), Some(cluster)) if uid.is_empty() => {
-                format!("a machine without a UID in cluster {cluster:?}")
-            }
-            (Some(uid), Some(cluster)) => format!("machine UID {uid:?} in cluster {cluster:?}"),
-            _ => "a container Berth did not make".to_owned(),
-        }
     }
 }
 
@@ -912,11 +912,13 @@ impl Docker {
                         {
                             Ok((c, false))
                         }
-                        Some(c) => Err(Status::new(
+                        // Whoever holds it (another machine, another tenant's, or a container
+                        // Berth did not make), the answer says only that the name is taken: its
+                        // id, labels and owner are not the caller's to learn.
+                        Some(_) => Err(Status::new(
                             Code::AlreadyExists,
                             format!(
-                                "container {name} already exists on the Docker Engine for {}; one name is one machine",
-                                c.owner()
+                                "the name {name:?} is taken on the Docker Engine; one name is one machine"
                             ),
                         )),
                         None => Err(Status::unavailable(format!(
@@ -1033,10 +1035,25 @@ impl Docker {
         write_file(&t.engine, &c.id, USER_DATA_PATH, USER_DATA_MODE, data).await
     }
 
-    /// Starts the container unless it runs.
+    /// Starts the container unless it runs, after checking every host directory it mounts again
+    /// ([`Settings::recheck_mount`]): the machine may have planted a symbolic link on the way to one
+    /// since it last started (see [`Plan::restart_policy`]).
     async fn ensure_running(&self, t: &Target, c: &Container) -> Result<(), Status> {
         if c.running {
             return Ok(());
+        }
+        let local = t.host.starts_with("unix://");
+        for source in &c.bind_sources {
+            if let Err(rule) = self.settings.recheck_mount(source, local) {
+                tracing::warn!(container = %c.name, %rule, "a mount source failed its check; the machine is not started");
+                return Err(Status::new(
+                    Code::FailedPrecondition,
+                    format!(
+                        "machine {:?} is not started: its mount {rule}; the machine must be deleted, or the host directory put back",
+                        c.name
+                    ),
+                ));
+            }
         }
         let Err(e) = t.engine.start_container(&c.id, None).await else {
             return Ok(());
