@@ -1246,6 +1246,24 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
         Some("inside\n")
     );
     assert_eq!(app.running(1).await, (true, "no".to_owned()));
+    // A machine with mounts an earlier driver made (the Engine restarting it) is taken back by the
+    // next call that may start it.
+    app.engine
+        .update_container(
+            &reading.machine.metadata.name,
+            bollard::models::ContainerUpdateBody {
+                restart_policy: Some(bollard::models::RestartPolicy {
+                    name: Some(bollard::models::RestartPolicyNameEnum::UNLESS_STOPPED),
+                    maximum_retry_count: None,
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(app.running(1).await, (true, "unless-stopped".to_owned()));
+    app.machines.create(&reading).await.unwrap();
+    assert_eq!(app.running(1).await, (true, "no".to_owned()));
 
     app.run_in(
         0,
@@ -1302,6 +1320,83 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
             .unwrap();
     }
     std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A container an earlier driver made (no bootstrap records) keeps the result that driver wrote in
+/// it: its exit-code file is read as a small number and nothing else; its exec file only says a run
+/// began, and its id is never used.
+#[tokio::test]
+async fn an_earlier_drivers_container_keeps_its_recorded_result_read_as_data_only() {
+    let Some(app) = spawn_app("legacy", &[]).await else {
+        return;
+    };
+    let m = app.machine(0);
+    let labels = HashMap::from([
+        (RUN_LABEL.to_owned(), app.run.clone()),
+        ("berth.io/cluster".to_owned(), app.run.clone()),
+        ("berth.io/role".to_owned(), "worker".to_owned()),
+        ("berth.io/machine".to_owned(), m.metadata.name.clone()),
+        ("berth.io/machine-uid".to_owned(), m.metadata.uid.clone()),
+    ]);
+    let id = app
+        .engine
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(m.metadata.name.clone()),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(app.image.clone()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .id;
+    app.engine.start_container(&id, None).await.unwrap();
+    let req = app.req(0, &app.class(json!({"bootstrap": "exec"})), Some(SHEBANG));
+    let status = || async { app.machines.status(&req).await };
+    let e = status().await.unwrap_err();
+    assert!(e.status.message.contains("has not run yet"), "{e}");
+    app.plant(
+        0,
+        "/var/lib/berth/bootstrap.exec",
+        b"../containers/x/export?",
+    )
+    .await;
+    let e = status().await.unwrap_err();
+    assert_code(&e, Code::Uninitialized, 409);
+    assert!(
+        e.status
+            .message
+            .contains("ended without a recorded exit code"),
+        "{e}"
+    );
+    for (exit, answer) in [
+        ("3", Some("failed with exit code 3")),
+        ("not a number", Some("ended without a recorded exit code")),
+        (
+            &"7".repeat(100)[..],
+            Some("ended without a recorded exit code"),
+        ),
+        ("0\n", None),
+    ] {
+        app.plant(0, "/var/lib/berth/bootstrap.exit", exit.as_bytes())
+            .await;
+        match answer {
+            Some(words) => {
+                let e = status().await.unwrap_err();
+                assert_code(&e, Code::Uninitialized, 409);
+                assert!(e.status.message.contains(words), "{exit:?}: {e}");
+            }
+            None => {
+                status().await.unwrap();
+            }
+        }
+    }
+    app.machines.delete(&req).await.unwrap();
+    assert!(app.containers().await.is_empty());
 }
 
 /// No Engine needed: the README's example class is one the driver accepts as it is.

@@ -52,7 +52,9 @@ use bollard::Docker as Engine;
 use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecOptions};
 use bollard::models::VolumeCreateRequest;
-use bollard::models::{ContainerInspectResponse, MountType};
+use bollard::models::{
+    ContainerInspectResponse, ContainerUpdateBody, MountType, RestartPolicy, RestartPolicyNameEnum,
+};
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, CreateImageOptions,
     DownloadFromContainerOptions, ListContainersOptions, RemoveContainerOptions,
@@ -321,6 +323,8 @@ struct Container {
     addresses: Vec<NodeAddress>,
     /// The host directories it mounts (bind mounts' sources).
     bind_sources: Vec<String>,
+    /// Whether the Engine restarts it by itself (any restart policy but `no`).
+    engine_restarts: bool,
 }
 
 impl Container {
@@ -332,9 +336,15 @@ impl Container {
             .trim_start_matches('/')
             .to_owned();
         let config = c.config.unwrap_or_default();
-        let bind_sources = c
-            .host_config
-            .and_then(|h| h.mounts)
+        let host_config = c.host_config.unwrap_or_default();
+        let engine_restarts = host_config
+            .restart_policy
+            .and_then(|p| p.name)
+            .is_some_and(|p| {
+                !matches!(p, RestartPolicyNameEnum::NO | RestartPolicyNameEnum::EMPTY)
+            });
+        let bind_sources = host_config
+            .mounts
             .unwrap_or_default()
             .into_iter()
             .filter(|m| m.typ == Some(MountType::BIND))
@@ -380,6 +390,7 @@ impl Container {
             hostname,
             addresses,
             bind_sources,
+            engine_restarts,
         }
     }
 
@@ -1039,6 +1050,29 @@ impl Docker {
     /// ([`Settings::recheck_mount`]): the machine may have planted a symbolic link on the way to one
     /// since it last started (see [`Plan::restart_policy`]).
     async fn ensure_running(&self, t: &Target, c: &Container) -> Result<(), Status> {
+        if !c.bind_sources.is_empty() && c.engine_restarts {
+            // Made by an earlier driver, which let the Engine restart every machine: from now on
+            // only the driver starts this one, after its checks.
+            t.engine
+                .update_container(
+                    &c.id,
+                    ContainerUpdateBody {
+                        restart_policy: Some(RestartPolicy {
+                            name: Some(RestartPolicyNameEnum::NO),
+                            maximum_retry_count: None,
+                        }),
+                        ..ContainerUpdateBody::default()
+                    },
+                )
+                .await
+                .map_err(|e| {
+                    EngineError::new(
+                        format!("updating the restart policy of container {}", c.name),
+                        e,
+                    )
+                    .to_status()
+                })?;
+        }
         if c.running {
             return Ok(());
         }
