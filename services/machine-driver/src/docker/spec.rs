@@ -1000,7 +1000,10 @@ pub mod schema {
     use super::{
         CLUSTER_TAG, MAX_ARG_CHARS, MAX_ENV_VALUE_CHARS, MAX_LABEL_VALUE_CHARS, MAX_MACHINE_NAME,
         MAX_PIDS, MAX_SCOPE_NAME, MAX_STOP_GRACE, MAX_UID_LEN, MIN_PIDS, PROVIDER_ID_PREFIX,
-        RESERVED_LABEL_PREFIX, ROLE_TAG, SECRET_DOCKER_HOST, SECRET_USER_DATA, STATE_DIR,
+        ROLE_TAG, SECRET_DOCKER_HOST, SECRET_USER_DATA, STATE_DIR,
+    };
+    use super::{
+        MAX_INFO_CHARS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS, RESERVED_LABEL_PREFIXES,
     };
     use domain::orchestrator::{BASE_PATH_PATTERN, DOCKER_HOST_PATTERN};
 
@@ -1136,11 +1139,26 @@ pub mod schema {
                 "type": "string",
                 "maxLength": 317,
                 "pattern": domain::schema::LABEL_KEY,
-                "not": {"pattern": format!("^{}", RESERVED_LABEL_PREFIX.replace('.', "\\."))}
+                "not": {"pattern": format!(
+                    "^({})",
+                    RESERVED_LABEL_PREFIXES
+                        .iter()
+                        .map(|p| p.replace('.', "\\."))
+                        .collect::<Vec<_>>()
+                        .join("|")
+                )}
             },
             "additionalProperties": text(MAX_LABEL_VALUE_CHARS, NO_CONTROL)
         });
         p["network"] = json!({"type": "string", "maxLength": 128, "pattern": NETWORK, "not": {"const": "host"}});
+        for info in ["apiVersion", "kind"] {
+            p[info] = text(MAX_INFO_CHARS, NO_CONTROL);
+        }
+        p["tags"]["maxProperties"] = json!(MAX_TAGS);
+        p["tags"]["additionalProperties"] = text(MAX_TAG_VALUE_CHARS, NO_CONTROL);
+        p["tags"]["propertyNames"]["maxLength"] = json!(MAX_TAG_KEY_CHARS);
+        p["tags"]["propertyNames"]["minLength"] = json!(1);
+        p["tags"]["propertyNames"]["pattern"] = json!(NO_CONTROL);
         p["cpus"] = json!({"type": ["number", "null"], "minimum": 0.01, "maximum": 1024});
         p["memory"] = json!({"type": ["string", "null"], "pattern": MEMORY, "description": "At most BERTH_DOCKER_MEMORY (default 512Mi, else 412), which is also the limit when none is given"});
         p["cpus"]["description"] = json!(
