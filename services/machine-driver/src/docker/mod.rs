@@ -51,9 +51,9 @@ use async_trait::async_trait;
 use bollard::Docker as Engine;
 use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecOptions};
-use bollard::models::VolumeCreateRequest;
 use bollard::models::{
     ContainerInspectResponse, ContainerUpdateBody, MountType, RestartPolicy, RestartPolicyNameEnum,
+    VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, CreateImageOptions,
