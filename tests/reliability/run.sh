@@ -65,7 +65,7 @@ echo "== dependency faults: registry down, hung and flapping; ECS throttling, 5x
 "$bin_dir/fault-suite" --bin-dir "$bin_dir" | tee "$log" || true
 tally "$log"
 
-echo "== hostile input: deep JSON, invalid UTF-8, huge heads, garbage and slow loris on every port"
+echo "== hostile input: deep JSON, invalid UTF-8, huge heads, garbage and slow loris on every port; hostile machines"
 "$bin_dir/hostile-suite" --bin-dir "$bin_dir" | tee "$log" || true
 tally "$log"
 

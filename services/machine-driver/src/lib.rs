@@ -56,6 +56,10 @@ pub const VARS: &[&str] = &[
     docker::settings::ENV_MOUNT_PATHS,
     docker::settings::ENV_ALLOW_PRIVILEGED,
     docker::settings::ENV_REGISTRIES,
+    docker::settings::ENV_MEMORY,
+    docker::settings::ENV_CPUS,
+    docker::settings::ENV_PIDS,
+    docker::settings::ENV_NETWORKS,
 ];
 
 /// The machine driver's names retired in this release: a duration takes a duration, not a bare

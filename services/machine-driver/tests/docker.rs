@@ -11,11 +11,12 @@
 
 mod support;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use bollard::Docker as Engine;
-use bollard::query_parameters::DownloadFromContainerOptions;
+use bollard::exec::{CreateExecOptions, StartExecOptions};
+use bollard::query_parameters::{DownloadFromContainerOptions, UploadToContainerOptions};
 use client::machines::Client;
 use client::{ClientError, ClientOptions, ServiceClient};
 use domain::Code;
@@ -24,6 +25,7 @@ use domain::machine::{
 };
 use futures::StreamExt as _;
 use machine_driver::docker::archive;
+use machine_driver::docker::spec::{Record, bootstrap_record};
 use serde_json::{Value, json};
 use service_kit::Env;
 use service_kit::testing::{TestServer, eventually, spawn};
@@ -154,6 +156,118 @@ impl App {
         archive::first_file(&tar).map(|b| String::from_utf8(b).unwrap())
     }
 
+    /// The labels of a bootstrap record of machine `n`'s container, if it exists.
+    async fn record(&self, n: usize, record: Record) -> Option<HashMap<String, String>> {
+        let c = self
+            .engine
+            .inspect_container(&self.machine(n).metadata.name, None)
+            .await
+            .ok()?;
+        let name = bootstrap_record(&c.id?, record);
+        self.engine
+            .inspect_volume(&name)
+            .await
+            .ok()
+            .map(|v| v.labels)
+    }
+
+    /// Writes a file into machine `n`'s container, as a process of the machine could.
+    async fn plant(&self, n: usize, path: &str, contents: &[u8]) {
+        let tar = archive::single_file(path, 0o644, contents).unwrap();
+        self.engine
+            .upload_to_container(
+                &self.machine(n).metadata.name,
+                Some(UploadToContainerOptions {
+                    path: "/".into(),
+                    ..UploadToContainerOptions::default()
+                }),
+                bollard::body_full(tar.into()),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Runs a test-machine script in machine `n`'s container as one of its own processes, to the
+    /// end.
+    async fn run_in(&self, n: usize, script: &str) {
+        let path = "/tmp/hostile-script";
+        self.plant(n, path, format!("{SHEBANG}{script}").as_bytes())
+            .await;
+        let name = self.machine(n).metadata.name;
+        let exec = self
+            .engine
+            .create_exec(
+                &name,
+                CreateExecOptions {
+                    cmd: Some(vec!["/berth-machine", "bootstrap", path]),
+                    ..CreateExecOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        self.engine
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: true,
+                    ..StartExecOptions::default()
+                }),
+            )
+            .await
+            .unwrap();
+        let code = eventually("the machine's own process ends", WAIT, || async {
+            let x = self.engine.inspect_exec(&exec.id).await.ok()?;
+            (x.running == Some(false)).then_some(x.exit_code)?
+        })
+        .await;
+        assert_eq!(code, 0, "{script}");
+    }
+
+    /// Starts a test-machine script in machine `n`'s container without waiting for it.
+    async fn start_in(&self, n: usize, script: &str) {
+        let path = "/tmp/hostile-start";
+        self.plant(n, path, format!("{SHEBANG}{script}").as_bytes())
+            .await;
+        let exec = self
+            .engine
+            .create_exec(
+                &self.machine(n).metadata.name,
+                CreateExecOptions {
+                    cmd: Some(vec!["/berth-machine", "bootstrap", path]),
+                    ..CreateExecOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        self.engine
+            .start_exec(
+                &exec.id,
+                Some(StartExecOptions {
+                    detach: true,
+                    ..StartExecOptions::default()
+                }),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Whether machine `n`'s container runs, and its restart policy.
+    async fn running(&self, n: usize) -> (bool, String) {
+        let c = self
+            .engine
+            .inspect_container(&self.machine(n).metadata.name, None)
+            .await
+            .unwrap();
+        let running = c.state.and_then(|s| s.running).unwrap_or(false);
+        let policy = c
+            .host_config
+            .and_then(|h| h.restart_policy)
+            .and_then(|p| p.name)
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        (running, policy)
+    }
+
     /// Polls status until OK.
     async fn until_running(&self, req: &MachineRequest) {
         eventually("machine Running", WAIT, || async {
@@ -256,12 +370,13 @@ async fn a_machine_is_created_adopted_bootstrapped_once_listed_and_deleted() {
         app.file(0, "/var/lib/berth/user-data").await.as_deref(),
         Some(user_data.as_str())
     );
+    // Its run is recorded where only the driver writes: a volume labelled with the exit code.
+    let record = app.record(0, Record::Exited).await.expect("an exit record");
     assert_eq!(
-        app.file(0, "/var/lib/berth/bootstrap.exit")
-            .await
-            .as_deref(),
+        record.get("berth.io/bootstrap-exit").map(String::as_str),
         Some("0")
     );
+    assert_eq!(app.file(0, "/var/lib/berth/bootstrap.exit").await, None);
 
     // One container, labelled with the class's cluster and role and the machine's name and UID.
     assert_eq!(app.containers().await.len(), 1);
@@ -725,6 +840,563 @@ async fn twenty_machines_created_twice_concurrently_make_twenty_containers() {
         app.containers().await.is_empty().then_some(())
     })
     .await;
+}
+
+/// The resident set of this process, in bytes (the driver runs in it).
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// F1: the files a machine writes where earlier drivers kept the bootstrap's state are data, never
+/// ids the driver sends to the Engine: a planted exec id that walks to another container's start,
+/// to the machine's own export, or that is not UTF-8, starts nothing, pulls nothing into memory and
+/// fails no call.
+#[tokio::test]
+async fn what_a_machine_writes_never_steers_the_driver() {
+    let Some(app) = spawn_app("steer", &[]).await else {
+        return;
+    };
+    // A container that is nobody's machine, never started.
+    let victim = app
+        .engine
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(format!("{}-victim", app.run)),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(app.image.clone()),
+                labels: Some(HashMap::from([(RUN_LABEL.to_owned(), app.run.clone())])),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .id;
+    let plain = app.class(json!({}));
+    let exec = app.class(json!({"bootstrap": "exec"}));
+    let user_data = format!("{SHEBANG}append /var/lib/berth/runs ran\n");
+    app.machines
+        .create(&app.req(0, &plain, Some(&user_data)))
+        .await
+        .unwrap();
+    let req = app.req(0, &exec, Some(&user_data));
+    let name = req.machine.metadata.name.clone();
+
+    // A big file, and an "exec id" that walks to the machine's own export.
+    app.run_in(0, "fill /big 256\n").await;
+    let planted: Vec<Vec<u8>> = vec![
+        format!("../v1.23/containers/{victim}").into_bytes(),
+        format!("../containers/{name}/export?").into_bytes(),
+        [b"a".as_slice(), &[0xff; 5], &[0xe2, 0x82]].concat(),
+    ];
+    let before = rss();
+    for exec_id in &planted {
+        app.plant(0, "/var/lib/berth/bootstrap.exec", exec_id).await;
+        for _ in 0..2 {
+            let e = app.machines.status(&req).await.unwrap_err();
+            assert_code(&e, Code::Uninitialized, 409);
+            assert!(e.status.message.contains("has not run yet"), "{e}");
+        }
+    }
+    // A claimed exit code is no result either.
+    app.plant(0, "/var/lib/berth/bootstrap.exit", b"0").await;
+    let e = app.machines.status(&req).await.unwrap_err();
+    assert_code(&e, Code::Uninitialized, 409);
+    let grown = rss().saturating_sub(before);
+    assert!(
+        grown < 96 << 20,
+        "the driver's memory grew by {} MiB while the machine offered 256 MiB",
+        grown >> 20
+    );
+
+    // InitializeMachine runs the machine's own bootstrap, once, and starts nothing else.
+    app.machines.initialize(&req).await.unwrap();
+    app.machines.status(&req).await.unwrap();
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+    let v = app.engine.inspect_container(&victim, None).await.unwrap();
+    let state = v.state.unwrap();
+    assert_eq!(state.running, Some(false));
+    assert_eq!(
+        state.started_at.as_deref(),
+        Some("0001-01-01T00:00:00Z"),
+        "the victim was started"
+    );
+    let started = app
+        .record(0, Record::Started)
+        .await
+        .expect("a started record");
+    let exec_id = &started["berth.io/bootstrap-exec"];
+    assert!(
+        machine_driver::docker::spec::is_engine_id(exec_id),
+        "{exec_id}"
+    );
+    let x = app.engine.inspect_exec(exec_id).await.unwrap();
+    let own = app.engine.inspect_container(&name, None).await.unwrap().id;
+    assert_eq!(x.container_id, own);
+
+    // A planted id after the bootstrap changes nothing either; delete takes the records along.
+    for exec_id in &planted {
+        app.plant(0, "/var/lib/berth/bootstrap.exec", exec_id).await;
+        app.plant(0, "/var/lib/berth/bootstrap.exit", exec_id).await;
+        app.machines.status(&req).await.unwrap();
+        app.machines.initialize(&req).await.unwrap();
+    }
+    assert_eq!(
+        app.file(0, "/var/lib/berth/runs").await.as_deref(),
+        Some("ran\n")
+    );
+    app.machines.delete(&req).await.unwrap();
+    assert_eq!(app.record(0, Record::Started).await, None);
+    let own = own.unwrap();
+    for record in [Record::Started, Record::Exited] {
+        assert!(
+            app.engine
+                .inspect_volume(&bootstrap_record(&own, record))
+                .await
+                .is_err()
+        );
+    }
+}
+
+/// F3: a machine gets the operator's ceilings when its class names no limits, a class's lower ones
+/// when it does, and never more; every capability but a documented few is dropped, no process gains
+/// privileges, and only allowed networks are joined.
+#[tokio::test]
+async fn machines_get_the_operators_limits_and_never_more() {
+    let Some(app) = spawn_app("limits", &[]).await else {
+        return;
+    };
+    let app = &app;
+    let host_config = |n: usize| async move {
+        app.engine
+            .inspect_container(&app.machine(n).metadata.name, None)
+            .await
+            .unwrap()
+            .host_config
+            .unwrap()
+    };
+    app.machines
+        .create(&app.req(0, &app.class(json!({})), None))
+        .await
+        .unwrap();
+    let h = host_config(0).await;
+    assert_eq!(h.memory, Some(512 << 20));
+    assert_eq!(h.memory_swap, Some(512 << 20));
+    assert_eq!(h.nano_cpus, Some(1_000_000_000));
+    assert_eq!(h.pids_limit, Some(256));
+    assert_eq!(h.cap_drop.as_deref(), Some(["ALL".to_owned()].as_slice()));
+    let mut caps = h.cap_add.unwrap();
+    caps.sort();
+    let mut documented: Vec<String> = machine_driver::docker::spec::CAPABILITIES
+        .iter()
+        .map(|c| (*c).to_owned())
+        .collect();
+    documented.sort();
+    assert_eq!(caps, documented);
+    assert!(!caps.iter().any(|c| c.contains("NET_RAW")));
+    assert_eq!(
+        h.security_opt.as_deref(),
+        Some(["no-new-privileges:true".to_owned()].as_slice())
+    );
+    // Without mounts, nothing can lead it outside at a restart: the Engine restarts it.
+    assert_eq!(
+        h.restart_policy.and_then(|p| p.name).map(|n| n.to_string()),
+        Some("unless-stopped".to_owned()),
+    );
+
+    // Lower limits are the class's to ask for.
+    app.machines
+        .create(&app.req(
+            1,
+            &app.class(json!({"cpus": 0.5, "memory": "64Mi", "pids": 64})),
+            None,
+        ))
+        .await
+        .unwrap();
+    let h = host_config(1).await;
+    assert_eq!(
+        (h.memory, h.nano_cpus, h.pids_limit),
+        (Some(64 << 20), Some(500_000_000), Some(64))
+    );
+
+    // Above a ceiling, or on a network the operator does not allow: refused, naming the field and
+    // the ceiling, and nothing is made.
+    for (extra, want) in [
+        (
+            json!({"cpus": 2}),
+            "machineClass.providerSpec.cpus: must be at most 1, the operator's ceiling (BERTH_DOCKER_CPUS)",
+        ),
+        (
+            json!({"memory": "1Gi"}),
+            "machineClass.providerSpec.memory: must be at most 512Mi, the operator's ceiling (BERTH_DOCKER_MEMORY)",
+        ),
+        (
+            json!({"pids": 100000}),
+            "machineClass.providerSpec.pids: must be at most 256, the operator's ceiling (BERTH_DOCKER_PIDS)",
+        ),
+        (
+            json!({"network": "none"}),
+            "machineClass.providerSpec.network: \"none\" is not a network the operator allows machines to join (BERTH_DOCKER_NETWORKS: bridge)",
+        ),
+    ] {
+        let e = app
+            .machines
+            .create(&app.req(2, &app.class(extra.clone()), None))
+            .await
+            .unwrap_err();
+        assert_code(&e, Code::FailedPrecondition, 412);
+        assert_eq!(e.status.message, want, "{extra}");
+    }
+    assert_eq!(app.containers().await.len(), 2);
+
+    // The operator may raise them.
+    let (_server, raised) = driver(
+        Env::default()
+            .with("BERTH_DOCKER_CPUS", "2")
+            .with("BERTH_DOCKER_MEMORY", "1Gi")
+            .with("BERTH_DOCKER_PIDS", "1024")
+            .with("BERTH_DOCKER_NETWORKS", "bridge,none"),
+    )
+    .await;
+    raised
+        .create(&app.req(
+            2,
+            &app.class(json!({"cpus": 2, "memory": "1Gi", "pids": 1000, "network": "none"})),
+            None,
+        ))
+        .await
+        .unwrap();
+    let h = host_config(2).await;
+    assert_eq!(
+        (
+            h.memory,
+            h.nano_cpus,
+            h.pids_limit,
+            h.network_mode.as_deref()
+        ),
+        (Some(1 << 30), Some(2_000_000_000), Some(1000), Some("none"))
+    );
+    for n in 0..3 {
+        app.machines
+            .delete(&app.req(n, &app.class(json!({})), None))
+            .await
+            .unwrap();
+    }
+    assert!(app.containers().await.is_empty());
+}
+
+/// Point 7 and 11: a name held by a container Berth did not make is only "taken"; Docker's own label
+/// keys are reserved; a 100,000-character value is a 400 naming the field and its bound.
+#[tokio::test]
+async fn a_clash_tells_nothing_about_the_holder_and_huge_values_are_400() {
+    let Some(app) = spawn_app("clash", &[]).await else {
+        return;
+    };
+    let foreign = app
+        .engine
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(app.machine(0).metadata.name),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(app.image.clone()),
+                labels: Some(HashMap::from([
+                    (RUN_LABEL.to_owned(), app.run.clone()),
+                    ("owner.example/secret".to_owned(), "s3cr3t-value".to_owned()),
+                ])),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .id;
+    let e = app
+        .machines
+        .create(&app.req(0, &app.class(json!({})), None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::AlreadyExists, 409);
+    assert_eq!(
+        e.status.message,
+        format!(
+            "the name {:?} is taken on the Docker Engine; one name is one machine",
+            app.machine(0).metadata.name
+        )
+    );
+    for secret in [
+        &foreign[..12],
+        "s3cr3t",
+        "owner.example",
+        "Berth did not make",
+    ] {
+        assert!(!e.status.message.contains(secret), "{secret}: {e}");
+    }
+
+    let e = app
+        .machines
+        .create(&app.req(
+            1,
+            &app.class(json!({"labels": {"com.docker.compose.project": "x", RUN_LABEL: app.run}})),
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(
+        e.status
+            .message
+            .contains("machineClass.providerSpec.labels[com.docker.compose.project]: keys under com.docker. are reserved"),
+        "{e}"
+    );
+
+    let huge = "a".repeat(100_000);
+    for (extra, want) in [
+        (
+            json!({"image": huge}),
+            "machineClass.providerSpec.image: must be an image reference",
+        ),
+        (
+            json!({"env": {"X": huge}}),
+            "machineClass.providerSpec.env[X]: must be at most 32768 characters",
+        ),
+        (
+            json!({"kind": huge}),
+            "machineClass.providerSpec.kind: must be at most 256 characters",
+        ),
+    ] {
+        let e = app
+            .machines
+            .create(&app.req(1, &app.class(extra), None))
+            .await
+            .unwrap_err();
+        assert_code(&e, Code::InvalidArgument, 400);
+        assert!(e.status.message.contains(want), "{want}: {e}");
+        assert!(e.status.message.len() < 1000, "{want}: the value is echoed");
+    }
+    assert_eq!(app.containers().await, [foreign]);
+}
+
+/// F2: a machine with a writable mount replaces a directory another machine mounts with a link to a
+/// host directory outside the allowed root, and the other machine ends. The Engine does not restart
+/// it into the link, and the driver refuses to start it while the link is there.
+#[tokio::test]
+async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
+    let base = std::env::temp_dir().join(format!("berth-docker-swap-{}", std::process::id()));
+    let root = base.join("allowed");
+    let outside = base.join("outside");
+    std::fs::create_dir_all(root.join("shared/data")).unwrap();
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(root.join("shared/data/inside"), "inside\n").unwrap();
+    std::fs::write(outside.join("secret"), "host secret\n").unwrap();
+    let r = root.display().to_string();
+    let Some(app) = spawn_app("swap", &[("BERTH_DOCKER_MOUNT_PATHS", &r)]).await else {
+        std::fs::remove_dir_all(&base).unwrap();
+        return;
+    };
+    // In one class, a writable mount that holds another's source is refused outright.
+    let e = app
+        .machines
+        .create(&app.req(
+            0,
+            &app.class(json!({"mounts": [
+                {"hostPath": format!("{r}/shared"), "containerPath": "/shared"},
+                {"hostPath": format!("{r}/shared/data"), "containerPath": "/data", "readOnly": true}
+            ]})),
+            None,
+        ))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(
+        e.status.message.contains(
+            "machineClass.providerSpec.mounts[0].hostPath: is writable and holds another mount's hostPath"
+        ),
+        "{e}"
+    );
+
+    // Machine 0 may write the shared directory; machine 1 reads the data directory inside it.
+    let writer = app.class(
+        json!({"mounts": [{"hostPath": format!("{r}/shared"), "containerPath": "/shared"}]}),
+    );
+    let reader = app.class(json!({
+        "bootstrap": "exec",
+        "mounts": [{"hostPath": format!("{r}/shared/data"), "containerPath": "/data", "readOnly": true}]
+    }));
+    let user_data = format!("{SHEBANG}append /var/lib/berth/runs ran\n");
+    let reading = app.req(1, &reader, Some(&user_data));
+    app.machines
+        .create(&app.req(0, &writer, None))
+        .await
+        .unwrap();
+    app.machines.create(&reading).await.unwrap();
+    app.until_running(&reading).await;
+    assert_eq!(
+        app.file(1, "/data/inside").await.as_deref(),
+        Some("inside\n")
+    );
+    assert_eq!(app.running(1).await, (true, "no".to_owned()));
+    // A machine with mounts an earlier driver made (the Engine restarting it) is taken back by the
+    // next call that may start it.
+    app.engine
+        .update_container(
+            &reading.machine.metadata.name,
+            bollard::models::ContainerUpdateBody {
+                restart_policy: Some(bollard::models::RestartPolicy {
+                    name: Some(bollard::models::RestartPolicyNameEnum::UNLESS_STOPPED),
+                    maximum_retry_count: None,
+                }),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(app.running(1).await, (true, "unless-stopped".to_owned()));
+    app.machines.create(&reading).await.unwrap();
+    assert_eq!(app.running(1).await, (true, "no".to_owned()));
+
+    app.run_in(
+        0,
+        &format!(
+            "remove /shared/data\nsymlink {} /shared/data\n",
+            outside.display()
+        ),
+    )
+    .await;
+    assert!(
+        std::fs::symlink_metadata(root.join("shared/data"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    app.start_in(1, "end-machine\n").await;
+    eventually("machine 1 has ended", WAIT, || async {
+        (!app.running(1).await.0).then_some(())
+    })
+    .await;
+
+    // Neither CreateMachine nor InitializeMachine starts it through the link.
+    let e = app.machines.create(&reading).await.unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(e.status.message.contains("symbolic link"), "{e}");
+    let e = app.machines.initialize(&reading).await.unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(e.status.message.contains("symbolic link"), "{e}");
+    let c = app
+        .engine
+        .inspect_container(&reading.machine.metadata.name, None)
+        .await
+        .unwrap();
+    assert_eq!(c.state.unwrap().running, Some(false));
+    assert_eq!(c.restart_count, Some(0), "the Engine restarted it");
+
+    // The directory put back, it starts again, still inside.
+    app.run_in(
+        0,
+        "remove /shared/data\nappend /shared/data/inside inside\n",
+    )
+    .await;
+    app.machines.create(&reading).await.unwrap();
+    assert!(app.running(1).await.0);
+    assert_eq!(
+        app.file(1, "/data/inside").await.as_deref(),
+        Some("inside\n")
+    );
+    assert_eq!(app.file(1, "/data/secret").await, None);
+    for n in [0, 1] {
+        app.machines
+            .delete(&app.req(n, &reader, Some(&user_data)))
+            .await
+            .unwrap();
+    }
+    std::fs::remove_dir_all(&base).unwrap();
+}
+
+/// A container an earlier driver made (no bootstrap records) keeps the result that driver wrote in
+/// it: its exit-code file is read as a small number and nothing else; its exec file only says a run
+/// began, and its id is never used.
+#[tokio::test]
+async fn an_earlier_drivers_container_keeps_its_recorded_result_read_as_data_only() {
+    let Some(app) = spawn_app("legacy", &[]).await else {
+        return;
+    };
+    let m = app.machine(0);
+    let labels = HashMap::from([
+        (RUN_LABEL.to_owned(), app.run.clone()),
+        ("berth.io/cluster".to_owned(), app.run.clone()),
+        ("berth.io/role".to_owned(), "worker".to_owned()),
+        ("berth.io/machine".to_owned(), m.metadata.name.clone()),
+        ("berth.io/machine-uid".to_owned(), m.metadata.uid.clone()),
+    ]);
+    let id = app
+        .engine
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(m.metadata.name.clone()),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(app.image.clone()),
+                labels: Some(labels),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap()
+        .id;
+    app.engine.start_container(&id, None).await.unwrap();
+    let req = app.req(0, &app.class(json!({"bootstrap": "exec"})), Some(SHEBANG));
+    let status = || async { app.machines.status(&req).await };
+    let e = status().await.unwrap_err();
+    assert!(e.status.message.contains("has not run yet"), "{e}");
+    app.plant(
+        0,
+        "/var/lib/berth/bootstrap.exec",
+        b"../containers/x/export?",
+    )
+    .await;
+    let e = status().await.unwrap_err();
+    assert_code(&e, Code::Uninitialized, 409);
+    assert!(
+        e.status
+            .message
+            .contains("ended without a recorded exit code"),
+        "{e}"
+    );
+    for (exit, answer) in [
+        ("3", Some("failed with exit code 3")),
+        ("not a number", Some("ended without a recorded exit code")),
+        (
+            &"7".repeat(100)[..],
+            Some("ended without a recorded exit code"),
+        ),
+        ("0\n", None),
+    ] {
+        app.plant(0, "/var/lib/berth/bootstrap.exit", exit.as_bytes())
+            .await;
+        match answer {
+            Some(words) => {
+                let e = status().await.unwrap_err();
+                assert_code(&e, Code::Uninitialized, 409);
+                assert!(e.status.message.contains(words), "{exit:?}: {e}");
+            }
+            None => {
+                status().await.unwrap();
+            }
+        }
+    }
+    app.machines.delete(&req).await.unwrap();
+    assert!(app.containers().await.is_empty());
 }
 
 /// No Engine needed: the README's example class is one the driver accepts as it is.

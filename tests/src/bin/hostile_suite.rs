@@ -16,6 +16,17 @@
 //!
 //! After each scenario every target must still answer `/healthz`.
 //!
+//! Then the hostile machines (module [`machine`]): a machine driver of its own (in this process,
+//! against the local Docker Engine, with a host directory allowed for mounts) and containers that
+//! write everything Berth could read back, with every trick: exec ids that walk to another
+//! container's start or to the machine's own export (beside a 256 MiB file), a real id of another
+//! container's exec, bytes that are not UTF-8, exit codes that are huge, not numbers, a directory
+//! or a link; a symbolic link swapped under another machine's mount before it restarts; limits
+//! asked above the operator's ceilings. Every call must be answered as due (never a 5xx), nothing
+//! but the machine's own bootstrap may start, the driver's memory must stay flat, and no mount may
+//! reach outside its root. Without an Engine the part is skipped, saying so (and fails under
+//! `BERTH_REQUIRE_DOCKER=1`).
+//!
 //! ```text
 //! hostile-suite [--bin-dir DIR]
 //! ```
@@ -26,6 +37,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use berth_tests::processes::{Credentials, ProcessStack, Service};
+
+#[path = "../../../services/machine-driver/tests/support/mod.rs"]
+mod support;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -533,6 +547,28 @@ async fn main() -> std::process::ExitCode {
     report("slow loris", t);
 
     stack.stop().await;
+
+    match machine::Machines::start().await {
+        Ok(Some(m)) => {
+            let mut t = Tally::default();
+            m.planted_state(&mut t).await;
+            report("hostile machine: planted state", t);
+            let mut t = Tally::default();
+            m.symlink_swap(&mut t).await;
+            report("hostile machine: symlink swap", t);
+            let mut t = Tally::default();
+            m.limits(&mut t).await;
+            report("hostile machine: limits", t);
+            m.finish();
+        }
+        Ok(None) => println!("hostile machine: SKIPPED (no Docker Engine answers)"),
+        Err(e) => {
+            let mut t = Tally::default();
+            t.wrong(format!("hostile machine: {e}"));
+            report("hostile machine", t);
+        }
+    }
+
     println!("hostile-suite: 5xx from hostile input: {server_errors}");
     println!("hostile-suite: {passed} passed, {failed} failed");
     if failed == 0 {
@@ -545,4 +581,612 @@ async fn main() -> std::process::ExitCode {
         );
         std::process::ExitCode::FAILURE
     }
+}
+
+/// The hostile machines: containers that write what Berth could read back, against a machine driver
+/// of their own.
+mod machine {
+    use std::collections::HashMap;
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use bollard::Docker as Engine;
+    use bollard::exec::{CreateExecOptions, StartExecOptions};
+    use bollard::models::ContainerCreateBody;
+    use bollard::query_parameters::{CreateContainerOptions, UploadToContainerOptions};
+    use client::machines::Client;
+    use client::{ClientError, ClientOptions, ServiceClient};
+    use domain::machine::{Machine, MachineClass, MachineRequest, Secret};
+    use machine_driver::docker::archive;
+    use serde_json::{Value, json};
+    use service_kit::Env;
+    use service_kit::testing::{TestServer, eventually};
+
+    use super::Tally;
+    use super::support::{RUN_LABEL, Sweep, local_engine, machine_image};
+
+    const SHEBANG: &str = "#!/berth-machine bootstrap\n";
+    const WAIT: Duration = Duration::from_secs(60);
+    /// How much the driver's memory may grow while machines offer it 256 MiB.
+    const GROWTH_LIMIT: u64 = 64 << 20;
+
+    /// The driver, its Engine and the run's names.
+    pub(crate) struct Machines {
+        engine: Engine,
+        client: Client,
+        run: String,
+        image: String,
+        dir: PathBuf,
+        _driver: TestServer,
+        _sweep: Sweep,
+    }
+
+    /// What a call should be answered with.
+    #[derive(Clone, Copy)]
+    enum Due {
+        Ok,
+        Status(u16),
+    }
+
+    fn judge<T>(t: &mut Tally, what: &str, answer: Result<T, ClientError>, due: Due) {
+        t.requests += 1;
+        let got = match &answer {
+            Ok(_) => 200,
+            Err(e) => e.http_status.unwrap_or(0),
+        };
+        if got >= 500 {
+            t.server_errors += 1;
+        }
+        let want = match due {
+            Due::Ok => 200,
+            Due::Status(s) => s,
+        };
+        if got == want {
+            t.as_due += 1;
+        } else {
+            let why = answer.err().map(|e| e.to_string()).unwrap_or_default();
+            t.wrong(format!(
+                "machine-driver: {what}: {got} where {want} was due {why}"
+            ));
+        }
+    }
+
+    /// This process's resident set, in bytes (the driver runs in it).
+    fn rss() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            })
+            .unwrap_or(0)
+            * 1024
+    }
+
+    impl Machines {
+        /// A driver against the local Engine, or `None` when no Engine answers (an error under
+        /// `BERTH_REQUIRE_DOCKER=1`).
+        pub(crate) async fn start() -> Result<Option<Self>, String> {
+            let Some(engine) = local_engine().await else {
+                if std::env::var("BERTH_REQUIRE_DOCKER").as_deref() == Ok("1") {
+                    return Err("BERTH_REQUIRE_DOCKER=1 but no Docker Engine answers".into());
+                }
+                return Ok(None);
+            };
+            let run = format!("hs{}", std::process::id());
+            let dir = std::env::temp_dir().join(format!("berth-hostile-machine-{run}"));
+            let root = dir.join("allowed");
+            std::fs::create_dir_all(root.join("shared/data")).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(dir.join("outside")).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join("outside/secret"), "host secret\n")
+                .map_err(|e| e.to_string())?;
+            let sweep = Sweep(run.clone());
+            let image = machine_image().await;
+            let env = Env::default()
+                .with("BERTH_LISTEN", "127.0.0.1:0")
+                .with("BERTH_DOCKER_MOUNT_PATHS", root.display().to_string());
+            let config = machine_driver::Config::from_env(&env).map_err(|e| e.to_string())?;
+            let providers = machine_driver::providers(&config).map_err(|e| e.to_string())?;
+            let driver =
+                service_kit::testing::spawn(machine_driver::router(&config, providers)).await;
+            let client = Client::new(ServiceClient::new(
+                &driver.url,
+                ClientOptions {
+                    timeout: WAIT,
+                    ..ClientOptions::default()
+                },
+            ));
+            Ok(Some(Machines {
+                engine,
+                client,
+                run,
+                image,
+                dir,
+                _driver: driver,
+                _sweep: sweep,
+            }))
+        }
+
+        /// Removes the run's host directories (the sweep removes its containers).
+        pub(crate) fn finish(self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+
+        fn root(&self) -> String {
+            self.dir.join("allowed").display().to_string()
+        }
+
+        fn class(&self, extra: Value) -> MachineClass {
+            let mut spec = json!({
+                "image": self.image,
+                "tags": {format!("kubernetes.io/cluster/{}", self.run): "1", "kubernetes.io/role/worker": "1"},
+                "labels": {RUN_LABEL: self.run},
+                "stopGracePeriodSeconds": 2,
+            });
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                spec[k] = v.clone();
+            }
+            MachineClass {
+                provider: "Docker".into(),
+                provider_spec: spec,
+                ..MachineClass::default()
+            }
+        }
+
+        fn name(&self, n: usize) -> String {
+            format!("{}-{n}", self.run)
+        }
+
+        fn req(&self, n: usize, class: &MachineClass, user_data: Option<&str>) -> MachineRequest {
+            let mut machine = Machine::default();
+            machine.metadata.name = self.name(n);
+            machine.metadata.uid = format!("uid-{}-{n}", self.run);
+            MachineRequest {
+                machine,
+                machine_class: class.clone(),
+                secret: user_data
+                    .map(|d| Secret::from_string_data([("userData", d)]))
+                    .unwrap_or_default(),
+            }
+        }
+
+        /// Writes a file into machine `n`'s container, as its own processes could.
+        async fn plant(&self, n: usize, path: &str, contents: &[u8]) -> Result<(), String> {
+            let tar = archive::single_file(path, 0o644, contents).map_err(|e| e.to_string())?;
+            self.engine
+                .upload_to_container(
+                    &self.name(n),
+                    Some(UploadToContainerOptions {
+                        path: "/".into(),
+                        ..UploadToContainerOptions::default()
+                    }),
+                    bollard::body_full(tar.into()),
+                )
+                .await
+                .map_err(|e| e.to_string())
+        }
+
+        /// Runs a test-machine script in container `name` as one of its own processes; waits for it
+        /// to end when `wait`.
+        async fn run_in(&self, name: &str, script: &str, wait: bool) -> Result<(), String> {
+            let path = "/tmp/hostile-script";
+            let tar = archive::single_file(path, 0o755, format!("{SHEBANG}{script}").as_bytes())
+                .map_err(|e| e.to_string())?;
+            self.engine
+                .upload_to_container(
+                    name,
+                    Some(UploadToContainerOptions {
+                        path: "/".into(),
+                        ..UploadToContainerOptions::default()
+                    }),
+                    bollard::body_full(tar.into()),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let exec = self
+                .engine
+                .create_exec(
+                    name,
+                    CreateExecOptions {
+                        cmd: Some(vec!["/berth-machine", "bootstrap", path]),
+                        ..CreateExecOptions::default()
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            self.engine
+                .start_exec(
+                    &exec.id,
+                    Some(StartExecOptions {
+                        detach: true,
+                        ..StartExecOptions::default()
+                    }),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            if wait {
+                eventually("a machine's own process ends", WAIT, || async {
+                    let x = self.engine.inspect_exec(&exec.id).await.ok()?;
+                    (x.running == Some(false)).then_some(())
+                })
+                .await;
+            }
+            Ok(())
+        }
+
+        async fn running(&self, name: &str) -> bool {
+            self.engine
+                .inspect_container(name, None)
+                .await
+                .ok()
+                .and_then(|c| c.state)
+                .and_then(|s| s.running)
+                .unwrap_or(false)
+        }
+
+        /// A container that is nobody's machine (started when `start`).
+        async fn bystander(&self, suffix: &str, start: bool) -> Result<String, String> {
+            let id = self
+                .engine
+                .create_container(
+                    Some(CreateContainerOptions {
+                        name: Some(format!("{}-{suffix}", self.run)),
+                        ..CreateContainerOptions::default()
+                    }),
+                    ContainerCreateBody {
+                        image: Some(self.image.clone()),
+                        labels: Some(HashMap::from([(RUN_LABEL.to_owned(), self.run.clone())])),
+                        ..ContainerCreateBody::default()
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                .id;
+            if start {
+                self.engine
+                    .start_container(&id, None)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(id)
+        }
+
+        /// Every file Berth ever read back from a container, planted with every trick, before and
+        /// after the bootstrap; the driver's memory, the victims and the bootstrap's single run.
+        pub(crate) async fn planted_state(&self, t: &mut Tally) {
+            if let Err(e) = self.planted_state_or(t).await {
+                t.wrong(format!("machine-driver: planted state: {e}"));
+            }
+        }
+
+        async fn planted_state_or(&self, t: &mut Tally) -> Result<(), String> {
+            let victim = self.bystander("victim", false).await?;
+            let bystander = self.bystander("bystander", true).await?;
+            // A real, unstarted exec of another container: a well-formed id that is not this
+            // machine's.
+            let foreign_exec = self
+                .engine
+                .create_exec(
+                    &bystander,
+                    CreateExecOptions {
+                        cmd: Some(vec!["/berth-machine", "bootstrap", "/nonexistent"]),
+                        ..CreateExecOptions::default()
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())?
+                .id;
+            let plain = self.class(json!({}));
+            let exec = self.class(json!({"bootstrap": "exec"}));
+            let user_data = format!("{SHEBANG}append /var/lib/berth/runs ran\n");
+            let req = self.req(0, &exec, Some(&user_data));
+            let made = self
+                .client
+                .create(&self.req(0, &plain, Some(&user_data)))
+                .await;
+            judge(t, "CreateMachine of the hostile machine", made, Due::Ok);
+            self.run_in(&self.name(0), "fill /big 256\n", true).await?;
+            let name = self.name(0);
+            let exec_ids: Vec<(&str, Vec<u8>)> = vec![
+                (
+                    "a walk to another container's start",
+                    format!("../v1.23/containers/{victim}/start?").into_bytes(),
+                ),
+                (
+                    "a walk to the machine's own export",
+                    format!("../containers/{name}/export?").into_bytes(),
+                ),
+                (
+                    "another container's unstarted exec",
+                    foreign_exec.clone().into_bytes(),
+                ),
+                (
+                    "bytes that are not UTF-8",
+                    [b"a".as_slice(), &[0xff; 5], &[0xe2, 0x82]].concat(),
+                ),
+                ("1 MiB", vec![b'a'; 1 << 20]),
+                ("an empty file", Vec::new()),
+            ];
+            let exit_codes: Vec<(&str, Vec<u8>)> = vec![
+                ("a claimed success", b"0".to_vec()),
+                (
+                    "a number no i64 holds",
+                    b"99999999999999999999999999".to_vec(),
+                ),
+                ("not a number", b"zero".to_vec()),
+                ("bytes that are not UTF-8", vec![0xff, 0xfe, 0x80]),
+                ("1 MiB", vec![b'7'; 1 << 20]),
+            ];
+            let before = rss();
+            for (trick, bytes) in &exec_ids {
+                self.plant(0, "/var/lib/berth/bootstrap.exec", bytes)
+                    .await?;
+                for _ in 0..3 {
+                    let status = self.client.status(&req).await;
+                    judge(
+                        t,
+                        &format!("GetMachineStatus, exec file: {trick}"),
+                        status,
+                        Due::Status(409),
+                    );
+                }
+            }
+            for (trick, bytes) in &exit_codes {
+                self.plant(0, "/var/lib/berth/bootstrap.exit", bytes)
+                    .await?;
+                let status = self.client.status(&req).await;
+                judge(
+                    t,
+                    &format!("GetMachineStatus, exit file: {trick}"),
+                    status,
+                    Due::Status(409),
+                );
+            }
+            // The state files as a directory and as links (to the big file, to a device).
+            self.run_in(
+                &name,
+                "remove /var/lib/berth/bootstrap.exec\nremove /var/lib/berth/bootstrap.exit\nappend /var/lib/berth/bootstrap.exec/x y\nsymlink /big /var/lib/berth/bootstrap.exit\n",
+                true,
+            )
+            .await?;
+            let status = self.client.status(&req).await;
+            judge(
+                t,
+                "GetMachineStatus, state files as a directory and a link",
+                status,
+                Due::Status(409),
+            );
+            let init = self.client.initialize(&req).await;
+            judge(t, "InitializeMachine of the hostile machine", init, Due::Ok);
+            let status = self.client.status(&req).await;
+            judge(t, "GetMachineStatus after the bootstrap", status, Due::Ok);
+            for (trick, bytes) in exec_ids.iter().chain(exit_codes.iter()) {
+                let _ = self.run_in(&name, "remove /var/lib/berth/bootstrap.exec\nremove /var/lib/berth/bootstrap.exit\n", true).await;
+                self.plant(0, "/var/lib/berth/bootstrap.exec", bytes)
+                    .await?;
+                self.plant(0, "/var/lib/berth/bootstrap.exit", bytes)
+                    .await?;
+                let status = self.client.status(&req).await;
+                judge(
+                    t,
+                    &format!("GetMachineStatus after the bootstrap, planted: {trick}"),
+                    status,
+                    Due::Ok,
+                );
+                let init = self.client.initialize(&req).await;
+                judge(
+                    t,
+                    &format!("InitializeMachine after the bootstrap, planted: {trick}"),
+                    init,
+                    Due::Ok,
+                );
+            }
+            let grown = rss().saturating_sub(before);
+            println!(
+                "      driver memory while a machine offered 256 MiB: {} MiB grown (limit {} MiB)",
+                grown >> 20,
+                GROWTH_LIMIT >> 20
+            );
+            t.requests += 1;
+            if grown > GROWTH_LIMIT {
+                t.wrong(format!(
+                    "machine-driver: memory grew by {} MiB",
+                    grown >> 20
+                ));
+            } else {
+                t.as_due += 1;
+            }
+            // Nothing but the machine's own bootstrap ran, once.
+            t.requests += 3;
+            if self.running(&victim).await {
+                t.wrong("machine-driver: the victim container was started".into());
+            } else {
+                t.as_due += 1;
+            }
+            match self.engine.inspect_exec(&foreign_exec).await {
+                Ok(x) if x.running != Some(true) && x.exit_code.is_none() => t.as_due += 1,
+                other => t.wrong(format!(
+                    "machine-driver: another container's exec was started: {other:?}"
+                )),
+            }
+            let ran = super::support_file(&self.engine, &name, "/var/lib/berth/runs").await;
+            if ran.as_deref() == Some("ran\n") {
+                t.as_due += 1;
+            } else {
+                t.wrong(format!(
+                    "machine-driver: the bootstrap ran {ran:?}, not once"
+                ));
+            }
+            let deleted = self.client.delete(&req).await;
+            judge(t, "DeleteMachine of the hostile machine", deleted, Due::Ok);
+            Ok(())
+        }
+
+        /// A machine with a writable mount swaps a directory another machine mounts for a link to a
+        /// host directory outside the root, and the other machine ends; neither the Engine nor the
+        /// driver may start it through the link.
+        pub(crate) async fn symlink_swap(&self, t: &mut Tally) {
+            if let Err(e) = self.symlink_swap_or(t).await {
+                t.wrong(format!("machine-driver: symlink swap: {e}"));
+            }
+        }
+
+        async fn symlink_swap_or(&self, t: &mut Tally) -> Result<(), String> {
+            let r = self.root();
+            let outside = self.dir.join("outside").display().to_string();
+            let nested = self.class(json!({"mounts": [
+                {"hostPath": format!("{r}/shared"), "containerPath": "/shared"},
+                {"hostPath": format!("{r}/shared/data"), "containerPath": "/data", "readOnly": true}
+            ]}));
+            let refused = self.client.create(&self.req(1, &nested, None)).await;
+            judge(
+                t,
+                "CreateMachine, a writable mount holding another's source",
+                refused,
+                Due::Status(400),
+            );
+            let writer = self.class(json!({"mounts": [{"hostPath": format!("{r}/shared"), "containerPath": "/shared"}]}));
+            let reader = self.class(json!({
+                "bootstrap": "exec",
+                "mounts": [{"hostPath": format!("{r}/shared/data"), "containerPath": "/data", "readOnly": true}]
+            }));
+            let user_data = format!("{SHEBANG}append /var/lib/berth/runs ran\n");
+            let reading = self.req(2, &reader, Some(&user_data));
+            let made = self.client.create(&self.req(1, &writer, None)).await;
+            judge(t, "CreateMachine of the writer", made, Due::Ok);
+            let made = self.client.create(&reading).await;
+            judge(t, "CreateMachine of the reader", made, Due::Ok);
+            self.run_in(
+                &self.name(1),
+                &format!("remove /shared/data\nsymlink {outside} /shared/data\n"),
+                true,
+            )
+            .await?;
+            self.run_in(&self.name(2), "end-machine\n", false).await?;
+            eventually("the reader has ended", WAIT, || async {
+                (!self.running(&self.name(2)).await).then_some(())
+            })
+            .await;
+            for _ in 0..3 {
+                let again = self.client.create(&reading).await;
+                judge(
+                    t,
+                    "CreateMachine of the reader through the link",
+                    again,
+                    Due::Status(412),
+                );
+                let init = self.client.initialize(&reading).await;
+                judge(
+                    t,
+                    "InitializeMachine of the reader through the link",
+                    init,
+                    Due::Status(412),
+                );
+            }
+            t.requests += 1;
+            let c = self
+                .engine
+                .inspect_container(&self.name(2), None)
+                .await
+                .map_err(|e| e.to_string())?;
+            let restarted = c.restart_count.unwrap_or(0) > 0
+                || c.state.and_then(|s| s.running).unwrap_or(false);
+            if restarted {
+                t.wrong("machine-driver: the reader was started through the link".into());
+            } else {
+                t.as_due += 1;
+            }
+            for n in [1, 2] {
+                let deleted = self
+                    .client
+                    .delete(&self.req(n, &reader, Some(&user_data)))
+                    .await;
+                judge(t, "DeleteMachine", deleted, Due::Ok);
+            }
+            Ok(())
+        }
+
+        /// Limits above the operator's ceilings are refused; a machine gets the ceilings.
+        pub(crate) async fn limits(&self, t: &mut Tally) {
+            for extra in [
+                json!({"cpus": 64}),
+                json!({"memory": "64Gi"}),
+                json!({"pids": 100000}),
+                json!({"network": "host"}),
+                json!({"network": "none"}),
+                json!({"privileged": true}),
+                json!({"labels": {"com.docker.compose.project": "x"}}),
+                json!({"image": "a".repeat(100_000)}),
+            ] {
+                let refused = self
+                    .client
+                    .create(&self.req(3, &self.class(extra.clone()), None))
+                    .await;
+                let due = if extra.get("labels").is_some()
+                    || extra.get("image").is_some()
+                    || extra["network"] == "host"
+                {
+                    400
+                } else {
+                    412
+                };
+                let what: String = extra.to_string().chars().take(60).collect();
+                judge(
+                    t,
+                    &format!("CreateMachine with {what}"),
+                    refused,
+                    Due::Status(due),
+                );
+            }
+            let made = self
+                .client
+                .create(&self.req(3, &self.class(json!({})), None))
+                .await;
+            judge(t, "CreateMachine within the ceilings", made, Due::Ok);
+            t.requests += 1;
+            match self
+                .engine
+                .inspect_container(&self.name(3), None)
+                .await
+                .ok()
+                .and_then(|c| c.host_config)
+            {
+                Some(h)
+                    if h.memory == Some(512 << 20)
+                        && h.nano_cpus == Some(1_000_000_000)
+                        && h.pids_limit == Some(256)
+                        && h.cap_drop.as_deref() == Some(&["ALL".to_owned()][..])
+                        && h.security_opt.as_deref()
+                            == Some(&["no-new-privileges:true".to_owned()][..]) =>
+                {
+                    t.as_due += 1
+                }
+                other => t.wrong(format!("machine-driver: the machine's limits: {other:?}")),
+            }
+            let deleted = self
+                .client
+                .delete(&self.req(3, &self.class(json!({})), None))
+                .await;
+            judge(t, "DeleteMachine", deleted, Due::Ok);
+        }
+    }
+}
+
+/// A small file of a container, as text (for the suite's own checks).
+async fn support_file(engine: &bollard::Docker, container: &str, path: &str) -> Option<String> {
+    use futures::StreamExt as _;
+    let mut stream = engine.download_from_container(
+        container,
+        Some(bollard::query_parameters::DownloadFromContainerOptions { path: path.into() }),
+    );
+    let mut tar = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        tar.extend_from_slice(&chunk.ok()?);
+        if tar.len() > 1 << 20 {
+            return None;
+        }
+    }
+    machine_driver::docker::archive::first_file(&tar)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
 }

@@ -8,11 +8,20 @@
 //!   identical calls race, one container is made. A name held by another machine is AlreadyExists.
 //! - The secret's `userData` is written into the container at `/var/lib/berth/user-data` before it
 //!   starts, through the Engine's archive API (no shell needed in the image). With `bootstrap: exec`
-//!   it is then executed once with `docker exec`: the exec's id is written next to it before the exec
-//!   starts (`bootstrap.exec`), and its exit code once it has finished (`bootstrap.exit`), so no
-//!   later call runs it again and every call can tell where it got to. GetMachineStatus answers
-//!   Uninitialized (17) until it has completed; InitializeMachine runs one that is still pending and
-//!   waits for it.
+//!   it is then executed once with `docker exec`: the exec's id is recorded before the exec starts,
+//!   and its exit code once it has finished, so no later call runs it again and every call can tell
+//!   where it got to. GetMachineStatus answers Uninitialized (17) until it has completed;
+//!   InitializeMachine runs one that is still pending and waits for it.
+//! - Nothing a machine writes is control data: the machine is root in its container and may write
+//!   anything there. So the bootstrap's records are not files in the container (as they were) but
+//!   two Docker volumes the driver creates and never mounts, `berth-bootstrap-<container id>` (label
+//!   `berth.io/bootstrap-exec`) and `...-exit` (label `berth.io/bootstrap-exit`): only the driver
+//!   writes them, they outlive a driver or Engine restart (the Engine forgets execs), and creating
+//!   one is atomic (a second create answers the first volume, so the first recorded exec wins).
+//!   Every id that goes into an Engine path is checked to be 64 hex digits first, an exec is
+//!   believed only if the Engine says it belongs to the container, and the one read from a
+//!   container left (an earlier driver's exit-code file, for containers it made) is stat-checked
+//!   and bounded to a few bytes.
 //! - Every lookup is scoped to the class's cluster label; a providerID names its container
 //!   directly (`docker:///<name>`).
 //! - The Engine is the one the secret's `dockerHost` names, if the operator allows it
@@ -42,11 +51,14 @@ use async_trait::async_trait;
 use bollard::Docker as Engine;
 use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecOptions};
-use bollard::models::ContainerInspectResponse;
+use bollard::models::{
+    ContainerInspectResponse, ContainerUpdateBody, MountType, RestartPolicy, RestartPolicyNameEnum,
+    VolumeCreateRequest,
+};
 use bollard::query_parameters::{
     ContainerArchiveInfoOptions, CreateContainerOptions, CreateImageOptions,
     DownloadFromContainerOptions, ListContainersOptions, RemoveContainerOptions,
-    StopContainerOptions, UploadToContainerOptions,
+    RemoveVolumeOptions, StopContainerOptions, UploadToContainerOptions,
 };
 use domain::machine::{
     Condition, CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
@@ -62,8 +74,9 @@ use tracing::Instrument as _;
 use crate::provider::Provider;
 use settings::Settings;
 use spec::{
-    BOOTSTRAP_EXEC_PATH, BOOTSTRAP_EXIT_PATH, Bootstrap, ImageRef, LABEL_CLUSTER, LABEL_MACHINE,
-    LABEL_ROLE, LABEL_UID, Plan, ProviderSpec, Pull, SPEC, Scope, USER_DATA_PATH,
+    Bootstrap, ImageRef, LABEL_CLUSTER, LABEL_MACHINE, LABEL_RECORD_EXEC, LABEL_RECORD_EXIT,
+    LABEL_RECORD_OF, LABEL_RECORDS, LABEL_ROLE, LABEL_UID, LEGACY_EXEC_PATH, LEGACY_EXIT_PATH,
+    Plan, ProviderSpec, Pull, Record, SPEC, Scope, USER_DATA_PATH,
 };
 
 /// The provider's name (`MachineClass.provider`).
@@ -75,8 +88,8 @@ const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 const POLL_MAX: Duration = Duration::from_millis(500);
 /// How long the driver keeps following a bootstrap it started, to record its exit code.
 const WATCH_LIMIT: Duration = Duration::from_secs(3600);
-/// The largest state file read back from a container.
-const MAX_READ: usize = 64 * 1024;
+/// The largest file read back from a container (an earlier driver's exit-code file: a few bytes).
+const MAX_READ: usize = 64;
 /// The user data's mode: owner-only, since it usually holds a bootstrap token; executable whatever
 /// the class says now, so a class that moves to `bootstrap: exec` later can still run it.
 const USER_DATA_MODE: u32 = 0o700;
@@ -264,9 +277,10 @@ impl BootstrapState {
     }
 }
 
-/// The first 12 characters of a Docker id, as the CLI shows them.
+/// The first 12 characters of a Docker id, as the CLI shows them (the whole text when it has no
+/// character boundary there: whatever it is, it is not an Engine id).
 fn short(id: &str) -> &str {
-    &id[..id.len().min(12)]
+    id.get(..12).unwrap_or(id)
 }
 
 /// The Docker provider plugin.
@@ -307,6 +321,10 @@ struct Container {
     exit_code: Option<i64>,
     hostname: String,
     addresses: Vec<NodeAddress>,
+    /// The host directories it mounts (bind mounts' sources).
+    bind_sources: Vec<String>,
+    /// Whether the Engine restarts it by itself (any restart policy but `no`).
+    engine_restarts: bool,
 }
 
 impl Container {
@@ -318,6 +336,20 @@ impl Container {
             .trim_start_matches('/')
             .to_owned();
         let config = c.config.unwrap_or_default();
+        let host_config = c.host_config.unwrap_or_default();
+        let engine_restarts = host_config
+            .restart_policy
+            .and_then(|p| p.name)
+            .is_some_and(|p| {
+                !matches!(p, RestartPolicyNameEnum::NO | RestartPolicyNameEnum::EMPTY)
+            });
+        let bind_sources = host_config
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.typ == Some(MountType::BIND))
+            .filter_map(|m| m.source)
+            .collect();
         let state = c.state.unwrap_or_default();
         let hostname = config
             .hostname
@@ -357,28 +389,46 @@ impl Container {
             exit_code: state.exit_code,
             hostname,
             addresses,
+            bind_sources,
+            engine_restarts,
         }
     }
 
     fn provider_id(&self) -> String {
         spec::provider_id(&self.name)
     }
-
-    /// Who the container was made for, in words.
-    fn owner(&self) -> String {
-        match (self.labels.get(LABEL_UID), self.labels.get(LABEL_CLUSTER)) {
-            (Some(uid), Some(cluster)) if uid.is_empty() => {
-                format!("a machine without a UID in cluster {cluster:?}")
-            }
-            (Some(uid), Some(cluster)) => format!("machine UID {uid:?} in cluster {cluster:?}"),
-            _ => "a container Berth did not make".to_owned(),
-        }
-    }
 }
 
-/// Reads one file out of a container; `None` when it does not exist.
-async fn read_file(engine: &Engine, id: &str, path: &str) -> Result<Option<Vec<u8>>, EngineError> {
+/// Reads one small file out of a container; `None` when it does not exist, or is anything but a
+/// regular file of at most [`MAX_READ`] bytes. Whatever is in a container was written by the
+/// machine, so the size is checked before anything is downloaded, and the download is cut off past
+/// the bound all the same (the file may grow between the two).
+async fn read_small_file(
+    engine: &Engine,
+    id: &str,
+    path: &str,
+) -> Result<Option<Vec<u8>>, EngineError> {
     let doing = || format!("reading {path} in container {}", short(id));
+    let stat = engine
+        .get_container_archive_info(
+            id,
+            Some(ContainerArchiveInfoOptions {
+                path: path.to_owned(),
+            }),
+        )
+        .await;
+    let stat = match stat {
+        Ok(headers) => headers,
+        Err(BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => return Ok(None),
+        Err(e) => return Err(EngineError::new(doing(), e)),
+    };
+    // A directory, link, device... has mode bits above the permission ones.
+    let small_regular = (0..=MAX_READ as i64).contains(&stat.size) && stat.file_mode & !0o7777 == 0;
+    if !small_regular {
+        return Ok(None);
+    }
     let mut stream = engine.download_from_container(
         id,
         Some(DownloadFromContainerOptions {
@@ -395,10 +445,10 @@ async fn read_file(engine: &Engine, id: &str, path: &str) -> Result<Option<Vec<u
             Err(e) => return Err(EngineError::new(doing(), e)),
         }
         if tar.len() > MAX_READ + 4096 {
-            break;
+            return Ok(None);
         }
     }
-    Ok(archive::first_file(&tar))
+    Ok(archive::first_file(&tar).filter(|f| f.len() <= MAX_READ))
 }
 
 /// Writes one file into a container (root-owned, with `mode`), making its directories.
@@ -426,59 +476,147 @@ async fn write_file(
         })
 }
 
-/// Records a finished bootstrap's exit code in the container, so its result outlives the Engine's
-/// memory of the exec.
-async fn record_exit(engine: &Engine, id: &str, code: i64) -> Result<(), Status> {
-    write_file(
-        engine,
-        id,
-        BOOTSTRAP_EXIT_PATH,
-        0o600,
-        code.to_string().as_bytes(),
-    )
-    .await
+/// A container or exec id the Engine gave, checked before it goes into an Engine API path.
+fn checked_id<'a>(id: &'a str, what: &str) -> Result<&'a str, Status> {
+    if spec::is_engine_id(id) {
+        Ok(id)
+    } else {
+        tracing::warn!(
+            what,
+            "the Docker Engine gave an id that is not 64 hex digits"
+        );
+        Err(Status::internal(format!(
+            "the Docker Engine gave {what} an id that is not 64 lower-case hex digits"
+        )))
+    }
 }
 
-/// The state files' text, trimmed.
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).trim().to_owned()
-}
-
-/// How far the container's bootstrap got, from its state files and the Engine's exec record. A
-/// result the Engine knows but nobody recorded yet is recorded now.
-///
-/// The exit file is only ever written after the exec file, so either may be read first: `settled`
-/// reads the exit file first (one read for a machine long bootstrapped, as status calls mostly
-/// see), otherwise the exec file (one read for a bootstrap not started yet).
-async fn bootstrap_state(
+/// The labels of a bootstrap record of container `id`, if it exists.
+async fn read_record(
     engine: &Engine,
     id: &str,
+    record: Record,
+) -> Result<Option<HashMap<String, String>>, Status> {
+    let name = spec::bootstrap_record(checked_id(id, "a container")?, record);
+    match engine.inspect_volume(&name).await {
+        Ok(v) => Ok(Some(v.labels)),
+        Err(BollardError::DockerResponseServerError {
+            status_code: 404, ..
+        }) => Ok(None),
+        Err(e) => Err(EngineError::new("reading a bootstrap record", e).to_status()),
+    }
+}
+
+/// Makes a bootstrap record of container `id` with `label = value`, unless one exists: the Engine
+/// answers a create of an existing volume with that volume, unchanged, so the first record made
+/// wins and every caller reads back the same labels.
+async fn make_record(
+    engine: &Engine,
+    id: &str,
+    record: Record,
+    label: &str,
+    value: &str,
+) -> Result<HashMap<String, String>, Status> {
+    let name = spec::bootstrap_record(checked_id(id, "a container")?, record);
+    engine
+        .create_volume(VolumeCreateRequest {
+            name: Some(name),
+            labels: Some(HashMap::from([
+                (LABEL_RECORD_OF.to_owned(), id.to_owned()),
+                (label.to_owned(), value.to_owned()),
+            ])),
+            ..VolumeCreateRequest::default()
+        })
+        .await
+        .map(|v| v.labels)
+        .map_err(|e| EngineError::new("recording the bootstrap", e).to_status())
+}
+
+/// Removes container `id`'s bootstrap records (after the container).
+async fn remove_records(engine: &Engine, id: &str) -> Result<(), Status> {
+    let id = checked_id(id, "a container")?;
+    for record in [Record::Exited, Record::Started] {
+        let removed = engine
+            .remove_volume(
+                &spec::bootstrap_record(id, record),
+                None::<RemoveVolumeOptions>,
+            )
+            .await;
+        gone_is_done(removed, || "removing a bootstrap record".to_owned())?;
+    }
+    Ok(())
+}
+
+/// Records a finished bootstrap's exit code, so its result outlives the Engine's memory of the exec.
+async fn record_exit(engine: &Engine, id: &str, code: i64) -> Result<(), Status> {
+    make_record(
+        engine,
+        id,
+        Record::Exited,
+        LABEL_RECORD_EXIT,
+        &code.to_string(),
+    )
+    .await
+    .map(|_| ())
+}
+
+/// The state an exit code means.
+fn finished(code: Option<i64>) -> BootstrapState {
+    match code {
+        Some(0) => BootstrapState::Completed,
+        Some(code) => BootstrapState::Failed(code),
+        None => BootstrapState::Lost(String::new()),
+    }
+}
+
+/// How far the container's bootstrap got, from the driver's records and the Engine's exec record. A
+/// result the Engine knows but nobody recorded yet is recorded now.
+///
+/// Nothing in the container is read (it is the machine's, and a machine may write anything there),
+/// except for a container an earlier driver made: there the old exit file, at most a few bytes
+/// parsed as a number, says how its bootstrap ended; its exec id is never read.
+///
+/// The exit record is only ever made after the started one, so either may be read first: `settled`
+/// reads the exit record first (one look for a machine long bootstrapped, as status calls mostly
+/// see), otherwise the started one (one look for a bootstrap not started yet).
+async fn bootstrap_state(
+    engine: &Engine,
+    c: &Container,
     settled: bool,
 ) -> Result<BootstrapState, Status> {
-    let read = |path: &'static str| async move {
-        read_file(engine, id, path).await.map_err(|e| e.to_status())
+    let exited = |labels: HashMap<String, String>| {
+        finished(
+            labels
+                .get(LABEL_RECORD_EXIT)
+                .and_then(|code| code.parse().ok()),
+        )
     };
-    let finished = |exit: Vec<u8>| match text(&exit).parse::<i64>() {
-        Ok(0) => BootstrapState::Completed,
-        Ok(code) => BootstrapState::Failed(code),
-        Err(_) => BootstrapState::Lost(String::new()),
-    };
-    if settled && let Some(exit) = read(BOOTSTRAP_EXIT_PATH).await? {
-        return Ok(finished(exit));
+    if settled && let Some(labels) = read_record(engine, &c.id, Record::Exited).await? {
+        return Ok(exited(labels));
     }
-    let Some(exec) = read(BOOTSTRAP_EXEC_PATH).await? else {
-        return Ok(BootstrapState::Pending);
+    let Some(started) = read_record(engine, &c.id, Record::Started).await? else {
+        return legacy_state(engine, c).await;
     };
-    if !settled && let Some(exit) = read(BOOTSTRAP_EXIT_PATH).await? {
-        return Ok(finished(exit));
+    if !settled && let Some(labels) = read_record(engine, &c.id, Record::Exited).await? {
+        return Ok(exited(labels));
     }
-    let exec_id = text(&exec);
+    let Some(exec_id) = started
+        .get(LABEL_RECORD_EXEC)
+        .filter(|e| spec::is_engine_id(e))
+        .cloned()
+    else {
+        return Ok(BootstrapState::Lost(String::new()));
+    };
     match engine.inspect_exec(&exec_id).await {
+        // An exec of another container is not this bootstrap, whatever recorded it.
+        Ok(x) if x.container_id.as_deref() != Some(c.id.as_str()) => {
+            Ok(BootstrapState::Lost(exec_id))
+        }
         Ok(x) if x.running == Some(true) => Ok(BootstrapState::Running(exec_id)),
         Ok(x) => match x.exit_code {
             Some(code) => {
-                record_exit(engine, id, code).await?;
-                Ok(finished(code.to_string().into_bytes()))
+                record_exit(engine, &c.id, code).await?;
+                Ok(finished(Some(code)))
             }
             None => Ok(BootstrapState::Unstarted(exec_id)),
         },
@@ -486,6 +624,32 @@ async fn bootstrap_state(
             status_code: 404, ..
         }) => Ok(BootstrapState::Lost(exec_id)),
         Err(e) => Err(EngineError::new("inspecting the bootstrap's exec", e).to_status()),
+    }
+}
+
+/// The bootstrap state of a container without records: Pending for one this driver made; for one an
+/// earlier driver made (no [`LABEL_RECORDS`]), what its files say, read as data only: an exit code
+/// of at most a few digits, else (the exec file exists) an unknown end, else Pending.
+async fn legacy_state(engine: &Engine, c: &Container) -> Result<BootstrapState, Status> {
+    if c.labels.contains_key(LABEL_RECORDS) {
+        return Ok(BootstrapState::Pending);
+    }
+    let read = |path: &'static str| async move {
+        read_small_file(engine, &c.id, path)
+            .await
+            .map_err(|e| e.to_status())
+    };
+    if let Some(exit) = read(LEGACY_EXIT_PATH).await? {
+        let code = std::str::from_utf8(&exit)
+            .ok()
+            .map(str::trim)
+            .filter(|t| t.len() <= 20)
+            .and_then(|t| t.parse().ok());
+        return Ok(finished(code));
+    }
+    match read(LEGACY_EXEC_PATH).await? {
+        Some(_) => Ok(BootstrapState::Lost(String::new())),
+        None => Ok(BootstrapState::Pending),
     }
 }
 
@@ -759,11 +923,13 @@ impl Docker {
                         {
                             Ok((c, false))
                         }
-                        Some(c) => Err(Status::new(
+                        // Whoever holds it (another machine, another tenant's, or a container
+                        // Berth did not make), the answer says only that the name is taken: its
+                        // id, labels and owner are not the caller's to learn.
+                        Some(_) => Err(Status::new(
                             Code::AlreadyExists,
                             format!(
-                                "container {name} already exists on the Docker Engine for {}; one name is one machine",
-                                c.owner()
+                                "the name {name:?} is taken on the Docker Engine; one name is one machine"
                             ),
                         )),
                         None => Err(Status::unavailable(format!(
@@ -880,10 +1046,48 @@ impl Docker {
         write_file(&t.engine, &c.id, USER_DATA_PATH, USER_DATA_MODE, data).await
     }
 
-    /// Starts the container unless it runs.
+    /// Starts the container unless it runs, after checking every host directory it mounts again
+    /// ([`Settings::recheck_mount`]): the machine may have planted a symbolic link on the way to one
+    /// since it last started (see [`Plan::restart_policy`]).
     async fn ensure_running(&self, t: &Target, c: &Container) -> Result<(), Status> {
+        if !c.bind_sources.is_empty() && c.engine_restarts {
+            // Made by an earlier driver, which let the Engine restart every machine: from now on
+            // only the driver starts this one, after its checks.
+            t.engine
+                .update_container(
+                    &c.id,
+                    ContainerUpdateBody {
+                        restart_policy: Some(RestartPolicy {
+                            name: Some(RestartPolicyNameEnum::NO),
+                            maximum_retry_count: None,
+                        }),
+                        ..ContainerUpdateBody::default()
+                    },
+                )
+                .await
+                .map_err(|e| {
+                    EngineError::new(
+                        format!("updating the restart policy of container {}", c.name),
+                        e,
+                    )
+                    .to_status()
+                })?;
+        }
         if c.running {
             return Ok(());
+        }
+        let local = t.host.starts_with("unix://");
+        for source in &c.bind_sources {
+            if let Err(rule) = self.settings.recheck_mount(source, local) {
+                tracing::warn!(container = %c.name, %rule, "a mount source failed its check; the machine is not started");
+                return Err(Status::new(
+                    Code::FailedPrecondition,
+                    format!(
+                        "machine {:?} is not started: its mount {rule}; the machine must be deleted, or the host directory put back",
+                        c.name
+                    ),
+                ));
+            }
         }
         let Err(e) = t.engine.start_container(&c.id, None).await else {
             return Ok(());
@@ -968,11 +1172,11 @@ impl Docker {
         lock.lock_owned().await
     }
 
-    /// Starts the bootstrap unless it has run (or is running): the exec's id is recorded in the
-    /// container before the exec starts, so no later call starts a second one.
+    /// Starts the bootstrap unless it has run (or is running): the exec's id is recorded (in a
+    /// record only the driver makes) before the exec starts, so no later call starts a second one.
     async fn run_bootstrap(&self, t: &Target, c: &Container) -> Result<BootstrapState, Status> {
         let _serialised = self.bootstrap_lock(t, &c.id).await;
-        let exec_id = match bootstrap_state(&t.engine, &c.id, false).await? {
+        let exec_id = match bootstrap_state(&t.engine, c, false).await? {
             BootstrapState::Pending => {
                 let exec = t
                     .engine
@@ -1005,15 +1209,19 @@ impl Docker {
                             _ => e.to_status(),
                         }
                     })?;
-                write_file(
-                    &t.engine,
-                    &c.id,
-                    BOOTSTRAP_EXEC_PATH,
-                    0o600,
-                    exec.id.as_bytes(),
-                )
-                .await?;
-                exec.id
+                let ours = checked_id(&exec.id, "the bootstrap's exec")?;
+                let claimed =
+                    make_record(&t.engine, &c.id, Record::Started, LABEL_RECORD_EXEC, ours).await?;
+                if claimed.get(LABEL_RECORD_EXEC).map(String::as_str) == Some(ours) {
+                    exec.id
+                } else {
+                    // Another driver recorded its exec first: that one is the bootstrap (ours is
+                    // never started, and goes with the container).
+                    match bootstrap_state(&t.engine, c, false).await? {
+                        BootstrapState::Unstarted(exec_id) => exec_id,
+                        other => return Ok(other),
+                    }
+                }
             }
             BootstrapState::Unstarted(exec_id) => exec_id,
             settled => return Ok(settled),
@@ -1037,7 +1245,7 @@ impl Docker {
             Err(e) => {
                 // The Engine records an exit code when it cannot even start the program (a missing
                 // interpreter, say): that is a failed bootstrap, not an Engine failure.
-                let after = bootstrap_state(&t.engine, &c.id, false).await?;
+                let after = bootstrap_state(&t.engine, c, false).await?;
                 if matches!(after, BootstrapState::Failed(_) | BootstrapState::Completed) {
                     return Ok(after);
                 }
@@ -1250,7 +1458,7 @@ impl Provider for Docker {
             {
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(POLL_MAX);
-                state = bootstrap_state(&t.engine, &c.id, false).await?;
+                state = bootstrap_state(&t.engine, &c, false).await?;
             }
             if !state.is_done() {
                 return Err(Status::new(Code::Uninitialized, state.reason(&name)));
@@ -1309,6 +1517,7 @@ impl Provider for Docker {
                 )
                 .await;
             gone_is_done(removed, || format!("removing container {}", c.name))?;
+            remove_records(&t.engine, &c.id).await?;
             tracing::info!(container = %short(&c.id), "container removed");
             Ok(DeleteMachineResponse {
                 last_known_state: format!(
@@ -1343,7 +1552,7 @@ impl Provider for Docker {
                 .ok_or_else(|| Self::missing(&name))?;
             let state = match bootstrap {
                 Bootstrap::None => BootstrapState::NotRequested,
-                Bootstrap::Exec => bootstrap_state(&t.engine, &c.id, true).await?,
+                Bootstrap::Exec => bootstrap_state(&t.engine, &c, true).await?,
             };
             if !state.is_done() {
                 return Err(Status::new(Code::Uninitialized, state.reason(&name)));

@@ -31,6 +31,36 @@ pub const ENV_ALLOW_PRIVILEGED: &str = "BERTH_DOCKER_ALLOW_PRIVILEGED";
 /// pull from. Unset: `docker.io`.
 pub const ENV_REGISTRIES: &str = "BERTH_DOCKER_REGISTRIES";
 
+/// `BERTH_DOCKER_MEMORY`: the most memory a machine may have, and what it gets when its class names
+/// none (a quantity, default `512Mi`).
+pub const ENV_MEMORY: &str = "BERTH_DOCKER_MEMORY";
+/// `BERTH_DOCKER_CPUS`: the most CPUs a machine may have, and what it gets when its class names none
+/// (default `1`).
+pub const ENV_CPUS: &str = "BERTH_DOCKER_CPUS";
+/// `BERTH_DOCKER_PIDS`: the most processes (and threads) a machine may run at once, and its limit when
+/// its class names none (default `256`).
+pub const ENV_PIDS: &str = "BERTH_DOCKER_PIDS";
+/// `BERTH_DOCKER_NETWORKS`: comma-separated Docker networks a class's `network` may name. Unset:
+/// `bridge`, the Engine's default network (what a class naming none joins).
+pub const ENV_NETWORKS: &str = "BERTH_DOCKER_NETWORKS";
+
+/// The default memory ceiling.
+pub const DEFAULT_MEMORY: u64 = 512 * 1024 * 1024;
+/// The default CPU ceiling, in billionths of a CPU.
+pub const DEFAULT_NANO_CPUS: i64 = 1_000_000_000;
+/// The default pids ceiling.
+pub const DEFAULT_PIDS: i64 = 256;
+/// The Engine's default network: where a container goes when it names none.
+pub const DEFAULT_NETWORK: &str = "bridge";
+/// The fewest processes a machine may be limited to: its init, the bootstrap and what that starts.
+pub const MIN_PIDS: i64 = 8;
+/// The Engine refuses containers with less memory than this.
+pub const MIN_MEMORY: u64 = 6 * 1024 * 1024;
+/// The largest CPU count accepted anywhere (a ceiling or a class's ask).
+pub const MAX_CPUS: f64 = 1024.0;
+/// The largest pids limit accepted anywhere.
+pub const MAX_PIDS: i64 = 4_194_304;
+
 /// The registry of an image reference without one.
 pub const DOCKER_HUB: &str = "docker.io";
 
@@ -47,11 +77,15 @@ pub enum HostPathRefusal {
     /// Outside every allowed root.
     #[error("{0:?} is outside the host directories {ENV_MOUNT_PATHS} allows")]
     Outside(String),
-    /// Inside a root by its text, outside once symbolic links are followed.
+    /// Inside a root by its text, but a component below the root is a symbolic link (which may lead
+    /// anywhere now, or later).
     #[error(
-        "{0:?} leads (through a symbolic link) outside the host directories {ENV_MOUNT_PATHS} allows"
+        "{0:?} leads through a symbolic link below the host directories {ENV_MOUNT_PATHS} allows: a mount must not pass through one"
     )]
     LinksOutside(String),
+    /// It no longer exists (the Engine would make it, or refuse).
+    #[error("{0:?} does not exist on the Engine's host")]
+    Missing(String),
 }
 
 /// The Docker provider's operator settings.
@@ -69,6 +103,16 @@ pub struct Settings {
     pub allow_privileged: bool,
     /// Registries a pull may use.
     pub pull_registries: BTreeSet<String>,
+    /// The most memory a machine may have, in bytes (and its limit when its class names none).
+    pub memory: u64,
+    /// The most CPU a machine may have, in billionths of a CPU (and its limit when its class names
+    /// none).
+    pub nano_cpus: i64,
+    /// The most processes a machine may run (and its limit when its class names none).
+    pub pids: i64,
+    /// The Docker networks a class may name (a class naming none joins [`DEFAULT_NETWORK`], which
+    /// must be here too).
+    pub networks: BTreeSet<String>,
 }
 
 impl Default for Settings {
@@ -79,6 +123,10 @@ impl Default for Settings {
             mount_roots: Vec::new(),
             allow_privileged: false,
             pull_registries: BTreeSet::from([DOCKER_HUB.to_owned()]),
+            memory: DEFAULT_MEMORY,
+            nano_cpus: DEFAULT_NANO_CPUS,
+            pids: DEFAULT_PIDS,
+            networks: BTreeSet::from([DEFAULT_NETWORK.to_owned()]),
         }
     }
 }
@@ -190,6 +238,63 @@ impl Settings {
                 })
                 .collect::<Result<_, _>>()?;
         }
+        if let Some(v) = env.get(ENV_MEMORY) {
+            s.memory = domain::Quantity::parse_field(ENV_MEMORY, v)
+                .ok()
+                .map(domain::Quantity::bytes)
+                .filter(|b| *b >= MIN_MEMORY && i64::try_from(*b).is_ok())
+                .ok_or_else(|| {
+                    config_error(
+                        env,
+                        ENV_MEMORY,
+                        "must be a quantity of at least 6Mi, like 512Mi",
+                    )
+                })?;
+        }
+        if let Some(v) = env.get(ENV_CPUS) {
+            s.nano_cpus = v
+                .trim()
+                .parse::<f64>()
+                .ok()
+                .and_then(nano_cpus)
+                .ok_or_else(|| {
+                    config_error(
+                        env,
+                        ENV_CPUS,
+                        "must be a number of CPUs between 0.01 and 1024",
+                    )
+                })?;
+        }
+        if let Some(v) = env.get(ENV_PIDS) {
+            s.pids = v
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|p| (MIN_PIDS..=MAX_PIDS).contains(p))
+                .ok_or_else(|| {
+                    config_error(
+                        env,
+                        ENV_PIDS,
+                        format!("must be a whole number between {MIN_PIDS} and {MAX_PIDS}"),
+                    )
+                })?;
+        }
+        if let Some(networks) = entries(env, ENV_NETWORKS) {
+            s.networks = networks
+                .into_iter()
+                .map(|n| {
+                    if is_network_name(n) && n != "host" {
+                        Ok(n.to_owned())
+                    } else {
+                        Err(config_error(
+                            env,
+                            ENV_NETWORKS,
+                            "an entry is not a Docker network name (letters, digits, '_', '.', '-'; not host)",
+                        ))
+                    }
+                })
+                .collect::<Result<_, _>>()?;
+        }
         Ok(s)
     }
 
@@ -249,27 +354,81 @@ impl Settings {
         if !inside(&path, &self.mount_roots) {
             return Err(HostPathRefusal::Outside(path));
         }
-        if resolve_locally && let Ok(real) = std::fs::canonicalize(Path::new(&path)) {
-            let roots: Vec<String> = self
-                .mount_roots
-                .iter()
-                .map(|r| {
-                    std::fs::canonicalize(r)
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_else(|_| r.clone())
-                })
-                .collect();
-            if !inside(&real.display().to_string(), &roots) {
-                return Err(HostPathRefusal::LinksOutside(path));
-            }
+        if resolve_locally && std::fs::symlink_metadata(&path).is_ok() {
+            self.no_links_below_root(&path)?;
         }
         Ok(path)
+    }
+
+    /// Checks, again, a mount source the driver gave a container, before the container is started:
+    /// between two starts the machine (or another one with a writable mount above it) may have
+    /// replaced a directory on the way with a symbolic link, which the Engine would follow. Inside
+    /// an allowed root by its text, and, when the Engine is on this host (`resolve_locally`),
+    /// existing and without a symbolic link anywhere below the root.
+    pub fn recheck_mount(
+        &self,
+        source: &str,
+        resolve_locally: bool,
+    ) -> Result<(), HostPathRefusal> {
+        let path = self.admit_host_path(source, false)?;
+        if resolve_locally {
+            if std::fs::symlink_metadata(&path).is_err() {
+                return Err(HostPathRefusal::Missing(path));
+            }
+            self.no_links_below_root(&path)?;
+        }
+        Ok(())
+    }
+
+    /// `path` (normalised, inside a root by its text) resolves to exactly the root's real location
+    /// followed by the rest of its text: no component below the root is a symbolic link (links above
+    /// it, the operator's, are fine).
+    fn no_links_below_root(&self, path: &str) -> Result<(), HostPathRefusal> {
+        let links = || HostPathRefusal::LinksOutside(path.to_owned());
+        let real = std::fs::canonicalize(Path::new(path)).map_err(|_| links())?;
+        let ok = self
+            .mount_roots
+            .iter()
+            .filter(|r| is_within(path, r))
+            .any(|root| {
+                let rest = path[root.len()..].trim_start_matches('/');
+                std::fs::canonicalize(root).is_ok_and(|real_root| {
+                    let expected = if rest.is_empty() {
+                        real_root
+                    } else {
+                        real_root.join(rest)
+                    };
+                    expected == real
+                })
+            });
+        if ok { Ok(()) } else { Err(links()) }
     }
 
     /// Whether a pull may use `registry`.
     pub fn may_pull_from(&self, registry: &str) -> bool {
         self.pull_registries.contains(&canonical_registry(registry))
     }
+}
+
+/// A CPU count as billionths of a CPU, if it is between 0.01 and [`MAX_CPUS`].
+pub fn nano_cpus(cpus: f64) -> Option<i64> {
+    (cpus.is_finite() && (0.01..=MAX_CPUS).contains(&cpus)).then(|| (cpus * 1e9).round() as i64)
+}
+
+/// A CPU count in billionths, as a person writes it (`1`, `0.5`).
+pub fn cpus_text(nano: i64) -> String {
+    let text = format!("{:.9}", nano as f64 / 1e9);
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+/// Whether `name` is a Docker network name (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, at most 128 characters).
+pub fn is_network_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 128
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// Whether normalised path `p` is `root` or below it (whole components only: `/srv/a` is not inside
@@ -389,6 +548,24 @@ mod tests {
         let e = s.admit_host_path(&format!("{r}/escape"), true).unwrap_err();
         assert!(matches!(e, HostPathRefusal::LinksOutside(_)), "{e}");
         assert!(e.to_string().contains("symbolic link"), "{e}");
+        // A link that stays inside the root is refused too: what it points at can change.
+        let inner = root.join("inner");
+        let _ = std::fs::remove_file(&inner);
+        std::os::unix::fs::symlink(root.join("data"), &inner).unwrap();
+        let e = s.admit_host_path(&format!("{r}/inner"), true).unwrap_err();
+        assert!(matches!(e, HostPathRefusal::LinksOutside(_)), "{e}");
+        // At a restart: the same rules, and the path must still exist.
+        s.recheck_mount(&format!("{r}/data"), true).unwrap();
+        assert!(matches!(
+            s.recheck_mount(&format!("{r}/escape/passwd"), true),
+            Err(HostPathRefusal::LinksOutside(_))
+        ));
+        assert!(matches!(
+            s.recheck_mount(&format!("{r}/gone"), true),
+            Err(HostPathRefusal::Missing(_))
+        ));
+        assert!(s.recheck_mount("/etc", true).is_err());
+        assert!(s.recheck_mount(&format!("{r}/gone"), false).is_ok());
         // Without a local view of the Engine's host, the lexical rule is all there is.
         assert!(s.admit_host_path(&format!("{r}/escape"), false).is_ok());
         assert!(s.admit_host_path("relative", false).is_err());

@@ -16,7 +16,9 @@ use domain::{Quantity, Status, names};
 use serde::Deserialize;
 
 use super::settings::{
-    DOCKER_HUB, ENV_ALLOW_PRIVILEGED, ENV_REGISTRIES, HostPathRefusal, Settings, is_registry_host,
+    DEFAULT_NETWORK, DOCKER_HUB, ENV_ALLOW_PRIVILEGED, ENV_CPUS, ENV_MEMORY, ENV_NETWORKS,
+    ENV_PIDS, ENV_REGISTRIES, HostPathRefusal, MAX_PIDS, MIN_MEMORY, MIN_PIDS, Settings, cpus_text,
+    is_network_name, is_registry_host, is_within, nano_cpus,
 };
 use crate::provider::Violations;
 
@@ -39,6 +41,27 @@ pub const LABEL_MACHINE: &str = "berth.io/machine";
 pub const LABEL_UID: &str = "berth.io/machine-uid";
 /// Label keys under this prefix are the driver's; a class may not set them.
 pub const RESERVED_LABEL_PREFIX: &str = "berth.io/";
+/// Label keys under these prefixes are reserved too: Docker's own (`com.docker.*`: Compose, Swarm and
+/// Desktop read them as instructions) besides the driver's.
+pub const RESERVED_LABEL_PREFIXES: [&str; 2] = [RESERVED_LABEL_PREFIX, "com.docker."];
+
+/// The capabilities a machine keeps: every other is dropped (`CapDrop: ALL`). What a root init and a
+/// bootstrap need to own, change and serve files and run programs as other users; not NET_RAW
+/// (forged packets on the shared bridge), MKNOD, SYS_CHROOT, AUDIT_WRITE, SETFCAP or SETPCAP, which
+/// Docker grants by default and a machine has no use for.
+pub const CAPABILITIES: [&str; 8] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "NET_BIND_SERVICE",
+    "SETGID",
+    "SETUID",
+];
+/// Security options every machine gets: no process in it gains privileges through set-user-id
+/// programs or file capabilities.
+pub const SECURITY_OPTIONS: [&str; 1] = ["no-new-privileges:true"];
 
 /// A container's provider id is this followed by the container's name.
 pub const PROVIDER_ID_PREFIX: &str = "docker:///";
@@ -54,10 +77,48 @@ pub const SECRET_USER_DATA: &str = "userData";
 pub const STATE_DIR: &str = "/var/lib/berth";
 /// Where the user data is written in the container.
 pub const USER_DATA_PATH: &str = "/var/lib/berth/user-data";
-/// Written (with the exec id) before the bootstrap starts: a second run is never made.
-pub const BOOTSTRAP_EXEC_PATH: &str = "/var/lib/berth/bootstrap.exec";
-/// Written (with the exit code) once the bootstrap has finished.
-pub const BOOTSTRAP_EXIT_PATH: &str = "/var/lib/berth/bootstrap.exit";
+/// Where drivers before the bootstrap records ([`LABEL_RECORDS`]) wrote the bootstrap's exec id,
+/// inside the container. Only its existence is looked at now, and only for containers made before.
+pub const LEGACY_EXEC_PATH: &str = "/var/lib/berth/bootstrap.exec";
+/// Where those drivers wrote the bootstrap's exit code (read bounded, as a number, for them only).
+pub const LEGACY_EXIT_PATH: &str = "/var/lib/berth/bootstrap.exit";
+
+/// Container label: set on every container this driver makes; its bootstrap is recorded in Docker
+/// volumes the driver creates ([`bootstrap_record`]), never in files inside the container. A
+/// container without it was made by an earlier driver.
+pub const LABEL_RECORDS: &str = "berth.io/bootstrap-records";
+/// Volume label: the container a bootstrap record belongs to.
+pub const LABEL_RECORD_OF: &str = "berth.io/bootstrap-of";
+/// Volume label: the exec the bootstrap runs as (on the "started" record).
+pub const LABEL_RECORD_EXEC: &str = "berth.io/bootstrap-exec";
+/// Volume label: the bootstrap's exit code (on the "exited" record).
+pub const LABEL_RECORD_EXIT: &str = "berth.io/bootstrap-exit";
+
+/// Whether `id` is a Docker object id as the Engine makes them (64 lower-case hex digits): the only
+/// shape an id may have before it goes into an Engine API path.
+pub fn is_engine_id(id: &str) -> bool {
+    id.len() == 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Which of a bootstrap's two records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    /// Made (with the exec id) before the exec starts: a second run is never made.
+    Started,
+    /// Made (with the exit code) once it has finished.
+    Exited,
+}
+
+/// The name of the volume recording a bootstrap step of container `id` (a checked Engine id).
+pub fn bootstrap_record(id: &str, record: Record) -> String {
+    match record {
+        Record::Started => format!("berth-bootstrap-{id}"),
+        Record::Exited => format!("berth-bootstrap-{id}-exit"),
+    }
+}
 
 /// The longest machine name: a container's host name is at most 63 characters.
 const MAX_MACHINE_NAME: usize = 63;
@@ -65,8 +126,6 @@ const MAX_MACHINE_NAME: usize = 63;
 const MAX_UID_LEN: usize = 128;
 /// The largest user data accepted.
 pub const MAX_USER_DATA: usize = 1024 * 1024;
-/// The Engine refuses containers with less memory than this.
-const MIN_MEMORY: u64 = 6 * 1024 * 1024;
 /// The longest cluster or role name a tag may give, in characters.
 const MAX_SCOPE_NAME: usize = 253;
 /// The longest `command` or `args` entry, in characters.
@@ -75,6 +134,18 @@ const MAX_ARG_CHARS: usize = 4096;
 const MAX_ENV_VALUE_CHARS: usize = 32 * 1024;
 /// The longest `labels` value, in characters.
 const MAX_LABEL_VALUE_CHARS: usize = 1024;
+/// The longest informational text (`apiVersion`, `kind`), in characters.
+const MAX_INFO_CHARS: usize = 256;
+/// The most `tags` entries.
+const MAX_TAGS: usize = 64;
+/// The longest tag key, in characters (a label key: a 253-character prefix, '/', a 63-character name).
+const MAX_TAG_KEY_CHARS: usize = 317;
+/// The longest tag value, in characters.
+const MAX_TAG_VALUE_CHARS: usize = 1024;
+/// The longest `memory` text, in characters.
+const MAX_MEMORY_CHARS: usize = 32;
+/// The longest mount path, in characters.
+const MAX_PATH_CHARS: usize = 4096;
 /// The longest grace period a deletion gives a container to stop.
 const MAX_STOP_GRACE: u32 = 300;
 /// The grace period when the spec gives none (Docker's own default).
@@ -114,10 +185,13 @@ pub struct ProviderSpec {
     pub labels: BTreeMap<String, String>,
     /// `network`: the Docker network to attach to (default: the Engine's default bridge).
     pub network: String,
-    /// `cpus`: CPU limit, in CPUs (`1.5`).
+    /// `cpus`: CPU limit, in CPUs (`1.5`; at most `BERTH_DOCKER_CPUS`, its default).
     pub cpus: Option<f64>,
-    /// `memory`: memory limit, a quantity (`512Mi`).
+    /// `memory`: memory limit, a quantity (`512Mi`; at most `BERTH_DOCKER_MEMORY`, its default).
     pub memory: Option<String>,
+    /// `pids`: the most processes the machine may run (at most `BERTH_DOCKER_PIDS`, its default).
+    #[serde(deserialize_with = "crate::provider::optional_whole")]
+    pub pids: Option<i64>,
     /// `privileged` (default false; needs `BERTH_DOCKER_ALLOW_PRIVILEGED`).
     pub privileged: bool,
     /// `mounts`: host directories to bind.
@@ -185,9 +259,11 @@ pub struct Plan {
     /// The network, if any.
     pub network: Option<String>,
     /// CPU limit in billionths of a CPU.
-    pub nano_cpus: Option<i64>,
+    pub nano_cpus: i64,
     /// Memory limit in bytes.
-    pub memory: Option<i64>,
+    pub memory: i64,
+    /// Process limit.
+    pub pids: i64,
     /// Privileged mode.
     pub privileged: bool,
     /// Bind mounts (host path checked).
@@ -295,16 +371,6 @@ pub fn parse_image(text: &str) -> Result<ImageRef, ImageRefError> {
     })
 }
 
-/// Whether `name` is a Docker network name (`[a-zA-Z0-9][a-zA-Z0-9_.-]*`, at most 128 characters).
-fn is_network_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 128
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
-}
-
 /// Whether `name` is an environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
 fn is_env_name(name: &str) -> bool {
     !name.is_empty()
@@ -374,6 +440,37 @@ impl ProviderSpec {
         })
     }
 
+    /// Bounds and grammar of the free texts no other rule covers: the informational fields and the
+    /// tags (a value is never echoed: it may be 100,000 characters).
+    fn check_free_text(&self, v: &mut Violations) {
+        for (field, text) in [("apiVersion", &self.api_version), ("kind", &self.kind)] {
+            if text.chars().count() > MAX_INFO_CHARS || has_control(text) {
+                v.add(
+                    field,
+                    format!(
+                        "must be at most {MAX_INFO_CHARS} characters without control characters"
+                    ),
+                );
+            }
+        }
+        if self.tags.len() > MAX_TAGS {
+            v.add("tags", format!("must have at most {MAX_TAGS} entries"));
+        }
+        for (key, value) in &self.tags {
+            if key.chars().count() > MAX_TAG_KEY_CHARS || key.is_empty() || has_control(key) {
+                v.add(
+                    "tags",
+                    format!("a key must be 1 to {MAX_TAG_KEY_CHARS} characters without control characters"),
+                );
+            } else if value.chars().count() > MAX_TAG_VALUE_CHARS || has_control(value) {
+                v.add(
+                    &format!("tags[{key}]"),
+                    format!("must be at most {MAX_TAG_VALUE_CHARS} characters without control characters"),
+                );
+            }
+        }
+    }
+
     /// The bootstrap mode.
     pub fn bootstrap(&self) -> Result<Bootstrap, Status> {
         match self.bootstrap.as_str() {
@@ -403,6 +500,7 @@ impl ProviderSpec {
     pub fn plan(&self, settings: &Settings, resolve_locally: bool) -> Result<Plan, Status> {
         let mut v = Violations::under(SPEC);
         let scope = self.check_scope(&mut v);
+        self.check_free_text(&mut v);
         let image = match parse_image(&self.image) {
             Ok(i) => Some(i),
             Err(rule) => {
@@ -450,7 +548,12 @@ impl ProviderSpec {
             v.add("env", "must have at most 256 entries");
         }
         for (name, value) in &self.env {
-            if !is_env_name(name) {
+            if name.chars().count() > 256 {
+                v.add(
+                    "env",
+                    "a variable name is longer than 256 characters; at most 256",
+                );
+            } else if !is_env_name(name) {
                 v.add(
                     "env",
                     format!("{name:?} is not a variable name: letters, digits and '_', not starting with a digit"),
@@ -467,12 +570,25 @@ impl ProviderSpec {
             v.add("labels", "must have at most 64 entries");
         }
         for (key, value) in &self.labels {
+            if key.chars().count() > MAX_TAG_KEY_CHARS {
+                v.add(
+                    "labels",
+                    format!("a key is longer than {MAX_TAG_KEY_CHARS} characters; at most {MAX_TAG_KEY_CHARS}"),
+                );
+                continue;
+            }
             if let Err(e) = names::validate_label_key("labels key", key) {
                 v.add("labels", e.message.trim_start_matches("labels key: "));
-            } else if key.starts_with(RESERVED_LABEL_PREFIX) {
+            } else if let Some(prefix) =
+                RESERVED_LABEL_PREFIXES.iter().find(|p| key.starts_with(*p))
+            {
                 v.add(
                     &format!("labels[{key}]"),
-                    format!("keys under {RESERVED_LABEL_PREFIX} are the driver's own"),
+                    if *prefix == RESERVED_LABEL_PREFIX {
+                        format!("keys under {RESERVED_LABEL_PREFIX} are the driver's own")
+                    } else {
+                        format!("keys under {prefix} are reserved: the Docker tools read them as instructions")
+                    },
                 );
             }
             if value.chars().count() > MAX_LABEL_VALUE_CHARS || has_control(value) {
@@ -495,36 +611,96 @@ impl ProviderSpec {
             _ => {
                 v.add(
                     "network",
-                    "must be a Docker network name: letters, digits, '_', '.' and '-'",
+                    "must be a Docker network name of at most 128 letters, digits, '_', '.' and '-'",
                 );
                 None
             }
         };
+        // A class naming none joins the Engine's default network, which the operator must allow
+        // like any other.
+        let joined = network.as_deref().unwrap_or(DEFAULT_NETWORK);
+        if (network.is_some() || self.network.is_empty()) && !settings.networks.contains(joined) {
+            v.not_allowed(
+                "network",
+                format!(
+                    "{joined:?} is not a network the operator allows machines to join ({ENV_NETWORKS}: {})",
+                    settings.networks.iter().cloned().collect::<Vec<_>>().join(", ")
+                ),
+            );
+        }
+        // Limits: what the class asks for, or the operator's ceiling when it asks for none; asking
+        // above the ceiling is refused (a class may lower a limit, never raise it).
         let nano_cpus = match self.cpus {
-            None => None,
-            Some(c) if c.is_finite() && (0.01..=1024.0).contains(&c) => {
-                Some((c * 1e9).round() as i64)
-            }
-            Some(_) => {
-                v.add("cpus", "must be between 0.01 and 1024");
-                None
-            }
-        };
-        let memory = match &self.memory {
-            None => None,
-            Some(text) => match Quantity::parse_field(&format!("{SPEC}.memory"), text) {
-                Ok(q) if q.bytes() >= MIN_MEMORY && i64::try_from(q.bytes()).is_ok() => {
-                    i64::try_from(q.bytes()).ok()
+            None => settings.nano_cpus,
+            Some(c) => match nano_cpus(c) {
+                Some(n) if n > settings.nano_cpus => {
+                    v.not_allowed(
+                        "cpus",
+                        format!(
+                            "must be at most {}, the operator's ceiling ({ENV_CPUS})",
+                            cpus_text(settings.nano_cpus)
+                        ),
+                    );
+                    settings.nano_cpus
                 }
-                Ok(_) => {
-                    v.add("memory", "must be at least 6Mi (the Engine's minimum)");
-                    None
-                }
-                Err(e) => {
-                    v.add_worded(e.message);
-                    None
+                Some(n) => n,
+                None => {
+                    v.add("cpus", "must be between 0.01 and 1024");
+                    settings.nano_cpus
                 }
             },
+        };
+        let memory_ceiling = i64::try_from(settings.memory).unwrap_or(i64::MAX);
+        let memory = match &self.memory {
+            None => memory_ceiling,
+            Some(text) if text.chars().count() > MAX_MEMORY_CHARS => {
+                v.add(
+                    "memory",
+                    format!(
+                        "must be at most {MAX_MEMORY_CHARS} characters (a quantity, like 512Mi)"
+                    ),
+                );
+                memory_ceiling
+            }
+            Some(text) => match Quantity::parse_field(&format!("{SPEC}.memory"), text) {
+                Ok(q) if q.bytes() < MIN_MEMORY => {
+                    v.add("memory", "must be at least 6Mi (the Engine's minimum)");
+                    memory_ceiling
+                }
+                Ok(q) if q.bytes() > settings.memory => {
+                    v.not_allowed(
+                        "memory",
+                        format!(
+                            "must be at most {}, the operator's ceiling ({ENV_MEMORY})",
+                            Quantity::from_bytes(settings.memory)
+                        ),
+                    );
+                    memory_ceiling
+                }
+                Ok(q) => i64::try_from(q.bytes()).unwrap_or(memory_ceiling),
+                Err(e) => {
+                    v.add_worded(e.message);
+                    memory_ceiling
+                }
+            },
+        };
+        let pids = match self.pids {
+            None => settings.pids,
+            Some(p) if !(MIN_PIDS..=MAX_PIDS).contains(&p) => {
+                v.add("pids", format!("must be between {MIN_PIDS} and {MAX_PIDS}"));
+                settings.pids
+            }
+            Some(p) if p > settings.pids => {
+                v.not_allowed(
+                    "pids",
+                    format!(
+                        "must be at most {}, the operator's ceiling ({ENV_PIDS})",
+                        settings.pids
+                    ),
+                );
+                settings.pids
+            }
+            Some(p) => p,
         };
         if self.privileged && !settings.allow_privileged {
             v.not_allowed(
@@ -540,6 +716,22 @@ impl ProviderSpec {
         let mut mounts = Vec::new();
         let mut targets = std::collections::BTreeSet::new();
         for (i, m) in self.mounts.iter().enumerate() {
+            let mut too_long = false;
+            for (field, path) in [
+                ("hostPath", &m.host_path),
+                ("containerPath", &m.container_path),
+            ] {
+                if path.chars().count() > MAX_PATH_CHARS {
+                    v.add(
+                        &format!("mounts[{i}].{field}"),
+                        format!("must be at most {MAX_PATH_CHARS} characters"),
+                    );
+                    too_long = true;
+                }
+            }
+            if too_long {
+                continue;
+            }
             let host = match settings.admit_host_path(&m.host_path, resolve_locally) {
                 Ok(p) => Some(p),
                 Err(rule @ HostPathRefusal::NotAPath(_)) => {
@@ -571,11 +763,35 @@ impl ProviderSpec {
                 }
             };
             if let (Some(host_path), Some(container_path)) = (host, target) {
+                if !m.read_only && !resolve_locally {
+                    v.not_allowed(
+                        &format!("mounts[{i}].readOnly"),
+                        "a writable mount needs the Docker Engine on the driver's host (a unix:// socket): only there can the driver check, before every start, that no symbolic link has been planted on the way",
+                    );
+                }
                 mounts.push(MountSpec {
                     host_path,
                     container_path,
                     read_only: m.read_only,
                 });
+            }
+        }
+        // A machine must not be able to rewrite, through a writable mount, the way to another of its
+        // mounts' sources.
+        for (i, outer) in mounts.iter().enumerate() {
+            if outer.read_only {
+                continue;
+            }
+            if let Some(inner) = mounts.iter().find(|m| {
+                m.host_path != outer.host_path && is_within(&m.host_path, &outer.host_path)
+            }) {
+                v.add(
+                    &format!("mounts[{i}].hostPath"),
+                    format!(
+                        "is writable and holds another mount's hostPath {:?}: the machine could replace the way to it with a symbolic link; mount that one read-only from a separate directory, or this one read-only",
+                        inner.host_path
+                    ),
+                );
             }
         }
         let bootstrap = self.bootstrap().map_err(|e| v.add_worded(e.message)).ok();
@@ -591,6 +807,7 @@ impl ProviderSpec {
             network,
             nano_cpus,
             memory,
+            pids,
             privileged: self.privileged,
             mounts,
             scope: scope.expect("checked"),
@@ -618,6 +835,22 @@ impl Scope {
 }
 
 impl Plan {
+    /// Who restarts the container when it stops. A machine without mounts comes back after the
+    /// Engine restarts, as a VM after its host reboots (`unless-stopped`: it stays down once
+    /// DeleteMachine has stopped it). A machine with host directories is started by the driver
+    /// only (`no`): the Engine follows whatever symbolic link a machine planted on the way to a
+    /// mount source while it ran, and would restart it into a host directory outside the allowed
+    /// roots; the driver checks every source again first (CreateMachine and InitializeMachine
+    /// start a stopped machine). The Engine offers no hook to check before its own restarts, and
+    /// no mount option stops it following a link in the source path itself.
+    pub fn restart_policy(&self) -> RestartPolicyNameEnum {
+        if self.mounts.is_empty() {
+            RestartPolicyNameEnum::UNLESS_STOPPED
+        } else {
+            RestartPolicyNameEnum::NO
+        }
+    }
+
     /// The Engine's create request for machine `name` (UID `uid`).
     pub fn container(&self, name: &str, uid: &str) -> ContainerCreateBody {
         let mut labels: HashMap<String, String> = self
@@ -626,6 +859,7 @@ impl Plan {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         labels.extend(self.scope.labels(name, uid));
+        labels.insert(LABEL_RECORDS.to_owned(), "volumes".to_owned());
         let some = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
         ContainerCreateBody {
             hostname: Some(name.to_owned()),
@@ -636,8 +870,14 @@ impl Plan {
             labels: Some(labels),
             stop_timeout: Some(i64::from(self.stop_grace)),
             host_config: Some(HostConfig {
-                nano_cpus: self.nano_cpus,
-                memory: self.memory,
+                nano_cpus: Some(self.nano_cpus),
+                memory: Some(self.memory),
+                // The same as `memory`: no swap on top of it.
+                memory_swap: Some(self.memory),
+                pids_limit: Some(self.pids),
+                cap_drop: Some(vec!["ALL".to_owned()]),
+                cap_add: Some(CAPABILITIES.iter().map(|c| (*c).to_owned()).collect()),
+                security_opt: Some(SECURITY_OPTIONS.iter().map(|o| (*o).to_owned()).collect()),
                 privileged: Some(self.privileged),
                 network_mode: self.network.clone(),
                 mounts: (!self.mounts.is_empty()).then(|| {
@@ -652,10 +892,8 @@ impl Plan {
                         })
                         .collect()
                 }),
-                // A machine comes back after the Engine restarts, as a VM after its host reboots,
-                // but stays down once DeleteMachine has stopped it.
                 restart_policy: Some(RestartPolicy {
-                    name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
+                    name: Some(self.restart_policy()),
                     maximum_retry_count: None,
                 }),
                 ..HostConfig::default()
@@ -761,8 +999,11 @@ pub mod schema {
 
     use super::{
         CLUSTER_TAG, MAX_ARG_CHARS, MAX_ENV_VALUE_CHARS, MAX_LABEL_VALUE_CHARS, MAX_MACHINE_NAME,
-        MAX_SCOPE_NAME, MAX_STOP_GRACE, MAX_UID_LEN, PROVIDER_ID_PREFIX, RESERVED_LABEL_PREFIX,
+        MAX_PIDS, MAX_SCOPE_NAME, MAX_STOP_GRACE, MAX_UID_LEN, MIN_PIDS, PROVIDER_ID_PREFIX,
         ROLE_TAG, SECRET_DOCKER_HOST, SECRET_USER_DATA, STATE_DIR,
+    };
+    use super::{
+        MAX_INFO_CHARS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS, RESERVED_LABEL_PREFIXES,
     };
     use domain::orchestrator::{BASE_PATH_PATTERN, DOCKER_HOST_PATTERN};
 
@@ -860,6 +1101,7 @@ pub mod schema {
                 "network": {"type": "string"},
                 "cpus": {"type": ["number", "null"]},
                 "memory": {"type": ["string", "null"]},
+                "pids": {"type": ["integer", "null"]},
                 "privileged": {"type": "boolean", "description": "Needs BERTH_DOCKER_ALLOW_PRIVILEGED (else 412)"},
                 "mounts": {"type": "array", "items": mount},
                 "tags": tags(),
@@ -897,13 +1139,35 @@ pub mod schema {
                 "type": "string",
                 "maxLength": 317,
                 "pattern": domain::schema::LABEL_KEY,
-                "not": {"pattern": format!("^{}", RESERVED_LABEL_PREFIX.replace('.', "\\."))}
+                "not": {"pattern": format!(
+                    "^({})",
+                    RESERVED_LABEL_PREFIXES
+                        .iter()
+                        .map(|p| p.replace('.', "\\."))
+                        .collect::<Vec<_>>()
+                        .join("|")
+                )}
             },
             "additionalProperties": text(MAX_LABEL_VALUE_CHARS, NO_CONTROL)
         });
         p["network"] = json!({"type": "string", "maxLength": 128, "pattern": NETWORK, "not": {"const": "host"}});
+        for info in ["apiVersion", "kind"] {
+            p[info] = text(MAX_INFO_CHARS, NO_CONTROL);
+        }
+        p["tags"]["maxProperties"] = json!(MAX_TAGS);
+        p["tags"]["additionalProperties"] = text(MAX_TAG_VALUE_CHARS, NO_CONTROL);
+        p["tags"]["propertyNames"]["maxLength"] = json!(MAX_TAG_KEY_CHARS);
+        p["tags"]["propertyNames"]["minLength"] = json!(1);
+        p["tags"]["propertyNames"]["pattern"] = json!(NO_CONTROL);
         p["cpus"] = json!({"type": ["number", "null"], "minimum": 0.01, "maximum": 1024});
-        p["memory"] = json!({"type": ["string", "null"], "pattern": MEMORY});
+        p["memory"] = json!({"type": ["string", "null"], "pattern": MEMORY, "description": "At most BERTH_DOCKER_MEMORY (default 512Mi, else 412), which is also the limit when none is given"});
+        p["cpus"]["description"] = json!(
+            "At most BERTH_DOCKER_CPUS (default 1, else 412), which is also the limit when none is given"
+        );
+        p["pids"] = json!({"type": ["integer", "null"], "minimum": MIN_PIDS, "maximum": MAX_PIDS, "description": "The most processes; at most BERTH_DOCKER_PIDS (default 256, else 412), which is also the limit when none is given"});
+        p["network"]["description"] = json!(
+            "A network BERTH_DOCKER_NETWORKS allows (default: bridge, the Engine's default, which a class naming none joins; else 412)"
+        );
         p["mounts"] = json!({
             "type": "array",
             "maxItems": 32,
@@ -1018,7 +1282,7 @@ pub mod schema {
 mod tests {
     use super::*;
     use domain::Code;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn spec(extra: serde_json::Value) -> serde_json::Value {
         let mut base = json!({
@@ -1065,6 +1329,163 @@ mod tests {
         assert_eq!(host.privileged, Some(false));
         assert!(host.mounts.is_none());
         assert!(body.entrypoint.is_none() && body.cmd.is_none());
+        // A class that names no limits gets the operator's ceilings, and never the Engine's
+        // defaults: every capability dropped but a few, no new privileges, no swap.
+        assert_eq!(host.memory, Some(512 << 20));
+        assert_eq!(host.memory_swap, Some(512 << 20));
+        assert_eq!(host.nano_cpus, Some(1_000_000_000));
+        assert_eq!(host.pids_limit, Some(256));
+        assert_eq!(host.cap_drop.unwrap(), ["ALL"]);
+        let caps = host.cap_add.unwrap();
+        assert!(
+            !caps.iter().any(|c| c == "NET_RAW" || c == "MKNOD"),
+            "{caps:?}"
+        );
+        assert_eq!(host.security_opt.unwrap(), ["no-new-privileges:true"]);
+        assert_eq!(host.network_mode, None);
+        assert_eq!(labels[LABEL_RECORDS], "volumes");
+    }
+
+    #[test]
+    fn a_class_may_lower_the_operators_ceilings_never_raise_them() {
+        let settings = Settings::default();
+        let p = |extra: Value| {
+            ProviderSpec::decode(&spec(extra))
+                .unwrap()
+                .plan(&settings, false)
+        };
+        let low = p(json!({"cpus": 0.25, "memory": "64Mi", "pids": 32})).unwrap();
+        assert_eq!(
+            (low.nano_cpus, low.memory, low.pids),
+            (250_000_000, 64 << 20, 32)
+        );
+        for (extra, want) in [
+            (
+                json!({"cpus": 2}),
+                "machineClass.providerSpec.cpus: must be at most 1, the operator's ceiling (BERTH_DOCKER_CPUS)",
+            ),
+            (
+                json!({"memory": "513Mi"}),
+                "machineClass.providerSpec.memory: must be at most 512Mi, the operator's ceiling (BERTH_DOCKER_MEMORY)",
+            ),
+            (
+                json!({"pids": 257}),
+                "machineClass.providerSpec.pids: must be at most 256, the operator's ceiling (BERTH_DOCKER_PIDS)",
+            ),
+            (
+                json!({"network": "kind"}),
+                "machineClass.providerSpec.network: \"kind\" is not a network the operator allows machines to join (BERTH_DOCKER_NETWORKS: bridge)",
+            ),
+        ] {
+            let e = p(extra.clone()).unwrap_err();
+            assert_eq!(e.code, Code::FailedPrecondition, "{extra}");
+            assert_eq!(e.message, want, "{extra}");
+        }
+        let e = p(json!({"pids": 2})).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
+        assert!(e.message.contains("pids: must be between 8 and"), "{e:?}");
+        // Raised by the operator, the class may ask for more; without `bridge` on the list, a class
+        // naming no network is refused too.
+        let raised = Settings {
+            nano_cpus: 4_000_000_000,
+            memory: 2 << 30,
+            pids: 1024,
+            networks: ["kind".to_owned()].into(),
+            ..Settings::default()
+        };
+        let p = |extra: Value| {
+            ProviderSpec::decode(&spec(extra))
+                .unwrap()
+                .plan(&raised, false)
+        };
+        let high = p(json!({"cpus": 2, "memory": "1Gi", "pids": 1000, "network": "kind"})).unwrap();
+        assert_eq!(
+            (high.nano_cpus, high.memory, high.pids),
+            (2_000_000_000, 1 << 30, 1000)
+        );
+        let e = p(json!({})).unwrap_err();
+        assert!(e.message.contains("\"bridge\" is not a network"), "{e:?}");
+    }
+
+    #[test]
+    fn every_free_string_has_a_bound_and_a_huge_one_is_a_400_naming_field_and_bound() {
+        let huge = "x".repeat(100_000);
+        let huge_path = format!("/{huge}");
+        for (extra, field, bound) in [
+            (json!({"image": huge}), "image", "image reference"),
+            (json!({"pull": huge}), "pull", "Never or IfNotPresent"),
+            (json!({"command": [huge]}), "command[0]", "4096"),
+            (json!({"args": [huge]}), "args[0]", "4096"),
+            (json!({"env": {"A": huge}}), "env[A]", "32768"),
+            (json!({"env": {huge.clone(): "v"}}), "env", "256"),
+            (json!({"labels": {"a": huge}}), "labels[a]", "1024"),
+            (json!({"labels": {huge.clone(): "v"}}), "labels", "317"),
+            (json!({"network": huge}), "network", "128"),
+            (json!({"memory": huge}), "memory", "32"),
+            (json!({"apiVersion": huge}), "apiVersion", "256"),
+            (json!({"kind": huge}), "kind", "256"),
+            (json!({"bootstrap": huge}), "bootstrap", "none or exec"),
+            (
+                json!({"mounts": [{"hostPath": huge_path, "containerPath": "/d"}]}),
+                "mounts[0].hostPath",
+                "4096",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/d", "containerPath": huge}]}),
+                "mounts[0].containerPath",
+                "4096",
+            ),
+        ] {
+            let mut raw = spec(json!({}));
+            for (k, v) in extra.as_object().unwrap() {
+                raw[k] = v.clone();
+            }
+            let e = ProviderSpec::decode(&raw)
+                .unwrap()
+                .plan(&Settings::default(), false)
+                .unwrap_err();
+            assert_eq!(
+                e.code,
+                Code::InvalidArgument,
+                "{field}: {}",
+                &e.message[..200.min(e.message.len())]
+            );
+            assert!(
+                e.message
+                    .contains(&format!("machineClass.providerSpec.{field}: ")),
+                "{field}: {}",
+                &e.message[..200.min(e.message.len())]
+            );
+            assert!(e.message.contains(bound), "{field}: {}", e.message);
+            assert!(
+                e.message.len() < 2000,
+                "{field}: the answer echoes the value"
+            );
+        }
+        // Tags: a huge value, or a huge key, of a tag besides the scope's.
+        let mut raw = spec(json!({}));
+        raw["tags"]["note"] = json!(huge);
+        let e = ProviderSpec::decode(&raw)
+            .unwrap()
+            .plan(&Settings::default(), false)
+            .unwrap_err();
+        assert!(
+            e.message
+                .contains("machineClass.providerSpec.tags[note]: must be at most 1024"),
+            "{e:?}"
+        );
+        let mut raw = spec(json!({}));
+        raw["tags"][huge.as_str()] = json!("1");
+        let e = ProviderSpec::decode(&raw)
+            .unwrap()
+            .plan(&Settings::default(), false)
+            .unwrap_err();
+        assert!(
+            e.message
+                .contains("machineClass.providerSpec.tags: a key must be 1 to 317"),
+            "{e:?}"
+        );
+        assert!(e.message.len() < 2000);
     }
 
     #[test]
@@ -1074,12 +1495,14 @@ mod tests {
         let settings = Settings {
             mount_roots: vec![root.clone()],
             allow_privileged: true,
+            nano_cpus: 2_000_000_000,
+            networks: ["kind".to_owned()].into(),
             ..Settings::default()
         };
         let p = ProviderSpec::decode(&spec(json!({
             "command": ["/sbin/init"], "args": ["--log", "x"],
             "env": {"A_B": "1"}, "labels": {"team": "infra"}, "network": "kind",
-            "cpus": 1.5, "memory": "512Mi", "privileged": true,
+            "cpus": 1.5, "memory": "512Mi", "pids": 100, "privileged": true,
             "mounts": [{"hostPath": format!("{root}/x"), "containerPath": "/data/", "readOnly": true}],
             "bootstrap": "exec", "stopGracePeriodSeconds": 2, "pull": "IfNotPresent"
         })))
@@ -1095,6 +1518,7 @@ mod tests {
         let host = body.host_config.unwrap();
         assert_eq!(host.nano_cpus, Some(1_500_000_000));
         assert_eq!(host.memory, Some(512 << 20));
+        assert_eq!(host.pids_limit, Some(100));
         assert_eq!(host.privileged, Some(true));
         assert_eq!(host.network_mode.as_deref(), Some("kind"));
         let m = &host.mounts.unwrap()[0];
@@ -1143,6 +1567,10 @@ mod tests {
             (
                 json!({"labels": {"berth.io/machine": "x"}}),
                 "machineClass.providerSpec.labels[berth.io/machine]: keys under berth.io/ are the driver's own",
+            ),
+            (
+                json!({"labels": {"com.docker.compose.project": "x"}}),
+                "machineClass.providerSpec.labels[com.docker.compose.project]: keys under com.docker. are reserved",
             ),
             (
                 json!({"labels": {"a b": "x"}}),

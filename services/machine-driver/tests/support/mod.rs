@@ -1,4 +1,4 @@
-//! What the Docker provider's tests and benchmark share: the local Engine, the machine image they
+//! What the Docker provider's tests, its benchmark and the hostile-input suite share: the local Engine, the machine image they
 //! build from nothing a registry serves, and the sweep that removes a run's containers.
 //!
 //! The image: `tests/fixtures/machine.rs` compiled with `rustc` into a static binary, imported as a
@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use bollard::Docker as Engine;
 use bollard::query_parameters::{
-    CreateImageOptions, ListContainersOptions, RemoveContainerOptions,
+    CreateImageOptions, ListContainersOptions, RemoveContainerOptions, RemoveVolumeOptions,
 };
 use futures::StreamExt as _;
 use machine_driver::docker::archive;
+use machine_driver::docker::spec::{Record, bootstrap_record};
 use sha2::Digest as _;
 
 /// The machine program's source; the image tag is derived from it.
@@ -37,7 +38,11 @@ pub(crate) async fn local_engine() -> Option<Engine> {
 
 /// Compiles the machine program into a static binary (no libc needed in the image).
 fn compile_machine(tag: &str) -> Vec<u8> {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    // Tests and benches have a scratch directory of Cargo's; the hostile-input suite (a binary that
+    // shares this module) uses the system's.
+    let dir = option_env!("CARGO_TARGET_TMPDIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
     let source = dir.join(format!("berth-machine-{tag}-{}.rs", std::process::id()));
     let binary = dir.join(format!("berth-machine-{tag}-{}", std::process::id()));
     std::fs::write(&source, MACHINE_SOURCE).unwrap();
@@ -153,6 +158,16 @@ impl Drop for Sweep {
                             }),
                         )
                         .await;
+                    // The driver's bootstrap records of the container (DeleteMachine removes
+                    // them; a test that fails before it does leaves them).
+                    for record in [Record::Started, Record::Exited] {
+                        let _ = engine
+                            .remove_volume(
+                                &bootstrap_record(&id, record),
+                                None::<RemoveVolumeOptions>,
+                            )
+                            .await;
+                    }
                 }
             });
         })
