@@ -237,7 +237,10 @@ fn apply(conn: &Connection, cmd: &Command, rv: &mut i64) -> Result<Outcome, Fail
             ..
         } => {
             // Checked here, on the one writer, in the insert's transaction: concurrent adds in one
-            // namespace are counted one after another, so none squeezes past the quota.
+            // namespace are counted one after another, so none squeezes past the quota. The count is
+            // a range of the key index, linear in the namespace's volumes (about 4 ms at 10,000 in
+            // one namespace, as the orchestrator's capacity sum below); a volume-count quota bounds
+            // that itself, and with no quota set nothing is read.
             if *quota != NamespaceQuota::default() {
                 let (count, bytes): (i64, i64) = conn
                     .prepare_cached(
