@@ -434,6 +434,9 @@ pub struct TokenStore {
     modified: Mutex<Option<Stamp>>,
     /// Whether a token's use was recorded since the last-used file was last written.
     used: AtomicBool,
+    /// Whether writing the last-used file has failed and been logged: a tokens file mounted read-only
+    /// (a Kubernetes Secret) is a set-up, not an incident, and is said once.
+    last_used_failed: AtomicBool,
 }
 
 /// How often at most a token's last use is recorded: `berth token list` says when a token was last
@@ -524,6 +527,7 @@ impl TokenStore {
             entries: ArcSwap::new(entries),
             modified: Mutex::new(modified),
             used: AtomicBool::new(false),
+            last_used_failed: AtomicBool::new(false),
         })
     }
 
@@ -595,8 +599,14 @@ impl TokenStore {
             .iter()
             .map(|(name, at)| format!("{name} {}\n", at.to_rfc3339_opts(SecondsFormat::Secs, true)))
             .collect();
-        if let Err(e) = replace_file(&path, &text) {
-            tracing::warn!(path = %path.display(), error = %e, "the tokens' last-used file could not be written; trying again on the next use");
+        match replace_file(&path, &text) {
+            Ok(()) => self.last_used_failed.store(false, Ordering::Relaxed),
+            Err(e) if !self.last_used_failed.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(path = %path.display(), error = %e, "the tokens' last-used file cannot be written (is the tokens file's directory read-only?); `berth token list` will not show last use. Tried again on later uses, logged again once it has worked");
+            }
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "the tokens' last-used file still cannot be written");
+            }
         }
     }
 
@@ -991,5 +1001,17 @@ mod tests {
             ["b"],
             "a revoked token's last use goes with it"
         );
+
+        // A last-used file that cannot be written (as under a read-only mount; a directory in its
+        // place, since tests may run as root): said once, and calls are served all the same.
+        let path = dir.path().join("other-tokens");
+        std::fs::write(&path, tokens_file_line("c", "gamma", &[Scope::Admin])).unwrap();
+        std::fs::create_dir(last_used_file(&path)).unwrap();
+        let store = TokenStore::load(&path).unwrap();
+        assert!(store.authenticate("gamma", |_| ()).is_some());
+        store.flush_last_used();
+        assert!(store.last_used_failed.load(Ordering::Relaxed));
+        assert!(store.authenticate("gamma", |_| ()).is_some());
+        assert!(read_last_used(&path).is_empty());
     }
 }
