@@ -135,7 +135,7 @@ BERTH_EMULATOR_KEY_SECRET=$(banner 'emulator access key secret')
 export BERTH_EMULATOR_KEY_ID BERTH_EMULATOR_KEY_SECRET
 internal_token=$(cat "$work/internal-token")
 # A token that may only read volumes: the flows' 403.
-BERTH_NARROW_TOKEN=$("$berth" token create --scopes volumes:read --name python-narrow \
+BERTH_NARROW_TOKEN=$("$berth" token create --scopes volumes:read --cluster-wide --name python-narrow \
   --data-dir "$data" -o json | "$py" -c 'import json, sys; print(json.load(sys.stdin)["token"])')
 export BERTH_NARROW_TOKEN
 "$py" tests/python/harness.py accepted "$gateway_url" "$BERTH_NARROW_TOKEN"

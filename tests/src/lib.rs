@@ -40,6 +40,22 @@ pub const TOKENS: [(&str, &[Scope]); 8] = [
     ("tok-nothing", &[]),
 ];
 
+/// Tokens scoped to one namespace each: (token, namespace). The token's name is its text without
+/// `tok-`; each may read and write machines, volumes and orchestrators, but only in its namespace
+/// (and, orchestrators being cluster-wide, may only read those).
+pub const TENANT_TOKENS: [(&str, &str); 2] =
+    [("tok-tenant-a", "tenant-a"), ("tok-tenant-b", "tenant-b")];
+
+/// The scopes of every [`TENANT_TOKENS`] token.
+pub const TENANT_SCOPES: [Scope; 6] = [
+    Scope::MachinesRead,
+    Scope::MachinesWrite,
+    Scope::VolumesRead,
+    Scope::VolumesWrite,
+    Scope::OrchestratorsRead,
+    Scope::OrchestratorsWrite,
+];
+
 /// The token that holds exactly `scope`.
 pub fn token_for(scope: Scope) -> &'static str {
     TOKENS
@@ -89,6 +105,16 @@ impl Stack {
                     tokens_file_line(name, token, scopes)
                 }
             })
+            .collect();
+        let tokens: Vec<String> = tokens
+            .into_iter()
+            .chain(TENANT_TOKENS.iter().map(|(token, namespace)| {
+                let name = token.trim_start_matches("tok-");
+                format!(
+                    "{} namespaces={namespace}",
+                    tokens_file_line(name, token, &TENANT_SCOPES)
+                )
+            }))
             .collect();
         let tokens_file = data.path().join("tokens");
         std::fs::write(&tokens_file, tokens.join("\n")).expect("tokens file");

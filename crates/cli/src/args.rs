@@ -358,18 +358,36 @@ pub enum GetCommand {
 pub enum TokenCommand {
     /// Make a new token: print it once, with the line for the gateway's tokens file.
     ///
-    /// With --data-dir (or --tokens-file) the line is also added to the file, which a running
-    /// gateway picks up within a second: the way back in when the admin token is lost.
+    /// A token acts in the namespaces --namespaces names, or in every namespace with --cluster-wide
+    /// (admin tokens always do); one of the two is required unless the scopes include admin, so no
+    /// token is cluster-wide by accident. With --data-dir (or --tokens-file) the line is also added
+    /// to the file, which a running gateway picks up within a second: the way back in when the
+    /// admin token is lost. Names are unique in a file.
     #[command(group(ArgGroup::new("grant").required(true).args(["scopes", "admin"])))]
     Create {
+        /// The token's name, for people, logs and `token revoke` (default: `admin` with --admin,
+        /// else `token`, or the first of `admin-2`, `admin-3`, … free in the file).
+        #[arg(conflicts_with = "name")]
+        token_name: Option<String>,
         /// Comma-separated scopes: machines:read, machines:write, volumes:read, volumes:write,
         /// orchestrators:read, orchestrators:write, admin.
         #[arg(long, value_delimiter = ',')]
         scopes: Vec<String>,
-        /// The `admin` scope: everything (the same as `--scopes admin`).
+        /// The `admin` scope: everything, in every namespace (the same as `--scopes admin`).
         #[arg(long)]
         admin: bool,
-        /// A name for the token in logs (default: `admin` with --admin, else `token`).
+        /// The namespaces the token may see and act in, comma-separated (`team-a,team-b`); `*` is
+        /// every namespace, as --cluster-wide.
+        #[arg(long, conflicts_with = "cluster_wide")]
+        namespaces: Option<String>,
+        /// The token may see and act in every namespace.
+        #[arg(long)]
+        cluster_wide: bool,
+        /// When the token stops being accepted: a time from now (`90m`, `12h`, `30d`, `8w`) or an
+        /// RFC 3339 time (`2026-12-31T00:00:00Z`). Default: never.
+        #[arg(long)]
+        expires: Option<String>,
+        /// The same as the positional name.
         #[arg(long)]
         name: Option<String>,
         /// Add the token to `<DATA_DIR>/tokens`, the file `berth up --data-dir DATA_DIR` serves.
@@ -381,6 +399,32 @@ pub enum TokenCommand {
         /// How to print the result.
         #[command(flatten)]
         format: Format,
+    },
+    /// The tokens in a tokens file: name, scopes, namespaces, created, last used, expiry. Never a
+    /// token or its hash.
+    #[command(visible_alias = "ls")]
+    List {
+        /// The tokens file is `<DATA_DIR>/tokens`, as `berth up --data-dir DATA_DIR` serves it.
+        #[arg(long, conflicts_with = "tokens_file")]
+        data_dir: Option<PathBuf>,
+        /// This tokens file (a gateway's BERTH_TOKENS_FILE).
+        #[arg(long)]
+        tokens_file: Option<PathBuf>,
+        /// How to print the result.
+        #[command(flatten)]
+        format: Format,
+    },
+    /// Remove a token from a tokens file; a running gateway refuses it within a second.
+    #[command(visible_alias = "rm")]
+    Revoke {
+        /// The token's name.
+        name: String,
+        /// The tokens file is `<DATA_DIR>/tokens`, as `berth up --data-dir DATA_DIR` serves it.
+        #[arg(long, conflicts_with = "tokens_file")]
+        data_dir: Option<PathBuf>,
+        /// This tokens file (a gateway's BERTH_TOKENS_FILE).
+        #[arg(long)]
+        tokens_file: Option<PathBuf>,
     },
 }
 

@@ -319,6 +319,8 @@ fn tokens_and_completions_work_offline() {
             "create",
             "--scopes",
             "volumes:read,volumes:write",
+            "--namespaces",
+            "ci",
             "--name",
             "ci",
             "-o",
@@ -330,7 +332,8 @@ fn tokens_and_completions_work_offline() {
     let token = v["token"].as_str().unwrap();
     let line = v["tokensFileLine"].as_str().unwrap();
     assert!(
-        line.starts_with("ci sha256:") && line.ends_with(" volumes:read,volumes:write"),
+        line.starts_with("ci sha256:")
+            && line.contains(" volumes:read,volumes:write namespaces=ci created="),
         "{line}"
     );
     assert!(!line.contains(token), "the file line holds only the hash");
@@ -338,7 +341,7 @@ fn tokens_and_completions_work_offline() {
     let out = berth_with(
         "http://127.0.0.1:9",
         None,
-        &["token", "create", "--scopes", "root"],
+        &["token", "create", "--scopes", "root", "--cluster-wide"],
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("unknown scope"), "{}", stderr(&out));
@@ -629,4 +632,137 @@ fn an_answer_from_something_else_says_it_is_not_berth() {
     let out = berth_with("ftp://example", Some("t"), &["volume", "list"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("http://"), "{}", stderr(&out));
+}
+
+/// Issue 30, point 6: a token lifecycle a team needs, driven through the built binary.
+#[test]
+fn tokens_are_made_in_namespaces_listed_without_secrets_unique_by_name_and_revoked() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens");
+    let file_arg = file.to_str().unwrap();
+    let berth = |args: &[&str]| berth_with("http://127.0.0.1:9", None, args);
+    let create = |args: &[&str]| {
+        let mut all = vec!["token", "create", "--tokens-file", file_arg, "-o", "json"];
+        all.extend_from_slice(args);
+        berth(&all)
+    };
+
+    // A non-admin token must say where it acts: no token is cluster-wide by accident.
+    let out = create(&["ci", "--scopes", "volumes:write"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--cluster-wide"), "{}", stderr(&out));
+    assert!(!file.exists(), "nothing written");
+    for (args, says) in [
+        (
+            &["x", "--admin", "--namespaces", "a"][..],
+            "an admin token acts in every namespace",
+        ),
+        (
+            &["x", "--scopes", "volumes:read", "--namespaces", "Team A"],
+            "--namespaces:",
+        ),
+        (
+            &[
+                "x",
+                "--scopes",
+                "volumes:read",
+                "--cluster-wide",
+                "--expires",
+                "yesterday",
+            ],
+            "--expires:",
+        ),
+        (
+            &["a=b", "--scopes", "volumes:read", "--cluster-wide"],
+            "name:",
+        ),
+    ] {
+        let out = create(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+
+    let out = create(&[
+        "ci",
+        "--scopes",
+        "volumes:read,volumes:write",
+        "--namespaces",
+        "team-b,team-a",
+        "--expires",
+        "30d",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let made: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(made["namespaces"], "team-a,team-b");
+    let ci_token = made["token"].as_str().unwrap().to_string();
+    let out = create(&["ops", "--scopes", "orchestrators:read", "--cluster-wide"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = create(&["--admin"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // Names are unique.
+    let out = create(&["ci", "--scopes", "volumes:read", "--namespaces", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("\"ci\" is in the tokens file already"),
+        "{}",
+        stderr(&out)
+    );
+
+    let out = berth(&["token", "list", "--tokens-file", file_arg, "-o", "json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let list: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let items = list["items"].as_array().unwrap();
+    let names: Vec<&str> = items.iter().map(|i| i["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["ci", "ops", "admin"]);
+    assert_eq!(items[0]["namespaces"], "team-a,team-b");
+    assert_eq!(
+        items[0]["scopes"],
+        serde_json::json!(["volumes:read", "volumes:write"])
+    );
+    assert!(items[0]["created"].is_string() && items[0]["expires"].is_string());
+    assert_eq!(items[0]["lastUsed"], serde_json::Value::Null);
+    assert_eq!(items[1]["namespaces"], "*");
+    assert_eq!(items[2]["namespaces"], "*");
+    assert_eq!(items[2]["expires"], serde_json::Value::Null);
+    let table = stdout(&berth(&["token", "list", "--tokens-file", file_arg]));
+    assert!(
+        table.starts_with("NAME") && table.contains("LAST-USED") && table.contains("team-a,team-b"),
+        "{table}"
+    );
+    for listed in [&text, &table] {
+        assert!(
+            !listed.contains("sha256") && !listed.contains(&ci_token),
+            "{listed}"
+        );
+    }
+    // What the gateway recorded of the tokens' use shows, never anything else of the file.
+    std::fs::write(
+        dir.path().join("tokens.last-used"),
+        "ci 2026-01-02T03:04:05Z\n",
+    )
+    .unwrap();
+    let out = berth(&["token", "list", "--tokens-file", file_arg, "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(list["items"][0]["lastUsed"], "2026-01-02T03:04:05Z");
+
+    let out = berth(&["token", "revoke", "ci", "--tokens-file", file_arg]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = berth(&["token", "revoke", "ci", "--tokens-file", file_arg]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no token is named \"ci\""),
+        "{}",
+        stderr(&out)
+    );
+    let out = berth(&["token", "list", "--tokens-file", file_arg, "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(list["items"].as_array().unwrap().len(), 2);
+    // The gateway reads what the CLI wrote: the other tokens stand, the revoked one is gone.
+    let store = gateway::auth::TokenStore::load(&file).unwrap();
+    assert!(store.authenticate(&ci_token, |_| ()).is_none());
+    // Its name is free again.
+    let out = create(&["ci", "--scopes", "volumes:read", "--namespaces", "team-a"]);
+    assert!(out.status.success(), "{}", stderr(&out));
 }

@@ -150,14 +150,16 @@ fn a_failed_start_leaves_no_token_and_a_lost_one_is_replaced_from_the_data_dir()
     assert!(out.status.success(), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     let token = v["token"].as_str().unwrap().to_string();
+    // The name `admin` is the first start's token's: the new one takes the next free name.
+    assert_eq!(v["name"], "admin-2");
     assert!(
         v["tokensFileLine"]
             .as_str()
             .unwrap()
-            .starts_with("admin sha256:")
+            .starts_with("admin-2 sha256:")
     );
     let tokens = std::fs::read_to_string(stack.data.path().join("tokens")).unwrap();
-    assert_eq!(tokens.matches(" admin\n").count(), 2, "{tokens}");
+    assert_eq!(tokens.matches(" admin created=").count(), 2, "{tokens}");
     // The running gateway picks it up within a second or so.
     eventually(Duration::from_secs(10), || {
         berth_with(&stack.url, Some(&token), &["orchestrator", "list"])

@@ -1,6 +1,11 @@
 //! The gateway's shared state, and the checks a proxied call passes before it is forwarded: a token
-//! is presented, known, scoped for the route, and within its rate. Failed authentications are limited
-//! per caller address as well, so guessing tokens is slow.
+//! is presented, known and unexpired, within its rate, and scoped for the route. Failed
+//! authentications are limited per caller address as well, so guessing tokens is slow. A call
+//! refused for its scope still counts toward its token's rate: otherwise a token could probe routes
+//! it may not use as fast as the gateway answers.
+//!
+//! An admitted call carries its token's [`Forwarded`] identity (name and namespaces) in its
+//! extensions; the forwarder sets the services' headers from it and from nothing the caller sent.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -10,7 +15,7 @@ use axum::http::header;
 use domain::Code;
 use service_kit::ApiError;
 
-use crate::auth::{Remembered, TokenEntry, TokenStore};
+use crate::auth::{Forwarded, Remembered, TokenEntry, TokenStore};
 use crate::limits::{FailureLimiter, RateLimiter};
 use crate::openapi::OpenApiCache;
 use crate::proxy::{Forwarder, Upstream};
@@ -34,15 +39,16 @@ impl Gateway {
         &self.upstreams[id.index()]
     }
 
-    /// The token checks for a proxied call from `peer`, in order: present, known, scoped, within its
-    /// rate. `memory` is what its connection remembers of the last token it presented.
+    /// The token checks for a proxied call from `peer`, in order: present, known, within its rate,
+    /// scoped. `memory` is what its connection remembers of the last token it presented. What an
+    /// admitted call forwards as its caller's identity.
     pub(crate) fn admit(
         &self,
         request: &Request,
         route: RouteInfo,
         peer: IpAddr,
         memory: &mut Option<Remembered>,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Forwarded, ApiError> {
         let mut credentials = request.headers().get_all(header::AUTHORIZATION).iter();
         let first = credentials.next();
         // Two credentials: which one a component reads first is a guess the gateway does not make.
@@ -66,7 +72,7 @@ impl Gateway {
                 .unwrap_or_else(|| {
                     Err(ApiError::from_code(
                         Code::Unauthenticated,
-                        "the bearer token is not known",
+                        "the bearer token is not known, or has expired",
                     ))
                 }),
         };
@@ -90,13 +96,23 @@ impl Gateway {
         )
     }
 
-    /// The checks on a known token: scoped, within its rate.
+    /// The checks on a known token: within its rate (every call it makes counts, refused ones too),
+    /// scoped.
     fn authorize(
         &self,
         entry: &TokenEntry,
         request: &Request,
         route: RouteInfo,
-    ) -> Result<(), ApiError> {
+    ) -> Result<Forwarded, ApiError> {
+        if let Some(limiter) = &self.limiter
+            && let Err(wait) = limiter.check(entry.identity())
+        {
+            return Err(ApiError::from_code(
+                Code::ResourceExhausted,
+                format!("token {:?} is over its rate limit", entry.name),
+            )
+            .with_retry_after(wait));
+        }
         if !entry.allows(route.scope) {
             return Err(ApiError::from_code(
                 Code::PermissionDenied,
@@ -109,16 +125,7 @@ impl Gateway {
                 ),
             ));
         }
-        if let Some(limiter) = &self.limiter
-            && let Err(wait) = limiter.check(entry.identity())
-        {
-            return Err(ApiError::from_code(
-                Code::ResourceExhausted,
-                format!("token {:?} is over its rate limit", entry.name),
-            )
-            .with_retry_after(wait));
-        }
-        Ok(())
+        Ok(entry.forwarded().clone())
     }
 }
 

@@ -1,22 +1,37 @@
-//! Bearer tokens and their scopes.
+//! Bearer tokens: their scopes, their namespaces and their lifetimes.
 //!
 //! The tokens file (`BERTH_TOKENS_FILE`) holds only SHA-256 hashes, one token a line:
 //!
 //! ```text
-//! # name   hash                                                                     scopes
-//! admin    sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 admin
-//! ci       sha256:…                                                                 volumes:read,volumes:write
+//! # name   hash                                                                     scopes                     [fields]
+//! admin    sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 admin                      created=2026-01-02T03:04:05Z
+//! ci       sha256:…                                                                 volumes:read,volumes:write namespaces=team-a,team-b expires=2026-06-01T00:00:00Z
 //! ```
+//!
+//! After the three fields a line may carry `namespaces=` (`a,b`, or `*` for cluster-wide), `created=`
+//! and `expires=` (RFC 3339). A line without `namespaces=` (every line written before namespaces
+//! existed) is cluster-wide, as is one with the `admin` scope; an `admin` line that names namespaces
+//! does not parse, since admin is everything. An expired token is refused as an unknown one is. Names
+//! are unique: a later line with a name an earlier line holds grants nothing, and the log says so.
 //!
 //! A presented token is hashed and compared with every entry in constant time, so neither the file nor
 //! the timing of a refusal gives a token away. The file is re-read when it changes (a thread checks it
 //! once a second), so adding a token needs no restart.
+//!
+//! When each token was last used goes to a file beside it (`<tokens file>.last-used`, `<name>
+//! <RFC 3339>` a line), written by the same thread, at most once a minute per token: it holds no
+//! secret, and `berth token list` (another process) reads it.
 
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
+use axum::http::HeaderValue;
+use chrono::{DateTime, SecondsFormat, Utc};
+use service_kit::tenancy::Namespaces;
 
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -26,17 +41,49 @@ use crate::routes::Scope;
 /// One token's entry.
 #[derive(Debug, Clone)]
 pub struct TokenEntry {
-    /// A name for people and logs (never the token).
+    /// A name for people and logs (never the token); unique in a file.
     pub name: String,
     hash: [u8; 32],
     /// What it may do.
     pub scopes: Vec<Scope>,
+    /// Where it may act: every namespace for a line without `namespaces=` and for admin tokens.
+    pub namespaces: Namespaces,
+    /// When it was made, when the line says.
+    pub created: Option<DateTime<Utc>>,
+    /// When it stops being accepted, when the line says.
+    pub expires: Option<DateTime<Utc>>,
+    /// The line it came from, counted from 1.
+    pub line: usize,
+    /// The two headers the gateway sets from it on every forwarded call, made once.
+    forwarded: Forwarded,
+    /// The Unix second its use was last recorded (0: not since the file was read).
+    last_used: Arc<AtomicI64>,
+}
+
+/// The caller's identity as the services read it ([`service_kit::tenancy`]): the token's name and its
+/// namespaces, as header values made when the tokens file is read.
+#[derive(Debug, Clone)]
+pub struct Forwarded {
+    /// The value of `x-berth-token-name`.
+    pub name: HeaderValue,
+    /// The value of `x-berth-namespaces`.
+    pub namespaces: HeaderValue,
 }
 
 impl TokenEntry {
-    /// What tells this token from every other: its hash (two entries may share a name).
+    /// What tells this token from every other: its hash.
     pub fn identity(&self) -> &[u8; 32] {
         &self.hash
+    }
+
+    /// The headers the services get for this token's calls.
+    pub fn forwarded(&self) -> &Forwarded {
+        &self.forwarded
+    }
+
+    /// Whether the token has expired at `now`.
+    pub fn expired_at(&self, now: DateTime<Utc>) -> bool {
+        self.expires.is_some_and(|at| now >= at)
     }
 
     /// Whether this token may act with `scope` (`admin` may do everything).
@@ -62,9 +109,40 @@ pub fn tokens_file_line(name: &str, token: &str, scopes: &[Scope]) -> String {
     )
 }
 
+/// What a tokens-file line says besides the name, the hash and the scopes.
+#[derive(Debug, Clone, Default)]
+pub struct LineFields {
+    /// `namespaces=`; `None` writes none (cluster-wide, as admin tokens are).
+    pub namespaces: Option<Namespaces>,
+    /// `created=`.
+    pub created: Option<DateTime<Utc>>,
+    /// `expires=`.
+    pub expires: Option<DateTime<Utc>>,
+}
+
+/// The tokens-file line for a new token, with its namespaces and lifetime.
+pub fn tokens_file_line_with(
+    name: &str,
+    token: &str,
+    scopes: &[Scope],
+    fields: &LineFields,
+) -> String {
+    let mut line = tokens_file_line(name, token, scopes);
+    if let Some(namespaces) = &fields.namespaces {
+        line.push_str(&format!(" namespaces={namespaces}"));
+    }
+    let stamp = |t: &DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Secs, true);
+    if let Some(created) = &fields.created {
+        line.push_str(&format!(" created={}", stamp(created)));
+    }
+    if let Some(expires) = &fields.expires {
+        line.push_str(&format!(" expires={}", stamp(expires)));
+    }
+    line
+}
+
 /// The first line of a tokens file Berth creates.
-pub const TOKENS_FILE_HEADER: &str =
-    "# Berth gateway tokens: <name> sha256:<hash> <scopes>. Add lines with `berth token create`.";
+pub const TOKENS_FILE_HEADER: &str = "# Berth gateway tokens: <name> sha256:<hash> <scopes> [namespaces=a,b|*] [created=RFC3339] [expires=RFC3339]. Add lines with `berth token create`.";
 
 /// A fresh random token: 32 bytes from the OS generator, hex-encoded, with a recognisable prefix.
 pub fn new_token() -> String {
@@ -124,7 +202,15 @@ pub fn ensure_admin_token(path: &Path) -> std::io::Result<Option<String>> {
         return Ok(None);
     }
     let token = new_token();
-    let line = tokens_file_line("admin", &token, &[Scope::Admin]);
+    let line = tokens_file_line_with(
+        "admin",
+        &token,
+        &[Scope::Admin],
+        &LineFields {
+            created: Some(Utc::now()),
+            ..LineFields::default()
+        },
+    );
     match create_tokens_file(path, &line) {
         Ok(()) => Ok(Some(token)),
         // Another process made it between the check and the create: theirs stands.
@@ -155,6 +241,29 @@ pub enum TokenLineProblem {
     /// A scope no route knows.
     #[error("unknown scope {0:?}")]
     UnknownScope(String),
+    /// The name could not be a header value, so it could not be passed on.
+    #[error("the name must be at most 256 visible ASCII characters")]
+    Name,
+    /// A field after the scopes that is not `namespaces=`, `created=` or `expires=`, or one given twice.
+    #[error("unknown or repeated field {0:?}: expected namespaces=, created=, expires=")]
+    Field(String),
+    /// `namespaces=` that is not `*` nor a list of namespaces.
+    #[error("namespaces: {0}")]
+    Namespaces(String),
+    /// An admin token is cluster-wide.
+    #[error("an admin token is cluster-wide: give namespaces=* or none")]
+    AdminNamespaced,
+    /// A time that is not RFC 3339.
+    #[error("{0}: expected an RFC 3339 time such as 2026-01-02T03:04:05Z")]
+    Time(&'static str),
+    /// The name is taken by an earlier line; this one grants nothing.
+    #[error("the name {name:?} is taken by line {first}; this line grants nothing")]
+    Duplicate {
+        /// The name.
+        name: String,
+        /// The earlier line that holds it.
+        first: usize,
+    },
 }
 
 /// Why the tokens file cannot be used. The file holds hashes only, so no message carries a token.
@@ -182,41 +291,78 @@ pub enum TokensFileError {
 }
 
 /// Parses a tokens file; the error names the first line that does not parse and what is wrong with it.
+/// A line whose name an earlier line holds is left out (see [`ParsedTokens::duplicates`]).
 pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, TokenLineError> {
-    let (entries, mut malformed) = parse_token_lines(text);
-    if malformed.is_empty() {
-        Ok(entries)
+    let mut parsed = parse_token_lines(text);
+    if parsed.malformed.is_empty() {
+        Ok(parsed.entries)
     } else {
-        Err(malformed.swap_remove(0))
+        Err(parsed.malformed.swap_remove(0))
     }
 }
 
-/// Parses every line of a tokens file: the entries of the lines that parse, and why each other
-/// line does not.
-fn parse_token_lines(text: &str) -> (Vec<TokenEntry>, Vec<TokenLineError>) {
-    let mut entries = Vec::new();
-    let mut malformed = Vec::new();
+/// Every line of a tokens file, parsed.
+#[derive(Debug, Default)]
+pub struct ParsedTokens {
+    /// The lines that grant something, in file order.
+    pub entries: Vec<TokenEntry>,
+    /// The lines that do not parse, and why.
+    pub malformed: Vec<TokenLineError>,
+    /// The lines that parse but whose name an earlier line holds: they grant nothing.
+    pub duplicates: Vec<TokenLineError>,
+}
+
+/// Parses every line of a tokens file: the entries of the lines that parse and hold a name of their
+/// own, and why each other line grants nothing.
+pub fn parse_token_lines(text: &str) -> ParsedTokens {
+    let mut parsed = ParsedTokens::default();
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
         if line.is_empty() {
             continue;
         }
-        match parse_token_line(line) {
-            Ok(entry) => entries.push(entry),
-            Err(problem) => malformed.push(TokenLineError {
+        match parse_token_line(line, i + 1) {
+            Ok(entry) => match names.get(&entry.name) {
+                Some(&first) => parsed.duplicates.push(TokenLineError {
+                    line: i + 1,
+                    problem: TokenLineProblem::Duplicate {
+                        name: entry.name,
+                        first,
+                    },
+                }),
+                None => {
+                    names.insert(entry.name.clone(), i + 1);
+                    parsed.entries.push(entry);
+                }
+            },
+            Err(problem) => parsed.malformed.push(TokenLineError {
                 line: i + 1,
                 problem,
             }),
         }
     }
-    (entries, malformed)
+    parsed
 }
 
-fn parse_token_line(line: &str) -> Result<TokenEntry, TokenLineProblem> {
+/// Whether `name` may name a token: what a header value carries (it is passed on to the services),
+/// without `#` (a comment in the file) or `=`.
+pub fn valid_token_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'#' && b != b'=')
+}
+
+fn parse_token_line(line: &str, number: usize) -> Result<TokenEntry, TokenLineProblem> {
     let fields: Vec<&str> = line.split_whitespace().collect();
-    let [name, hash, scopes] = fields[..] else {
+    let [name, hash, scopes, rest @ ..] = &fields[..] else {
         return Err(TokenLineProblem::Shape);
     };
+    if !(name.len() <= 256 && name.bytes().all(|b| b.is_ascii_graphic())) {
+        return Err(TokenLineProblem::Name);
+    }
     let hash = hash
         .strip_prefix("sha256:")
         .and_then(|h| hex::decode(h).ok())
@@ -226,10 +372,54 @@ fn parse_token_line(line: &str) -> Result<TokenEntry, TokenLineProblem> {
         .split(',')
         .map(|s| Scope::parse(s).ok_or_else(|| TokenLineProblem::UnknownScope(s.to_string())))
         .collect::<Result<Vec<_>, _>>()?;
+    let mut namespaces = None;
+    let mut created = None;
+    let mut expires = None;
+    for field in rest {
+        let (key, value) = field
+            .split_once('=')
+            .ok_or_else(|| TokenLineProblem::Field(field.to_string()))?;
+        let time = |what: &'static str| {
+            DateTime::parse_from_rfc3339(value)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| TokenLineProblem::Time(what))
+        };
+        match key {
+            "namespaces" if namespaces.is_none() => {
+                let parsed = Namespaces::parse(value).map_err(TokenLineProblem::Namespaces)?;
+                if parsed == Namespaces::Only(Default::default()) {
+                    return Err(TokenLineProblem::Namespaces(
+                        "give at least one namespace, or *".into(),
+                    ));
+                }
+                namespaces = Some(parsed);
+            }
+            "created" if created.is_none() => created = Some(time("created")?),
+            "expires" if expires.is_none() => expires = Some(time("expires")?),
+            _ => return Err(TokenLineProblem::Field(key.to_string())),
+        }
+    }
+    let admin = scopes.contains(&Scope::Admin);
+    let namespaces = match namespaces {
+        Some(Namespaces::Only(_)) if admin => return Err(TokenLineProblem::AdminNamespaced),
+        Some(ns) => ns,
+        None => Namespaces::All,
+    };
+    let forwarded = Forwarded {
+        name: HeaderValue::from_str(name).map_err(|_| TokenLineProblem::Name)?,
+        namespaces: HeaderValue::from_str(&namespaces.header_value())
+            .map_err(|_| TokenLineProblem::Namespaces("not a header value".into()))?,
+    };
     Ok(TokenEntry {
         name: name.to_string(),
         hash,
         scopes,
+        namespaces,
+        created,
+        expires,
+        line: number,
+        forwarded,
+        last_used: Arc::default(),
     })
 }
 
@@ -242,6 +432,86 @@ pub struct TokenStore {
     entries: ArcSwap<Vec<TokenEntry>>,
     /// The file's stamp at the last load.
     modified: Mutex<Option<Stamp>>,
+    /// Whether a token's use was recorded since the last-used file was last written.
+    used: AtomicBool,
+    /// Whether writing the last-used file has failed and been logged: a tokens file mounted read-only
+    /// (a Kubernetes Secret) is a set-up, not an incident, and is said once.
+    last_used_failed: AtomicBool,
+}
+
+/// How often at most a token's last use is recorded: `berth token list` says when a token was last
+/// used to the minute, and no call pays for more.
+const LAST_USED_EVERY: i64 = 60;
+
+/// The file beside the tokens file at `tokens` that says when each token was last used.
+pub fn last_used_file(tokens: &Path) -> PathBuf {
+    let mut name = tokens.as_os_str().to_owned();
+    name.push(".last-used");
+    PathBuf::from(name)
+}
+
+/// When each token was last used, as the gateway serving the tokens file at `tokens` recorded it
+/// (to the minute); a token never used since the file was kept is absent.
+pub fn read_last_used(tokens: &Path) -> BTreeMap<String, DateTime<Utc>> {
+    let text = std::fs::read_to_string(last_used_file(tokens)).unwrap_or_default();
+    text.lines()
+        .filter_map(|line| {
+            let (name, at) = line.split_once(' ')?;
+            let at = DateTime::parse_from_rfc3339(at.trim()).ok()?;
+            Some((name.to_string(), at.with_timezone(&Utc)))
+        })
+        .collect()
+}
+
+/// Writes `text` to `path` whole: a temporary file beside it, synced, renamed over it (mode 0600).
+fn replace_file(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(format!(".tmp-{}", std::process::id()));
+    let temp = PathBuf::from(temp);
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&temp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // The rename is durable once the directory is synced; a failure here loses nothing now.
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+/// Removes the lines of the token named `name` from the tokens file at `path` (rewritten whole, so a
+/// reload sees the old file or the new); whether there was one. A running gateway refuses the token
+/// within a second.
+pub fn revoke_token(path: &Path, name: &str) -> std::io::Result<bool> {
+    let text = std::fs::read_to_string(path)?;
+    let mut kept = String::with_capacity(text.len());
+    let mut found = false;
+    for line in text.lines() {
+        let content = line.split('#').next().unwrap_or_default();
+        if content.split_whitespace().next() == Some(name) {
+            found = true;
+            continue;
+        }
+        kept.push_str(line);
+        kept.push('\n');
+    }
+    if found {
+        replace_file(path, &kept)?;
+    }
+    Ok(found)
 }
 
 /// How often the file is checked for changes.
@@ -256,6 +526,8 @@ impl TokenStore {
             path: path.to_path_buf(),
             entries: ArcSwap::new(entries),
             modified: Mutex::new(modified),
+            used: AtomicBool::new(false),
+            last_used_failed: AtomicBool::new(false),
         })
     }
 
@@ -270,7 +542,10 @@ impl TokenStore {
                 loop {
                     std::thread::sleep(RELOAD_CHECK);
                     match watched.upgrade() {
-                        Some(store) => store.reload_if_changed(),
+                        Some(store) => {
+                            store.reload_if_changed();
+                            store.flush_last_used();
+                        }
                         None => return,
                     }
                 }
@@ -280,10 +555,59 @@ impl TokenStore {
     }
 
     /// Calls `with` on the entry whose hash matches `token`, checking every entry in constant time;
-    /// `None` when no entry matches.
+    /// `None` when no entry matches or the one that does has expired.
     pub fn authenticate<R>(&self, token: &str, with: impl FnOnce(&TokenEntry) -> R) -> Option<R> {
         let entries = self.entries.load();
-        find(&entries, token).map(|index| with(&entries[index]))
+        let index = find(&entries, token)?;
+        self.accept(&entries[index]).then(|| with(&entries[index]))
+    }
+
+    /// Whether a matching entry is accepted now (not expired), recording its use when it is.
+    fn accept(&self, entry: &TokenEntry) -> bool {
+        let now = Utc::now();
+        if entry.expired_at(now) {
+            return false;
+        }
+        let second = now.timestamp();
+        let last = entry.last_used.load(Ordering::Relaxed);
+        if second >= last.saturating_add(LAST_USED_EVERY) {
+            entry.last_used.store(second, Ordering::Relaxed);
+            self.used.store(true, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Writes the last-used file if a use was recorded since it was last written: the recorded uses
+    /// merged into what it says (a later time wins), tokens no longer in the file left out.
+    pub fn flush_last_used(&self) {
+        if !self.used.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        let entries = self.entries.load();
+        let path = last_used_file(&self.path);
+        let mut times = read_last_used(&self.path);
+        let current: HashSet<&str> = entries.iter().map(|e| e.name.as_str()).collect();
+        times.retain(|name, _| current.contains(name.as_str()));
+        for entry in entries.iter() {
+            let second = entry.last_used.load(Ordering::Relaxed);
+            if let Some(at) = DateTime::from_timestamp(second, 0).filter(|_| second > 0) {
+                let known = times.entry(entry.name.clone()).or_insert(at);
+                *known = (*known).max(at);
+            }
+        }
+        let text: String = times
+            .iter()
+            .map(|(name, at)| format!("{name} {}\n", at.to_rfc3339_opts(SecondsFormat::Secs, true)))
+            .collect();
+        match replace_file(&path, &text) {
+            Ok(()) => self.last_used_failed.store(false, Ordering::Relaxed),
+            Err(e) if !self.last_used_failed.swap(true, Ordering::Relaxed) => {
+                tracing::warn!(path = %path.display(), error = %e, "the tokens' last-used file cannot be written (is the tokens file's directory read-only?); `berth token list` will not show last use. Tried again on later uses, logged again once it has worked");
+            }
+            Err(e) => {
+                tracing::debug!(path = %path.display(), error = %e, "the tokens' last-used file still cannot be written");
+            }
+        }
     }
 
     /// [`TokenStore::authenticate`] for a caller's connection that remembers the last token it
@@ -301,9 +625,13 @@ impl TokenStore {
             && Arc::ptr_eq(&known.entries, &entries)
             && same_token(&known.token, token.as_bytes())
         {
-            return Some(with(&known.entries[known.index]));
+            let entry = &known.entries[known.index];
+            return self.accept(entry).then(|| with(entry));
         }
         let index = find(&entries, token)?;
+        if !self.accept(&entries[index]) {
+            return None;
+        }
         let known = memory.insert(Remembered {
             token: token.as_bytes().into(),
             entries: arc_swap::Guard::into_inner(entries),
@@ -332,16 +660,16 @@ impl TokenStore {
                 return;
             }
         };
-        let (entries, malformed) = parse_token_lines(&text);
-        for e in &malformed {
+        let parsed = parse_token_lines(&text);
+        for e in parsed.malformed.iter().chain(&parsed.duplicates) {
             tracing::error!(path = %self.path.display(), error = %e, "tokens file: this line grants nothing until it is fixed");
         }
         tracing::info!(
-            count = entries.len(),
-            malformed = malformed.len(),
+            count = parsed.entries.len(),
+            malformed = parsed.malformed.len() + parsed.duplicates.len(),
             "tokens file reloaded"
         );
-        self.entries.store(Arc::new(entries));
+        self.entries.store(Arc::new(parsed.entries));
         *known = modified;
     }
 }
@@ -400,11 +728,18 @@ fn stamp(path: &Path) -> Option<Stamp> {
 fn read(path: &Path) -> Result<Loaded, TokensFileError> {
     match std::fs::read_to_string(path) {
         Ok(text) => {
-            let entries = parse_tokens(&text).map_err(|source| TokensFileError::Malformed {
-                path: path.to_path_buf(),
-                source,
-            })?;
-            Ok((Arc::new(entries), stamp(path)))
+            let mut parsed = parse_token_lines(&text);
+            if !parsed.malformed.is_empty() {
+                return Err(TokensFileError::Malformed {
+                    path: path.to_path_buf(),
+                    source: parsed.malformed.swap_remove(0),
+                });
+            }
+            // A name given twice is not worth refusing to start over: the first line stands.
+            for e in &parsed.duplicates {
+                tracing::error!(path = %path.display(), error = %e, "tokens file: this line grants nothing until it is fixed");
+            }
+            Ok((Arc::new(parsed.entries), stamp(path)))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((Arc::default(), None)),
         Err(source) => Err(TokensFileError::Unreadable {
@@ -532,5 +867,151 @@ mod tests {
                 .authenticate("alpha", |_| ())
                 .is_none()
         );
+    }
+
+    #[test]
+    fn fields_after_the_scopes_give_namespaces_and_a_lifetime() {
+        let hash = format!("sha256:{}", "0".repeat(64));
+        let entries = parse_tokens(&format!(
+            "old {hash} volumes:read\n\
+             team {hash} volumes:read namespaces=b,a created=2026-01-02T03:04:05Z expires=2026-02-01T00:00:00+01:00\n\
+             wide {hash} volumes:read namespaces=*\n\
+             root {hash} admin namespaces=*\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            entries[0].namespaces,
+            Namespaces::All,
+            "an old line is cluster-wide"
+        );
+        assert_eq!(entries[1].namespaces.to_string(), "a,b");
+        assert_eq!(entries[1].forwarded().namespaces, "a,b");
+        assert_eq!(entries[1].forwarded().name, "team");
+        let expires = entries[1].expires.unwrap();
+        assert_eq!(expires.to_rfc3339(), "2026-01-31T23:00:00+00:00");
+        assert!(entries[1].expired_at(expires));
+        assert!(!entries[1].expired_at(expires - chrono::Duration::seconds(1)));
+        assert!(entries[1].created.is_some());
+        assert_eq!(entries[2].namespaces, Namespaces::All);
+        assert_eq!(entries[3].forwarded().namespaces, "*");
+
+        for (fields, says) in [
+            ("namespaces=", "at least one"),
+            ("namespaces=Team", "namespaces:"),
+            ("namespaces=a namespaces=b", "repeated field"),
+            ("owner=me", "unknown or repeated field"),
+            ("expires=tomorrow", "expires: expected an RFC 3339"),
+            ("stray", "unknown or repeated field"),
+        ] {
+            let e = parse_tokens(&format!("t {hash} volumes:read {fields}")).unwrap_err();
+            assert!(e.to_string().contains(says), "{fields}: {e}");
+        }
+        let e = parse_tokens(&format!("t {hash} admin namespaces=a")).unwrap_err();
+        assert_eq!(e.problem, TokenLineProblem::AdminNamespaced);
+
+        let line = tokens_file_line_with(
+            "ci",
+            "tok",
+            &[Scope::VolumesWrite],
+            &LineFields {
+                namespaces: Some(Namespaces::parse("y,x").unwrap()),
+                created: Some(expires),
+                expires: Some(expires),
+            },
+        );
+        assert!(line.ends_with(
+            " volumes:write namespaces=x,y created=2026-01-31T23:00:00Z expires=2026-01-31T23:00:00Z"
+        ));
+        assert_eq!(parse_tokens(&line).unwrap()[0].expires, Some(expires));
+    }
+
+    #[test]
+    fn a_name_given_twice_grants_nothing_to_the_later_line_and_the_first_stands() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(
+            &path,
+            format!(
+                "{}\n{}\n{}\n",
+                tokens_file_line("a", "first", &[Scope::VolumesRead]),
+                tokens_file_line("a", "second", &[Scope::Admin]),
+                tokens_file_line("b", "third", &[Scope::Admin]),
+            ),
+        )
+        .unwrap();
+        let parsed = parse_token_lines(&std::fs::read_to_string(&path).unwrap());
+        assert_eq!(parsed.entries.len(), 2);
+        assert_eq!(
+            parsed.duplicates[0].to_string(),
+            "line 2: the name \"a\" is taken by line 1; this line grants nothing"
+        );
+        // Not a reason to refuse to start: the first line stands, the later one is refused.
+        let store = TokenStore::load(&path).unwrap();
+        assert!(store.authenticate("first", |_| ()).is_some());
+        assert!(store.authenticate("second", |_| ()).is_none());
+        assert!(store.authenticate("third", |_| ()).is_some());
+    }
+
+    #[test]
+    fn uses_are_recorded_beside_the_file_and_revoking_removes_the_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(
+            &path,
+            format!(
+                "# header\n{}\n{}\n",
+                tokens_file_line("a", "alpha", &[Scope::VolumesRead]),
+                tokens_file_line("b", "beta", &[Scope::VolumesRead]),
+            ),
+        )
+        .unwrap();
+        let store = TokenStore::load(&path).unwrap();
+        store.flush_last_used();
+        assert!(
+            !last_used_file(&path).exists(),
+            "nothing used, nothing written"
+        );
+        let before = Utc::now().timestamp();
+        let mut memory = None;
+        for _ in 0..3 {
+            store
+                .authenticate_remembering("alpha", &mut memory, |_| ())
+                .unwrap();
+        }
+        store.flush_last_used();
+        let used = read_last_used(&path);
+        assert_eq!(used.keys().collect::<Vec<_>>(), ["a"]);
+        assert!(used["a"].timestamp() >= before);
+        let text = std::fs::read_to_string(last_used_file(&path)).unwrap();
+        assert!(
+            !text.contains("alpha") && !text.contains("sha256"),
+            "{text}"
+        );
+
+        assert!(revoke_token(&path, "a").unwrap());
+        assert!(!revoke_token(&path, "a").unwrap(), "already gone");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with("# header\nb sha256:"), "{text}");
+        store.reload_if_changed();
+        assert!(store.authenticate("alpha", |_| ()).is_none());
+        assert!(store.authenticate("beta", |_| ()).is_some());
+        store.flush_last_used();
+        assert_eq!(
+            read_last_used(&path).keys().collect::<Vec<_>>(),
+            ["b"],
+            "a revoked token's last use goes with it"
+        );
+
+        // A last-used file that cannot be written (as under a read-only mount; a directory in its
+        // place, since tests may run as root): said once, and calls are served all the same.
+        let path = dir.path().join("other-tokens");
+        std::fs::write(&path, tokens_file_line("c", "gamma", &[Scope::Admin])).unwrap();
+        std::fs::create_dir(last_used_file(&path)).unwrap();
+        let store = TokenStore::load(&path).unwrap();
+        assert!(store.authenticate("gamma", |_| ()).is_some());
+        store.flush_last_used();
+        assert!(store.last_used_failed.load(Ordering::Relaxed));
+        assert!(store.authenticate("gamma", |_| ()).is_some());
+        assert!(read_last_used(&path).is_empty());
     }
 }

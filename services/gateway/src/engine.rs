@@ -455,13 +455,16 @@ impl Worker {
                     let pool = &self.pools[route.upstream.index()];
                     self.shared
                         .stack
-                        .handle(request, route.template, |request| async move {
+                        .handle(request, route.template, |mut request| async move {
                             let admitted = {
                                 let mut memory = caller.token.lock().expect("token memory lock");
                                 gateway.admit(&request, route, peer.ip(), &mut memory)
                             };
-                            if let Err(refusal) = admitted {
-                                return refusal.into_response();
+                            match admitted {
+                                Ok(identity) => {
+                                    request.extensions_mut().insert(identity);
+                                }
+                                Err(refusal) => return refusal.into_response(),
                             }
                             // The connection's timer is taken for the call and put back after
                             // it; its calls come one at a time, so nobody waits for it.

@@ -8,8 +8,10 @@
 //! # Layout
 //! - [`routes`]: which upstream and which scope a request needs, by exact method and path template;
 //!   paths with dot-segments or encoded slashes are refused before routing.
-//! - [`auth`]: the tokens file (SHA-256 hashes and scopes) and constant-time authentication.
-//! - `admission`: the gateway's shared state and the checks on a proxied call (token, scope, rate).
+//! - [`auth`]: the tokens file (SHA-256 hashes, scopes, namespaces, lifetimes; names unique; revoking;
+//!   the last-used file beside it) and constant-time authentication.
+//! - `admission`: the gateway's shared state and the checks on a proxied call (token, rate, scope),
+//!   and the caller's identity (`x-berth-token-name`, `x-berth-namespaces`) it forwards.
 //! - `limits`: the per-token and per-address rate limiters (governor) and the per-upstream circuit
 //!   breaker.
 //! - `engine`: the thread-per-core server that carries proxied calls, with its connection cap.

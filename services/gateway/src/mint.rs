@@ -11,18 +11,26 @@ use std::path::PathBuf;
 
 use service_kit::Env;
 
-use crate::auth::{append_token_line, new_token, tokens_file_line};
+use service_kit::tenancy::Namespaces;
+
+use crate::auth::{
+    LineFields, append_token_line, new_token, parse_token_lines, tokens_file_line_with,
+    valid_token_name,
+};
 use crate::routes::Scope;
 
 /// The subcommand's usage, printed by `--help` and after a usage error.
 pub const USAGE: &str = "\
-Usage: gateway token create [--admin] [--scopes SCOPE,...] [--name NAME]
+Usage: gateway token create [--admin] [--scopes SCOPE,...] [--namespaces NS,... | --cluster-wide]
+                            [--name NAME]
 
 Adds a new token to the tokens file this gateway serves (BERTH_TOKENS_FILE, default
 <BERTH_DATA_DIR>/tokens) and prints it once on stdout; a running gateway accepts it within a second.
 Scopes: machines:read, machines:write, volumes:read, volumes:write, orchestrators:read,
-orchestrators:write, admin. --admin adds the admin scope. The name (default `admin` with --admin,
-else `token`) is for people and logs.
+orchestrators:write, admin. --admin adds the admin scope. A token without admin acts only in the
+namespaces --namespaces names, or in every one with --cluster-wide: one of the two is required. The
+name (default `admin` with --admin, else `token`, or the first of NAME-2, NAME-3, ... free) is for
+people and logs, unique in the file.
 ";
 
 /// Why `gateway token create` did nothing.
@@ -47,8 +55,11 @@ pub enum MintError {
 /// What the command line asked for.
 #[derive(Debug, PartialEq, Eq)]
 struct Request {
-    name: String,
+    /// `None`: the first default name free in the file.
+    name: Option<String>,
     scopes: Vec<Scope>,
+    /// `None` for an admin token that said nothing (cluster-wide).
+    namespaces: Option<Namespaces>,
 }
 
 fn parse(args: &[String]) -> Result<Option<Request>, MintError> {
@@ -63,6 +74,7 @@ fn parse(args: &[String]) -> Result<Option<Request>, MintError> {
     let mut admin = false;
     let mut scopes = Vec::new();
     let mut name = None;
+    let mut namespaces = None;
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) => (f, Some(v.to_string())),
@@ -84,6 +96,15 @@ fn parse(args: &[String]) -> Result<Option<Request>, MintError> {
                 }
             }
             "--name" => name = Some(value(flag)?),
+            "--namespaces" => {
+                let parsed = Namespaces::parse(&value(flag)?)
+                    .map_err(|rule| usage(format!("--namespaces: {rule}")))?;
+                if parsed == Namespaces::Only(Default::default()) {
+                    return Err(usage("--namespaces: give at least one namespace".into()));
+                }
+                namespaces = Some(parsed);
+            }
+            "--cluster-wide" if inline.is_none() => namespaces = Some(Namespaces::All),
             "-h" | "--help" => return Ok(None),
             _ => return Err(usage(format!("unknown argument {arg:?}"))),
         }
@@ -94,11 +115,32 @@ fn parse(args: &[String]) -> Result<Option<Request>, MintError> {
     if scopes.is_empty() {
         return Err(usage("give --admin or --scopes".into()));
     }
-    let name = name.unwrap_or_else(|| if admin { "admin" } else { "token" }.to_string());
-    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c == '#') {
-        return Err(usage("--name: must be one word, without `#`".into()));
+    let is_admin = scopes.contains(&Scope::Admin);
+    match (&namespaces, is_admin) {
+        (Some(Namespaces::Only(_)), true) => {
+            return Err(usage(
+                "--namespaces: an admin token acts in every namespace".into(),
+            ));
+        }
+        (None, false) => {
+            return Err(usage(
+                "give --namespaces NS,... (where the token may act) or --cluster-wide".into(),
+            ));
+        }
+        _ => {}
     }
-    Ok(Some(Request { name, scopes }))
+    if let Some(name) = &name
+        && !valid_token_name(name)
+    {
+        return Err(usage(
+            "--name: must be one word of visible ASCII, without `#` or `=`".into(),
+        ));
+    }
+    Ok(Some(Request {
+        name,
+        scopes,
+        namespaces,
+    }))
 }
 
 /// Runs `gateway token …` (`args` are the words after `token`): adds a token to the tokens file
@@ -121,8 +163,46 @@ pub fn run(args: &[String], env: &Env, out: &mut dyn Write) -> Result<bool, Mint
         .get(crate::env_vars::TOKENS_FILE)
         .map(PathBuf::from)
         .unwrap_or_else(|| service_kit::config::data_dir(env).join("tokens"));
+    let taken: Vec<String> = match std::fs::read_to_string(&path) {
+        Ok(text) => parse_token_lines(&text)
+            .entries
+            .into_iter()
+            .map(|e| e.name)
+            .collect(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(source) => return Err(MintError::Write { path, source }),
+    };
+    let name = match request.name {
+        Some(name) if taken.contains(&name) => {
+            return Err(MintError::Usage(format!(
+                "--name: a token named {name:?} is in {} already; choose another name",
+                path.display()
+            )));
+        }
+        Some(name) => name,
+        None => {
+            let base = if request.scopes.contains(&Scope::Admin) {
+                "admin"
+            } else {
+                "token"
+            };
+            std::iter::once(base.to_string())
+                .chain((2..).map(|n| format!("{base}-{n}")))
+                .find(|candidate| !taken.contains(candidate))
+                .expect("a free name")
+        }
+    };
     let token = new_token();
-    let line = tokens_file_line(&request.name, &token, &request.scopes);
+    let line = tokens_file_line_with(
+        &name,
+        &token,
+        &request.scopes,
+        &LineFields {
+            namespaces: request.namespaces,
+            created: Some(chrono::Utc::now()),
+            expires: None,
+        },
+    );
     append_token_line(&path, &line).map_err(|source| MintError::Write {
         path: path.clone(),
         source,
@@ -156,7 +236,7 @@ mod tests {
         let env = env.with("BERTH_TOKENS_FILE", file.display().to_string());
         let mut out = Vec::new();
         run(
-            &words("create --scopes volumes:read,volumes:write --name ci"),
+            &words("create --scopes volumes:read,volumes:write --namespaces b,a --name ci"),
             &env,
             &mut out,
         )
@@ -164,6 +244,30 @@ mod tests {
         let token = String::from_utf8(out).unwrap().trim().to_string();
         let store = TokenStore::load(&file).unwrap();
         assert!(store.authenticate(&token, |e| e.name == "ci").unwrap());
+        assert_eq!(
+            store.authenticate(&token, |e| e.namespaces.to_string()),
+            Some("a,b".to_string())
+        );
+        // The way back in: another admin token beside the first takes the next free name; a name
+        // that is taken is refused.
+        let mut out = Vec::new();
+        run(&words("create --admin"), &env, &mut out).unwrap();
+        let again = String::from_utf8(out).unwrap().trim().to_string();
+        let store = TokenStore::load(&file).unwrap();
+        assert_eq!(
+            store.authenticate(&again, |e| e.name.clone()),
+            Some("admin".to_string())
+        );
+        let mut out = Vec::new();
+        run(&words("create --admin"), &env, &mut out).unwrap();
+        let third = String::from_utf8(out).unwrap().trim().to_string();
+        let store = TokenStore::load(&file).unwrap();
+        assert_eq!(
+            store.authenticate(&third, |e| e.name.clone()),
+            Some("admin-2".to_string())
+        );
+        let e = run(&words("create --admin --name ci"), &env, &mut Vec::new()).unwrap_err();
+        assert!(e.to_string().contains("already"), "{e}");
     }
 
     #[test]
@@ -175,8 +279,15 @@ mod tests {
             ("delete", "unknown token command"),
             ("create", "--admin or --scopes"),
             ("create --scopes root", "unknown scope"),
+            ("create --scopes volumes:read", "--cluster-wide"),
+            ("create --admin --namespaces a", "every namespace"),
+            (
+                "create --scopes volumes:read --namespaces A",
+                "--namespaces:",
+            ),
             ("create --admin --name", "needs a value"),
             ("create --admin --name a#b", "one word"),
+            ("create --admin --name a=b", "one word"),
             ("create --admin --force", "unknown argument"),
         ] {
             let e = run(&words(args), &env, &mut Vec::new()).unwrap_err();

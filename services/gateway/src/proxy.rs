@@ -665,6 +665,9 @@ impl Forwarder {
                 // hyper's.
                 "host" | "authorization" | "x-forwarded-proto" | "x-forwarded-host" | "expect"
                 | "content-length" | "transfer-encoding" => {}
+                // The caller's identity is the gateway's to say (below), never the caller's.
+                service_kit::tenancy::TOKEN_NAME_HEADER
+                | service_kit::tenancy::NAMESPACES_HEADER => {}
                 "traceparent" | "tracestate" if !trace.is_empty() => {}
                 _ if is_hop_by_hop(name.as_str())
                     || listed.iter().any(|n| n.eq_ignore_ascii_case(name.as_str())) => {}
@@ -683,6 +686,10 @@ impl Forwarder {
         out.insert(header::HOST, upstream.host_header.clone());
         if let Some(authorization) = &self.internal_authorization {
             out.insert(header::AUTHORIZATION, authorization.clone());
+        }
+        if let Some(identity) = parts.extensions.get::<crate::auth::Forwarded>() {
+            out.insert(TOKEN_NAME, identity.name.clone());
+            out.insert(NAMESPACES, identity.namespaces.clone());
         }
         if let Some(ip) = client_ip {
             let joined = forwarded_for.get_or_insert_with(Vec::new);
@@ -713,6 +720,8 @@ impl Forwarder {
 }
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const TOKEN_NAME: HeaderName = HeaderName::from_static(service_kit::tenancy::TOKEN_NAME_HEADER);
+const NAMESPACES: HeaderName = HeaderName::from_static(service_kit::tenancy::NAMESPACES_HEADER);
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 

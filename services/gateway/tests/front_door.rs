@@ -483,10 +483,10 @@ async fn connection_named_headers_cannot_drop_the_request_id_and_hop_by_hop_ones
 
 #[tokio::test]
 async fn rate_limits_follow_the_token_not_its_name_and_failed_logins_are_limited_per_address() {
-    // Two tokens under one name.
+    // Two tokens alike in all but their secret and name.
     let twins = [
-        tokens_file_line("twin", "tok-twin-a", &[Scope::Admin]),
-        tokens_file_line("twin", "tok-twin-b", &[Scope::Admin]),
+        tokens_file_line("twin-a", "tok-twin-a", &[Scope::Admin]),
+        tokens_file_line("twin-b", "tok-twin-b", &[Scope::Admin]),
     ];
     let h = spawn_gateway_with(
         &[
@@ -505,11 +505,7 @@ async fn rate_limits_follow_the_token_not_its_name_and_failed_logins_are_limited
     };
     assert_eq!(status("tok-twin-a").await, 200);
     assert_eq!(status("tok-twin-a").await, 429);
-    assert_eq!(
-        status("tok-twin-b").await,
-        200,
-        "its own bucket despite the shared name"
-    );
+    assert_eq!(status("tok-twin-b").await, 200, "each token its own bucket");
     // Guessing: three 401s, then 429 with Retry-After for this address.
     for _ in 0..3 {
         assert_eq!(status("tok-guess").await, 401);
@@ -619,4 +615,126 @@ async fn an_upstream_slower_than_the_body_stall_limit_is_not_the_callers_408() {
         assert_eq!(status, 200, "{body}");
         assert!(body.contains("orchestrator-registry"), "{body}");
     }
+}
+
+fn line_with(name: &str, scopes: &[Scope], fields: &str) -> String {
+    format!(
+        "{} {fields}",
+        tokens_file_line(name, &format!("tok-{name}"), scopes)
+    )
+}
+
+#[tokio::test]
+async fn the_services_hear_the_tokens_name_and_namespaces_and_never_the_callers_copies() {
+    let h = spawn_gateway_with(
+        &[],
+        &[line_with(
+            "team",
+            &[Scope::VolumesRead],
+            "namespaces=team-b,team-a",
+        )],
+        None,
+    )
+    .await;
+    for (token, name, namespaces) in [
+        ("tok-team", "team", "team-a,team-b"),
+        // A line written before namespaces existed is cluster-wide, as is an admin token.
+        ("tok-reader", "reader", "*"),
+        ("tok-root", "root", "*"),
+    ] {
+        let answer = reqwest::Client::new()
+            .get(format!("{}/v1/volumes", h.url))
+            .bearer_auth(token)
+            .header("x-berth-namespaces", "*")
+            .header("x-berth-namespaces", "victim")
+            .header("x-berth-token-name", "root")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), 200, "{token}");
+        let seen = h.seen[2].lock().unwrap();
+        let (_, _, headers) = seen.last().unwrap();
+        let all = |header: &str| -> Vec<&str> {
+            headers
+                .get_all(header)
+                .iter()
+                .map(|v| v.to_str().unwrap())
+                .collect()
+        };
+        assert_eq!(all("x-berth-token-name"), [name], "{token}");
+        assert_eq!(all("x-berth-namespaces"), [namespaces], "{token}");
+        assert!(
+            !format!("{headers:?}").contains(token),
+            "the token never reaches a service"
+        );
+    }
+}
+
+#[tokio::test]
+async fn calls_refused_for_their_scope_count_toward_the_tokens_rate() {
+    let h = spawn_gateway_with(
+        &[
+            ("BERTH_RATE_LIMIT_RPS", "0.1"),
+            ("BERTH_RATE_LIMIT_BURST", "2"),
+        ],
+        &[],
+        None,
+    )
+    .await;
+    // volumes-only may read volumes, not write them: each refusal takes from its bucket.
+    for _ in 0..2 {
+        let refused = call(&h.url, "POST", "/v1/volumes", Some("tok-volumes-only")).await;
+        assert_eq!(refused.status(), 403);
+    }
+    let limited = call(&h.url, "POST", "/v1/volumes", Some("tok-volumes-only")).await;
+    assert_eq!(
+        limited.status(),
+        429,
+        "probing routes it may not use is limited"
+    );
+    assert!(limited.headers().contains_key("retry-after"));
+    let read = call(&h.url, "GET", "/v1/volumes", Some("tok-volumes-only")).await;
+    assert_eq!(read.status(), 429, "the same bucket as its allowed calls");
+    assert!(h.seen[2].lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_expired_token_and_a_second_line_under_a_taken_name_are_refused_as_unknown() {
+    let h = spawn_gateway_with(
+        &[],
+        &[
+            line_with(
+                "old",
+                &[Scope::Admin],
+                "created=2020-01-01T00:00:00Z expires=2020-02-01T00:00:00Z",
+            ),
+            line_with("later", &[Scope::Admin], "expires=2999-01-01T00:00:00Z"),
+            // The name `reader` is taken by an earlier line: this one grants nothing.
+            tokens_file_line("reader", "tok-impostor", &[Scope::Admin]),
+        ],
+        None,
+    )
+    .await;
+    let unknown = call(&h.url, "GET", "/v1/kinds", Some("tok-nobody")).await;
+    assert_eq!(unknown.status(), 401);
+    let unknown: serde_json::Value = unknown.json().await.unwrap();
+    for token in ["tok-old", "tok-impostor"] {
+        let answer = call(&h.url, "GET", "/v1/kinds", Some(token)).await;
+        assert_eq!(answer.status(), 401, "{token}");
+        let body: serde_json::Value = answer.json().await.unwrap();
+        assert_eq!(body["detail"], unknown["detail"], "{token}");
+    }
+    assert_eq!(
+        call(&h.url, "GET", "/v1/kinds", Some("tok-later"))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(
+        call(&h.url, "GET", "/v1/kinds", Some("tok-reader"))
+            .await
+            .status(),
+        200,
+        "the first line under the name stands"
+    );
 }

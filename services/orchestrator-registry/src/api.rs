@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 use service_kit::ApiError;
 use service_kit::error::Problem;
 use service_kit::extract::{Json, Path};
+use service_kit::tenancy::Caller;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -166,15 +167,19 @@ fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
         (status = 201, description = "Registered", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"), ("Location" = String, description = "The orchestrator's path, /v1/orchestrators/{name}"))),
         (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
         (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field", body = Problem),
+        (status = 403, description = "The caller's token is not cluster-wide: registering orchestrators is cluster-wide (code 7)", body = Problem),
         (status = 412, description = "If-Match did not hold; or a basePath outside BERTH_LOCAL_ROOTS or a host outside BERTH_DOCKER_ENDPOINTS, naming the field and the setting that would allow it (code 9)", body = Problem),
     )
 )]
 async fn register_orchestrator(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
     headers: HeaderMap,
     Json(body): Json<Value>,
 ) -> Result<Response, ApiError> {
+    caller.audit_object(name.as_str());
+    cluster_wide(&caller)?;
     valid_name(&name)?;
     // Every check of the request's shape (400) before what depends on this host's set-up (412): a
     // malformed If-Match is the caller's mistake whatever the body asks for.
@@ -373,6 +378,19 @@ async fn has_orchestrator(
     Ok((StatusCode::OK, [(header::ETAG, etag(&o))]).into_response())
 }
 
+/// Orchestrators serve every namespace, so only a cluster-wide caller may register or remove one;
+/// reads need only the gateway's scope.
+fn cluster_wide(caller: &Caller) -> Result<(), ApiError> {
+    if caller.namespaces.is_cluster_wide() {
+        Ok(())
+    } else {
+        Err(ApiError::from_code(
+            Code::PermissionDenied,
+            "registering orchestrators is cluster-wide: use a cluster-wide token",
+        ))
+    }
+}
+
 /// Deregisters an orchestrator; 200 whether or not it was registered, saying which.
 #[utoipa::path(
     delete,
@@ -382,12 +400,16 @@ async fn has_orchestrator(
     responses(
         (status = 200, description = "`deleted` says whether it was registered", body = DeleteResult),
         (status = 400, description = "Not a DNS-1123 label (code 3)", body = Problem),
+        (status = 403, description = "The caller's token is not cluster-wide: registering orchestrators is cluster-wide (code 7)", body = Problem),
     )
 )]
 async fn deregister_orchestrator(
     State(state): State<AppState>,
+    caller: Caller,
     Path(name): Path<String>,
 ) -> Result<Json<DeleteResult>, ApiError> {
+    caller.audit_object(name.as_str());
+    cluster_wide(&caller)?;
     valid_name(&name)?;
     let deleted = state.store.deregister(&name).await?;
     if deleted {

@@ -18,6 +18,7 @@ use serde_json::json;
 use service_kit::ApiError;
 use service_kit::error::Problem;
 use service_kit::extract::{Json, Path, Query};
+use service_kit::tenancy::Caller;
 use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -49,9 +50,9 @@ impl From<OpsError> for ApiError {
             OpsError::Store(StoreError::Exists(..)) => {
                 ApiError::from_code(Code::AlreadyExists, detail)
             }
-            OpsError::Store(StoreError::CapacityExhausted { .. }) => {
-                ApiError::from_code(Code::ResourceExhausted, detail)
-            }
+            OpsError::Store(
+                StoreError::CapacityExhausted { .. } | StoreError::QuotaExceeded { .. },
+            ) => ApiError::from_code(Code::ResourceExhausted, detail),
             OpsError::Store(StoreError::Closed) => {
                 ApiError::from_code(Code::Unavailable, "storage-ops is stopping")
             }
@@ -129,17 +130,30 @@ fn valid_key(namespace: &str, name: &str) -> Result<(), ApiError> {
         (status = 200, description = "It was there already with the same spec", body = Volume),
         (status = 400, description = "A field breaks a rule, or the body is not a JSON object (code 3), naming the field", body = Problem),
         (status = 409, description = "The name is taken by a volume with a different spec (code 6), saying which fields differ; or it is being deleted (code 10)", body = Problem),
+        (status = 403, description = "The caller's token may not act in the namespace named (code 7)", body = Problem),
         (status = 412, description = "The orchestrator named is not registered, its kind has no StorageOps, there is no default orchestrator, or the orchestrator points outside what this service's operator allows (BERTH_LOCAL_ROOTS, BERTH_DOCKER_ENDPOINTS) (code 9)", body = Problem),
-        (status = 429, description = "The orchestrator's capacity would be exceeded (code 8)", body = Problem),
+        (status = 429, description = "The orchestrator's capacity, or the namespace's quota (BERTH_QUOTA_VOLUMES, BERTH_QUOTA_VOLUME_BYTES), would be exceeded (code 8), naming which, the use and the limit", body = Problem),
         (status = 500, description = "The backend failed; the volume is kept as Failed with its message", body = Problem),
         (status = 503, description = "The registry or the backend is unavailable (code 14); Retry-After", body = Problem),
     )
 )]
 async fn add_storage(
     State(ops): State<Arc<Ops>>,
+    caller: Caller,
     Json(profile): Json<VolumeProvisionerProfile>,
 ) -> Result<Response, ApiError> {
     let spec = profile.validate()?;
+    caller.audit_object(format!("{}/{}", spec.namespace, spec.name));
+    // The caller named the namespace, so saying it may not act there tells it nothing new.
+    if !caller.allows(&spec.namespace) {
+        return Err(ApiError::from_code(
+            Code::PermissionDenied,
+            format!(
+                "namespace: the token may not act in namespace {:?}",
+                spec.namespace
+            ),
+        ));
+    }
     let (volume, created) = ops.add(spec).await?;
     if !created {
         return Ok((StatusCode::OK, Json(volume)).into_response());
@@ -160,7 +174,8 @@ async fn add_storage(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct ListQuery {
-    /// Only this namespace, a DNS-1123 label (every namespace when absent or empty).
+    /// Only this namespace, a DNS-1123 label (every namespace the caller's token may see when absent
+    /// or empty; one it may not see lists nothing).
     #[param(pattern = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length = 63)]
     namespace: Option<String>,
     /// A label selector (`app=db,tier in (a,b),!legacy`).
@@ -192,6 +207,7 @@ struct ListQuery {
 )]
 async fn list_storage(
     State(ops): State<Arc<Ops>>,
+    caller: Caller,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<VolumeList>, ApiError> {
     let namespace = q.namespace.filter(|n| !n.is_empty());
@@ -222,6 +238,7 @@ async fn list_storage(
     Ok(Json(
         ops.list(ListRequest {
             namespace,
+            visible: caller.namespaces,
             selector,
             limit,
             after,
@@ -247,10 +264,25 @@ async fn list_storage(
 )]
 async fn read_storage(
     State(ops): State<Arc<Ops>>,
+    caller: Caller,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Json<Volume>, ApiError> {
     valid_key(&namespace, &name)?;
+    visible(&caller, &namespace, &name)?;
     Ok(Json(ops.get(&namespace, &name).await?))
+}
+
+/// Another tenant's volume is answered as a missing one is, in the same words.
+fn visible(caller: &Caller, namespace: &str, name: &str) -> Result<(), ApiError> {
+    if caller.allows(namespace) {
+        Ok(())
+    } else {
+        Err(OpsError::NotFound {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+        .into())
+    }
 }
 
 /// DeleteStorage's query.
@@ -284,10 +316,12 @@ struct DeleteQuery {
 )]
 async fn delete_storage(
     State(ops): State<Arc<Ops>>,
+    caller: Caller,
     Path((namespace, name)): Path<(String, String)>,
     Query(q): Query<DeleteQuery>,
 ) -> Result<Json<DeleteResult>, ApiError> {
     valid_key(&namespace, &name)?;
+    caller.audit_object(format!("{namespace}/{name}"));
     let policy = match q.reclaim_policy.as_deref() {
         None | Some("") => None,
         Some("Delete") => Some(ReclaimPolicy::Delete),
@@ -300,6 +334,10 @@ async fn delete_storage(
             .into());
         }
     };
+    if !caller.allows(&namespace) {
+        // As for a volume that does not exist.
+        return Ok(Json(DeleteResult { deleted: false }));
+    }
     Ok(Json(ops.delete(namespace, name, policy).await?))
 }
 
@@ -321,9 +359,11 @@ async fn delete_storage(
 )]
 async fn volume_stats(
     State(ops): State<Arc<Ops>>,
+    caller: Caller,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Result<Json<VolumeStats>, ApiError> {
     valid_key(&namespace, &name)?;
+    visible(&caller, &namespace, &name)?;
     Ok(Json(ops.stats(&namespace, &name).await?))
 }
 
@@ -334,8 +374,20 @@ async fn volume_stats(
     tag = "volumes",
     responses(
         (status = 200, description = "The orphans (`items` is [] when none), the policy, and any backend that could not be scanned", body = OrphanList),
+        (status = 403, description = "The caller's token is not cluster-wide: orphans belong to no namespace (code 7)", body = Problem),
     )
 )]
-async fn list_orphans(State(ops): State<Arc<Ops>>) -> Json<OrphanList> {
-    Json(ops.orphans().await)
+async fn list_orphans(
+    State(ops): State<Arc<Ops>>,
+    caller: Caller,
+) -> Result<Json<OrphanList>, ApiError> {
+    // An orphan has no volume, so no namespace a token could be scoped to; what it names (uids,
+    // other tenants' names) is for a cluster-wide caller only.
+    if !caller.namespaces.is_cluster_wide() {
+        return Err(ApiError::from_code(
+            Code::PermissionDenied,
+            "listing orphans is cluster-wide: use a cluster-wide token",
+        ));
+    }
+    Ok(Json(ops.orphans().await))
 }

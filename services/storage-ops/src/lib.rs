@@ -37,7 +37,7 @@ pub mod ops;
 pub mod store;
 
 use crate::ops::{Ops, OrphanPolicy};
-use crate::store::Store;
+use crate::store::{NamespaceQuota, Store};
 
 /// The service's name in logs, metrics and traces.
 pub const NAME: &str = "storage-ops";
@@ -55,6 +55,8 @@ pub const VARS: &[&str] = &[
     env_vars::UPSTREAM_TIMEOUT,
     env_vars::RECONCILE_INTERVAL,
     env_vars::ORPHAN_POLICY,
+    env_vars::QUOTA_VOLUMES,
+    env_vars::QUOTA_VOLUME_BYTES,
     service_kit::config::vars::LOCAL_ROOTS,
     service_kit::config::vars::DOCKER_ENDPOINTS,
     service_kit::config::vars::LOCAL_BASE_PATH,
@@ -83,6 +85,11 @@ pub mod env_vars {
     pub const RECONCILE_INTERVAL: &str = "BERTH_RECONCILE_INTERVAL";
     /// `report` or `delete`: what the reconciler does with orphans.
     pub const ORPHAN_POLICY: &str = "BERTH_ORPHAN_POLICY";
+    /// The most volumes one namespace may hold (unset: no limit).
+    pub const QUOTA_VOLUMES: &str = "BERTH_QUOTA_VOLUMES";
+    /// The most capacity one namespace's volumes may sum to, a quantity such as `100Gi` (unset: no
+    /// limit).
+    pub const QUOTA_VOLUME_BYTES: &str = "BERTH_QUOTA_VOLUME_BYTES";
 }
 
 /// The registry when `BERTH_REGISTRY_URL` is unset.
@@ -121,6 +128,9 @@ pub struct Config {
     /// `DOCKER_HOST`), checked again here because the registry's registrations may be older than
     /// these, or the registry configured apart.
     pub limits: domain::orchestrator::OrchestratorLimits,
+    /// What one namespace's volumes may hold (`BERTH_QUOTA_VOLUMES`, `BERTH_QUOTA_VOLUME_BYTES`;
+    /// unset, no limit). An AddStorage past either is a 429 naming the quota.
+    pub quota: NamespaceQuota,
 }
 
 impl Config {
@@ -156,8 +166,19 @@ impl Config {
         }
         let orphan_policy = env.parse_or(env_vars::ORPHAN_POLICY, OrphanPolicy::Report)?;
         let limits = service_kit::config::orchestrator_limits(env)?;
+        let quota = NamespaceQuota {
+            volumes: match env.get(env_vars::QUOTA_VOLUMES) {
+                None => None,
+                Some(_) => Some(env.parse_or(env_vars::QUOTA_VOLUMES, 0u64)?),
+            },
+            bytes: match env.get(env_vars::QUOTA_VOLUME_BYTES) {
+                None => None,
+                Some(_) => Some(env.bytes_or(env_vars::QUOTA_VOLUME_BYTES, 0)?),
+            },
+        };
         Ok(Config {
             limits,
+            quota,
             service,
             registry_url,
             registry_timeout,
@@ -247,13 +268,15 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
             )
         })?;
     }
-    let store = Store::open(&config.service.db_path).await.map_err(|e| {
-        format!(
-            "cannot open the database {} ({e}); set {}",
-            config.service.db_path.display(),
-            env_vars::STORAGE_OPS_DB
-        )
-    })?;
+    let store = Store::open_with_quota(&config.service.db_path, config.quota)
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot open the database {} ({e}); set {}",
+                config.service.db_path.display(),
+                env_vars::STORAGE_OPS_DB
+            )
+        })?;
     let registry = client::registry::Client::new(ServiceClient::new(
         &config.registry_url,
         ClientOptions {

@@ -138,6 +138,25 @@ pub enum StoreError {
         /// Why it could not be synced.
         cause: Arc<std::io::Error>,
     },
+    /// The namespace's volumes would exceed an operator's quota (`BERTH_QUOTA_VOLUMES` or
+    /// `BERTH_QUOTA_VOLUME_BYTES`).
+    #[error(
+        "namespace {namespace:?} is at its quota {quota}={limit}: {used} {unit} in use, {asked} more asked"
+    )]
+    QuotaExceeded {
+        /// The setting that sets the quota.
+        quota: &'static str,
+        /// The namespace.
+        namespace: String,
+        /// Its quota.
+        limit: u64,
+        /// What its volumes hold now.
+        used: u64,
+        /// What the new volume adds.
+        asked: u64,
+        /// `volumes` or `bytes`.
+        unit: &'static str,
+    },
     /// The backend could not make the new row's object (no row is written).
     #[error("{0}")]
     Backend(crate::backend::BackendError),
@@ -158,6 +177,17 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+/// What one namespace's volumes may hold, set by the operator; `None` is unlimited. Every recorded
+/// volume counts (Failed and Deleting ones too, until they are gone), as for an orchestrator's
+/// capacity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NamespaceQuota {
+    /// Volumes per namespace (`BERTH_QUOTA_VOLUMES`).
+    pub volumes: Option<u64>,
+    /// Summed capacity per namespace, in bytes (`BERTH_QUOTA_VOLUME_BYTES`).
+    pub bytes: Option<u64>,
+}
+
 /// The store. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -169,6 +199,7 @@ struct Inner {
     writes: mpsc::Sender<Command>,
     instance: String,
     continue_key: Vec<u8>,
+    quota: NamespaceQuota,
 }
 
 /// The columns of `volumes`, in [`row_from`]'s order.
@@ -184,6 +215,14 @@ use columns;
 impl Store {
     /// Opens (creating if needed) the database at `path`, runs the migrations, starts the writer.
     pub async fn open(path: &Path) -> Result<Store, Box<dyn std::error::Error + Send + Sync>> {
+        Store::open_with_quota(path, NamespaceQuota::default()).await
+    }
+
+    /// [`Store::open`], with every insert held to `quota` in the same transaction as the insert.
+    pub async fn open_with_quota(
+        path: &Path,
+        quota: NamespaceQuota,
+    ) -> Result<Store, Box<dyn std::error::Error + Send + Sync>> {
         let owned = path.to_path_buf();
         // Opening and migrating touch the disk: not on an async thread.
         let opened = tokio::task::spawn_blocking(move || open_blocking(&owned)).await??;
@@ -195,6 +234,7 @@ impl Store {
                 writes,
                 instance: opened.instance,
                 continue_key: opened.continue_key,
+                quota,
             }),
         })
     }
@@ -225,7 +265,8 @@ impl Store {
     /// Inserts a new volume; [`StoreError::Exists`] when the key is taken, and
     /// [`StoreError::CapacityExhausted`] when `capacity_limit` is set and the orchestrator's volumes
     /// (in any phase) plus this one would exceed it (checked in the same transaction, so two concurrent
-    /// inserts cannot both squeeze in).
+    /// inserts cannot both squeeze in); [`StoreError::QuotaExceeded`] likewise for the namespace's
+    /// quota.
     pub async fn insert(
         &self,
         row: VolumeRow,
@@ -260,6 +301,7 @@ impl Store {
             .send(|reply| Command::Insert {
                 row: Box::new(row),
                 capacity_limit,
+                quota: self.inner.quota,
                 object,
                 reply,
             })

@@ -146,8 +146,9 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
             None
         }
         Some(401) => Some(
-            "the gateway did not accept the token from --token/BERTH_TOKEN; `berth up` prints an \
-             admin token on its first start, and `berth token create --admin --data-dir <dir>` \
+            "the gateway did not accept the token from --token/BERTH_TOKEN (unknown, revoked or \
+             expired: `berth token list` says which); `berth up` prints an admin token on its first \
+             start, and `berth token create --admin --data-dir <dir>` \
              adds a new one"
                 .into(),
         ),
@@ -155,7 +156,8 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
             "retry once the VM runs (`berth machine create --wait` returns when it does)".into(),
         ),
         Some(403) => Some(
-            "the token lacks the scope this needs; make one with `berth token create --scopes …`"
+            "the token lacks the scope this needs, or may not act in this namespace (or cluster-wide); \
+             make one with `berth token create --scopes … --namespaces …`"
                 .into(),
         ),
         Some(429 | 503) => {

@@ -231,3 +231,58 @@ async fn deregister_is_idempotent_and_says_whether_it_existed() {
     assert_eq!(second.body, json!({"deleted": false}));
     assert_eq!(app.get("short-lived").await.status, 404);
 }
+
+#[tokio::test]
+async fn registering_and_removing_orchestrators_needs_a_cluster_wide_caller_and_reads_do_not() {
+    use service_kit::tenancy::{NAMESPACES_HEADER, TOKEN_NAME_HEADER};
+    let app = spawn_app().await;
+    app.clear().await;
+    let body = json!({"kind": "nomad"});
+    assert_eq!(app.put("shared", body.clone()).await.status, 201);
+    let scoped = |request: reqwest::RequestBuilder| {
+        request
+            .header(TOKEN_NAME_HEADER, "team")
+            .header(NAMESPACES_HEADER, "team-a")
+    };
+    for request in [
+        app.http.put(app.item("mine")).json(&body),
+        app.http
+            .put(app.item("shared"))
+            .json(&json!({"kind": "nomad", "label": "taken"})),
+        app.http.delete(app.item("shared")),
+    ] {
+        let answer = app.send(scoped(request)).await;
+        assert_eq!(answer.status, 403, "{:?}", answer.body);
+        assert_eq!(answer.body["code"], 7, "PermissionDenied");
+        assert!(
+            answer
+                .detail()
+                .contains("registering orchestrators is cluster-wide"),
+            "{}",
+            answer.detail()
+        );
+    }
+    assert_eq!(app.get("mine").await.status, 404);
+    assert_eq!(app.get("shared").await.body["label"], "");
+    // Reads are open to a namespaced caller.
+    let read = app.send(scoped(app.http.get(app.item("shared")))).await;
+    assert_eq!(read.status, 200);
+    let list = app
+        .send(scoped(
+            app.http.get(format!("{}/v1/orchestrators", app.url)),
+        ))
+        .await;
+    assert_eq!(list.status, 200);
+    // A cluster-wide token (`*`) may, as may a call with no namespaces header (another service).
+    let wide = app
+        .send(
+            app.http
+                .delete(app.item("shared"))
+                .header(NAMESPACES_HEADER, "*"),
+        )
+        .await;
+    assert_eq!(
+        (wide.status.as_u16(), &wide.body),
+        (200, &json!({"deleted": true}))
+    );
+}

@@ -228,6 +228,7 @@ impl Ops {
                 let refused = matches!(
                     e,
                     StoreError::CapacityExhausted { .. }
+                        | StoreError::QuotaExceeded { .. }
                         | StoreError::Exists(..)
                         | StoreError::DirectorySync { .. }
                 );

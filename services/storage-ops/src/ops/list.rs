@@ -4,6 +4,7 @@
 use base64::Engine as _;
 use domain::{Code, Selector, Status, Volume, VolumeList, VolumePhase, VolumeStats};
 use hmac::{Hmac, Mac};
+use service_kit::tenancy::Namespaces;
 use sha2::Sha256;
 
 use super::{Ops, OpsError, to_volume};
@@ -16,10 +17,13 @@ pub const MAX_SCAN: usize = 10_000;
 const SELECTOR_CHUNK: u32 = 500;
 
 /// A ListStorage request, parsed.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ListRequest {
-    /// Only this namespace (all when absent).
+    /// Only this namespace (all the caller may see when absent).
     pub namespace: Option<String>,
+    /// The namespaces the caller may see: a volume elsewhere is not listed, and a page never starts
+    /// or ends in one (a `continue` token names its position).
+    pub visible: Namespaces,
     /// Only volumes whose labels match.
     pub selector: Option<Selector>,
     /// Page size.
@@ -108,6 +112,15 @@ impl Ops {
     /// ListStorage: one keyset page; with a selector, rounds of rows until the page is full, the
     /// table ends, or [`MAX_SCAN`] rows were examined.
     pub async fn list(&self, req: ListRequest) -> Result<VolumeList, OpsError> {
+        if let Some(ns) = &req.namespace
+            && !req.visible.allows(ns)
+        {
+            // Another tenant's namespace lists as an empty one does.
+            return Ok(VolumeList {
+                items: Vec::new(),
+                continue_token: None,
+            });
+        }
         let limit = req.limit.max(1) as usize;
         let mut after = req.after.clone();
         let mut items = Vec::new();
@@ -118,9 +131,9 @@ impl Ops {
                 Some(_) => SELECTOR_CHUNK,
             };
             let rows = self
-                .store
-                .page(
+                .page_visible(
                     req.namespace.as_deref(),
+                    &req.visible,
                     after.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
                     want,
                 )
@@ -156,6 +169,35 @@ impl Ops {
                 });
             }
         }
+    }
+
+    /// Up to `limit` volumes after `after` in (namespace, name) order, in `namespace` when given,
+    /// and only in namespaces `visible` allows: for a caller of some namespaces, a range of each in
+    /// turn, so no other namespace's row is read, nor its position put in a `continue` token.
+    async fn page_visible(
+        &self,
+        namespace: Option<&str>,
+        visible: &Namespaces,
+        after: Option<(&str, &str)>,
+        limit: u32,
+    ) -> Result<Vec<crate::store::VolumeRow>, OpsError> {
+        let set = match (namespace, visible) {
+            (Some(_), _) | (None, Namespaces::All) => {
+                return Ok(self.store.page(namespace, after, limit).await?);
+            }
+            (None, Namespaces::Only(set)) => set,
+        };
+        let mut rows = Vec::new();
+        let from = after.map(|(ns, _)| ns).unwrap_or_default();
+        for ns in set.range::<str, _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded))
+        {
+            let want = limit - rows.len() as u32;
+            if want == 0 {
+                break;
+            }
+            rows.extend(self.store.page(Some(ns), after, want).await?);
+        }
+        Ok(rows)
     }
 
     /// What a volume uses.

@@ -18,6 +18,7 @@
 //! - `reconcile`: the reconciler: failed volumes, retained objects, orphans, rows a crash left half-done.
 //! - `docker`: the Docker backend against a real Engine (skipped with a reason when none answers).
 //! - `crash`: the built binary killed mid-flight: no acknowledged change lost, no orphan left.
+//! - `tenancy`: callers scoped to namespaces, and the per-namespace quotas.
 
 mod add;
 mod crash;
@@ -29,3 +30,4 @@ mod read;
 mod reconcile;
 mod routes;
 mod support;
+mod tenancy;
