@@ -19,7 +19,7 @@ use domain::{Code, Status, names};
 use serde::{Deserialize, Deserializer};
 use sha2::{Digest as _, Sha256};
 
-use crate::provider::Violations;
+use crate::provider::{NAMESPACE_STAMP, Violations};
 
 /// Where the spec sits in a request body; every field error starts with it.
 const SPEC: &str = "machineClass.providerSpec";
@@ -34,8 +34,9 @@ pub const MACHINE_TAG: &str = "berth.io/machine";
 /// The tag Berth adds to every instance: the UID of the machine it was created for (empty for a
 /// machine without one). It decides who a machine name's VM belongs to when creates race.
 pub const OWNER_TAG: &str = "berth.io/machine-uid";
-/// ECS allows 20 tags on a resource; two are [`MACHINE_TAG`] and [`OWNER_TAG`].
-const MAX_SPEC_TAGS: usize = 18;
+/// ECS allows 20 tags on a resource; three are [`MACHINE_TAG`], [`OWNER_TAG`] and
+/// [`NAMESPACE_STAMP`].
+const MAX_SPEC_TAGS: usize = 17;
 /// The longest machine UID accepted: an ECS tag value's limit (Kubernetes UIDs have 36 characters).
 const MAX_UID_LEN: usize = 128;
 /// ECS's longest tag key and value, in characters.
@@ -375,7 +376,7 @@ impl ProviderSpec {
             v.add(
                 &format!("{SPEC}.tags"),
                 format!(
-                    "has {} tags; at most {MAX_SPEC_TAGS} are allowed (ECS takes 20 and Berth adds {MACHINE_TAG} and {OWNER_TAG})",
+                    "has {} tags; at most {MAX_SPEC_TAGS} are allowed (ECS takes 20 and Berth adds {MACHINE_TAG}, {OWNER_TAG} and {NAMESPACE_STAMP})",
                     tags.len()
                 ),
             );
@@ -394,6 +395,9 @@ impl ProviderSpec {
             }
             if k == OWNER_TAG {
                 v.add(&field, "is set by the driver to the machine's UID");
+            }
+            if k == NAMESPACE_STAMP {
+                v.add(&field, "is set by the driver to the machine's namespace");
             }
             if value.chars().count() > MAX_TAG_LEN {
                 v.add(&field, "a tag value must be at most 128 characters");
@@ -426,6 +430,7 @@ impl ProviderSpec {
         &self,
         machine_name: &str,
         owner: &Owner,
+        namespace: &str,
         user_data: Option<Vec<u8>>,
     ) -> RunInstances {
         let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
@@ -437,6 +442,7 @@ impl ProviderSpec {
             .collect();
         tags.push(Tag::new(MACHINE_TAG, machine_name));
         tags.push(Tag::new(OWNER_TAG, owner.tag_value()));
+        tags.push(Tag::new(NAMESPACE_STAMP, namespace));
         RunInstances {
             image_id: self.image_id.clone(),
             instance_type: self.instance_type.clone(),
@@ -837,7 +843,7 @@ pub mod schema {
 
     use super::{
         CLUSTER_TAG, EPHEMERAL_SSD, MACHINE_TAG, MAX_EPHEMERAL_SSD_GIB, MAX_SPEC_TAGS, MAX_TAG_LEN,
-        MAX_UID_LEN, MAX_USER_DATA_BASE64, OWNER_TAG, ROLE_TAG,
+        MAX_UID_LEN, MAX_USER_DATA_BASE64, NAMESPACE_STAMP, OWNER_TAG, ROLE_TAG,
     };
 
     /// A UID ([`super::Owner::of`]): ASCII letters, digits, `-`, `_` and `.`; and not starting with
@@ -913,7 +919,7 @@ pub mod schema {
         let tags = if for_create {
             json!({
                 "type": "object",
-                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch. At most 18 (ECS takes 20 and Berth adds two), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
+                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch. At most 17 (ECS takes 20 and Berth adds three), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
                 "maxProperties": MAX_SPEC_TAGS,
                 "propertyNames": {
                     "type": "string",
@@ -922,7 +928,7 @@ pub mod schema {
                     "allOf": [
                         {"not": {"pattern": "^aliyun"}},
                         {"not": {"pattern": "^acs:"}},
-                        {"not": {"enum": [MACHINE_TAG, OWNER_TAG]}}
+                        {"not": {"enum": [MACHINE_TAG, OWNER_TAG, NAMESPACE_STAMP]}}
                     ]
                 },
                 "additionalProperties": {"type": "string", "maxLength": MAX_TAG_LEN},
@@ -1356,7 +1362,7 @@ mod tests {
         let mut m = Machine::default();
         m.metadata.uid = "u-1".into();
         let owner = Owner::of(&m).unwrap();
-        let r = s.run_instances("m-1", &owner, Some(b"#!/bin/sh".to_vec()));
+        let r = s.run_instances("m-1", &owner, "team-a", Some(b"#!/bin/sh".to_vec()));
         let p = r.to_params("cn-shanghai", "tok");
         let get = |k: &str| p.get(k).map(str::to_owned);
         assert_eq!(get("InstanceName").as_deref(), Some("m-1"));
