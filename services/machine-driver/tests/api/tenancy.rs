@@ -303,3 +303,46 @@ async fn a_machine_created_and_deleted_seventy_times_can_be_created_again() {
     assert_eq!(app.create(&r).await.unwrap().provider_id, made.provider_id);
     assert_eq!(app.instances_named("m-phoenix").len(), 1);
 }
+
+/// Every mutating call is audited once, naming the token, its namespaces, the route, the machine
+/// (`namespace/name`) and the outcome; reads are not, and the token itself never appears.
+#[tokio::test]
+async fn each_mutating_call_writes_one_audit_line_naming_the_machine() {
+    let captured = crate::secrets::Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::INFO)
+        .with_writer(captured.clone())
+        .with_ansi(false)
+        .finish();
+    // Single-threaded runtime: the driver runs on this thread, under this subscriber.
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let app = spawn_app().await;
+    let body = in_namespace("m-audit", "team-a");
+    for route in ["create", "status", "initialize", "delete"] {
+        let (code, answer) = app
+            .as_tenant(&A, &format!("/v1/machines:{route}"), &body)
+            .await;
+        assert_eq!(code, 200, "{route}: {answer}");
+    }
+    // Another tenant's delete is audited too, as what it was: a call about a machine it cannot see.
+    app.as_tenant(&B, "/v1/machines:delete", &body).await;
+    let text = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let audit: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("berth::audit"))
+        .collect();
+    assert_eq!(audit.len(), 4, "{audit:#?}");
+    for (line, route) in audit
+        .iter()
+        .zip(["create", "initialize", "delete", "delete"])
+    {
+        assert!(
+            line.contains(&format!("route=POST /v1/machines:{route}")),
+            "{line}"
+        );
+        assert!(line.contains("object=team-a/m-audit"), "{line}");
+        assert!(line.contains("outcome=200"), "{line}");
+    }
+    assert!(audit[0].contains("token=ci-a") && audit[0].contains("namespaces=team-a"));
+    assert!(audit[3].contains("token=ci-b") && audit[3].contains("namespaces=team-b,team-c"));
+}
