@@ -6,7 +6,13 @@
 //!   `ClientToken` derived from the machine's UID, so no retry or lost answer can make a second VM.
 //!   It answers OK only for an instance that exists: when ECS answers the token with an instance
 //!   since released (the machine is created again with the same UID), it goes on to the next
-//!   token of the machine's deterministic series, which its retries walk alike.
+//!   token of the machine's deterministic series, which its retries walk alike. The series has no
+//!   end: a call that runs out of time walking it answers Unavailable, and the tokens found used up
+//!   are remembered, so the retry goes on from there.
+//! - Tenancy: every instance carries the machine's namespace ([`NAMESPACE_STAMP`]); an instance
+//!   stamped with another namespace than the request's is another tenant's, never found, adopted or
+//!   released for this request, and a name it holds is answered with a 409 that says only that the
+//!   name is taken.
 //! - One name is one VM, across driver replicas: every instance records the UID it was made for
 //!   (`berth.io/machine-uid`). When creates for one name race (different UIDs, or one without), each
 //!   creator looks again after RunInstances and every replica reaches the same verdict from the same
