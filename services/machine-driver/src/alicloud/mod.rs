@@ -304,11 +304,22 @@ impl Alicloud {
     ) -> Result<Prepared, Status> {
         let spec = ProviderSpec::decode(&class.provider_spec)?;
         let region = if for_create {
-            spec.validate_for_create(&self.regions)?
+            spec.validate_for_create(&self.regions)
         } else {
-            spec.validate_scope(&self.regions)?
+            spec.validate_scope(&self.regions)
         };
-        let credentials = spec::credentials(secret)?;
+        let credentials = spec::credentials(secret);
+        // A malformed request (400) is told so before what this driver's set-up refuses (412):
+        // the answer to a request depends on where it was sent only once it is well formed.
+        let (region, credentials) = match (region, credentials) {
+            (Err(refused), Err(malformed))
+                if refused.code != Code::InvalidArgument
+                    && malformed.code == Code::InvalidArgument =>
+            {
+                return Err(malformed);
+            }
+            (region, credentials) => (region?, credentials?),
+        };
         Ok(Prepared {
             spec,
             region,
@@ -865,8 +876,16 @@ impl Provider for Alicloud {
         let (name, owner) = spec::name_and_owner(&req.machine, true)?;
         let span = tracing::info_span!("alicloud.create_machine", machine = %name);
         async {
-            let p = self.prepare(&req.machine_class, &req.secret, true)?;
-            let user_data = spec::user_data(&req.secret)?;
+            let user_data = spec::user_data(&req.secret);
+            let p = match self.prepare(&req.machine_class, &req.secret, true) {
+                // The user data's shape (400) before what the set-up refuses (412).
+                Err(refused) if refused.code != Code::InvalidArgument => {
+                    user_data?;
+                    return Err(refused);
+                }
+                p => p?,
+            };
+            let user_data = user_data?;
             let deadline = self.deadline();
             let namespace = request_namespace(req);
             if let ByProviderId::Found(f) = self.by_provider_id(req, &p, deadline).await? {
