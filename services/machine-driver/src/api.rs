@@ -5,7 +5,9 @@
 //! `machine codes error: code = [..] message = [..]` string MCM parses, including the answers to
 //! bodies that do not decode.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use axum::extract::State;
@@ -22,16 +24,44 @@ use service_kit::ApiError;
 use service_kit::error::{PROBLEM_JSON, Problem};
 use service_kit::extract::Json;
 use service_kit::metrics::{Counter, DurationHistogram, Family};
+use service_kit::tenancy::Caller;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use crate::provider::{INITIALIZED_CONDITION, ProviderList, Providers};
+use crate::provider::{INITIALIZED_CONDITION, Provider, ProviderList, Providers};
 
 /// What the handlers share.
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The provider plugins, by name.
     pub providers: Providers,
+    /// The most machines one namespace may have (`BERTH_QUOTA_MACHINES`); `None`: no limit.
+    pub quota_machines: Option<u64>,
+    /// One lock per namespace that CreateMachine holds from counting the namespace's machines to
+    /// making the new one, so this process's creates cannot race past the quota together.
+    create_locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+impl AppState {
+    /// The handlers' state over these providers, with this machine quota.
+    pub fn new(providers: Providers, quota_machines: Option<u64>) -> Self {
+        AppState {
+            providers,
+            quota_machines,
+            create_locks: Arc::default(),
+        }
+    }
+
+    /// The create lock of `namespace`. Entries no create holds are dropped on the way, so the map
+    /// holds only namespaces with a create in flight.
+    fn create_lock(&self, namespace: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .create_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        locks.retain(|_, lock| Arc::strong_count(lock) > 1);
+        locks.entry(namespace.to_owned()).or_default().clone()
+    }
 }
 
 /// The API routes, with their OpenAPI descriptions.
@@ -84,6 +114,15 @@ fn document_requests(doc: &mut serde_json::Value) {
         if body != "list" {
             alicloud["properties"]["machine"] = alicloud::spec::schema::machine(create);
             docker["properties"]["machine"] = docker::spec::schema::machine(!create);
+            // The machine's namespace, which each provider stamps on what it makes ([`namespace_of`]).
+            for machine in [&mut alicloud, &mut docker] {
+                machine["properties"]["machine"]["properties"]["metadata"]["properties"]["namespace"] = json!({
+                    "type": "string",
+                    "pattern": domain::schema::DNS1123_LABEL_OR_EMPTY,
+                    "maxLength": domain::names::MAX_NAME_LEN,
+                    "description": "The machine's namespace (empty: default), a DNS-1123 label; a token scoped to namespaces sees only machines in them"
+                });
+            }
         }
         // Only the calls that write or run the user data read it.
         if body == "create" || body == "initialize" {
@@ -252,9 +291,65 @@ fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
         .map_err(|e| e.with_machine_codes_error())
 }
 
+/// The request's namespace (`machine.metadata.namespace`, empty read as `default`), checked: a
+/// namespace is a DNS-1123 label, as Kubernetes' are, since providers stamp it on what they make.
+fn namespace_of(req: &MachineRequest) -> Result<&str, ApiError> {
+    let namespace = req.machine.metadata.namespace.as_str();
+    if !namespace.is_empty() {
+        domain::names::validate_dns1123_label("machine.metadata.namespace", namespace)
+            .map_err(driver_error)?;
+    }
+    Ok(service_kit::tenancy::effective_namespace(namespace))
+}
+
+/// Whether the caller may not see the request's machine: its namespace is outside the caller's.
+/// Such a machine is answered exactly as one that does not exist, once the machine name is known
+/// to be well formed (so the answer never echoes a malformed one): what every provider's name rule
+/// asks at least, a DNS-1123 subdomain.
+fn hidden(caller: &Caller, req: &MachineRequest, namespace: &str) -> Result<bool, ApiError> {
+    if caller.allows(namespace) {
+        return Ok(false);
+    }
+    domain::names::validate_dns1123_subdomain(
+        "machine.metadata.name",
+        &req.machine.metadata.name,
+        domain::names::MAX_SUBDOMAIN_LEN,
+    )
+    .map_err(driver_error)?;
+    Ok(true)
+}
+
+/// Refuses a CreateMachine that would make a namespace's machines more than the quota
+/// (`BERTH_QUOTA_MACHINES`), counted from the provider's own listing of the namespace's stamp (the
+/// driver keeps no state). A create of a machine that already has its VM (the same name and UID in
+/// the namespace: a retry, or MCM's periodic re-create) is never refused.
+async fn check_machine_quota(
+    provider: &dyn Provider,
+    req: &MachineRequest,
+    namespace: &str,
+    limit: u64,
+) -> Result<(), Status> {
+    let machines = provider.namespace_machines(req, namespace).await?;
+    let m = &req.machine.metadata;
+    if machines.iter().any(|l| l.name == m.name && l.uid == m.uid) {
+        return Ok(());
+    }
+    let used = u64::try_from(machines.len()).unwrap_or(u64::MAX);
+    if used >= limit {
+        return Err(Status::new(
+            Code::ResourceExhausted,
+            format!(
+                "quota machines (BERTH_QUOTA_MACHINES) exceeded in namespace {namespace:?}: it has {used} machine(s) and the limit is {limit}; delete one, or ask the operator to raise the quota"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// CreateMachine: makes the VM backing `machine` from `machineClass`, or adopts the one that already
 /// does, so a retry never makes a second VM. One name is one VM: when the name's VM was made for
-/// another machine (another UID), the answer is AlreadyExists naming that owner.
+/// another machine (another UID, or another namespace), the answer is AlreadyExists saying only that
+/// the name is taken.
 #[utoipa::path(
     post,
     path = "/v1/machines:create",
@@ -268,23 +363,38 @@ fn body<T>(parsed: Result<Json<T>, ApiError>) -> Result<T, ApiError> {
         (status = 200, description = "The VM exists (created now or adopted)", body = CreateMachineResponse),
         (status = 400, description = "Unknown provider, bad spec field (a region outside ECS's region-id grammar included), bad providerID or UID, or missing secret key (code 3), naming it", body = Problem),
         (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
-        (status = 409, description = "The machine name's VM belongs to another machine UID (code 6, naming the owner), or several VMs without a recorded owner carry the name (code 11)", body = Problem),
+        (status = 404, description = "The caller may not act in machine.metadata.namespace: answered as for a machine no VM backs (code 5)", body = Problem),
+        (status = 409, description = "The machine name is taken by another machine's VM (code 6; it says only that), or several VMs without a recorded owner carry the name (code 11)", body = Problem),
         (status = 412, description = PRECONDITION_ON_CREATE, body = Problem),
-        (status = 429, description = "No capacity or quota in the zone (code 8)", body = Problem),
+        (status = 429, description = "The namespace has as many machines as the operator's quota (BERTH_QUOTA_MACHINES) allows, or no capacity or quota in the zone (code 8)", body = Problem),
         (status = 503, description = "The cloud or the Docker Engine is throttling or unavailable, or the machine's VM was requested with other parameters and is not listed yet; retry (code 14)", body = Problem),
     )
 )]
 async fn create_machine(
     State(state): State<AppState>,
+    caller: Caller,
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<CreateMachineResponse>, ApiError> {
     let req = body(parsed)?;
     let provider = provider_for(&state, &req.machine_class)?;
-    observed(
-        "CreateMachine",
-        provider.name(),
-        provider.create_machine(&req),
-    )
+    let namespace = namespace_of(&req)?;
+    caller.audit_object(format!("{namespace}/{}", req.machine.metadata.name));
+    if hidden(&caller, &req, namespace)? {
+        let name = &req.machine.metadata.name;
+        return observed("CreateMachine", provider.name(), async {
+            Err(provider.missing(name))
+        })
+        .await;
+    }
+    observed("CreateMachine", provider.name(), async {
+        let Some(limit) = state.quota_machines else {
+            return provider.create_machine(&req).await;
+        };
+        let lock = state.create_lock(namespace);
+        let _held = lock.lock().await;
+        check_machine_quota(provider.as_ref(), &req, namespace, limit).await?;
+        provider.create_machine(&req).await
+    })
     .await
 }
 
@@ -298,7 +408,7 @@ async fn create_machine(
         (status = 200, description = "Initialized", body = InitializeMachineResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
         (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
-        (status = 404, description = "No VM backs the machine (code 5)", body = Problem),
+        (status = 404, description = "No VM backs the machine, or it is in a namespace the caller may not see (code 5)", body = Problem),
         (status = 409, description = "Not initialized yet (code 17) or several VMs (code 11)", body = Problem),
         (status = 412, description = PRECONDITION, body = Problem),
         (status = 503, description = "Retry (code 14)", body = Problem),
@@ -306,10 +416,20 @@ async fn create_machine(
 )]
 async fn initialize_machine(
     State(state): State<AppState>,
+    caller: Caller,
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<InitializeMachineResponse>, ApiError> {
     let req = body(parsed)?;
     let provider = provider_for(&state, &req.machine_class)?;
+    let namespace = namespace_of(&req)?;
+    caller.audit_object(format!("{namespace}/{}", req.machine.metadata.name));
+    if hidden(&caller, &req, namespace)? {
+        let name = &req.machine.metadata.name;
+        return observed("InitializeMachine", provider.name(), async {
+            Err(provider.missing(name))
+        })
+        .await;
+    }
     observed(
         "InitializeMachine",
         provider.name(),
@@ -318,7 +438,8 @@ async fn initialize_machine(
     .await
 }
 
-/// DeleteMachine: releases the VM and what it left behind; a VM that does not exist is OK.
+/// DeleteMachine: releases the VM and what it left behind; a VM that does not exist is OK, and so is
+/// a machine in a namespace the caller may not see (answered as one that does not exist).
 #[utoipa::path(
     post,
     path = "/v1/machines:delete",
@@ -334,10 +455,20 @@ async fn initialize_machine(
 )]
 async fn delete_machine(
     State(state): State<AppState>,
+    caller: Caller,
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<DeleteMachineResponse>, ApiError> {
     let req = body(parsed)?;
     let provider = provider_for(&state, &req.machine_class)?;
+    let namespace = namespace_of(&req)?;
+    caller.audit_object(format!("{namespace}/{}", req.machine.metadata.name));
+    if hidden(&caller, &req, namespace)? {
+        let name = &req.machine.metadata.name;
+        return observed("DeleteMachine", provider.name(), async {
+            Ok(provider.nothing_to_delete(name))
+        })
+        .await;
+    }
     observed(
         "DeleteMachine",
         provider.name(),
@@ -439,7 +570,7 @@ fn not_initialized(vm: &GetMachineStatusResponse) -> Option<Status> {
         (status = 200, description = "The VM, initialised", body = GetMachineStatusResponse),
         (status = 400, description = "Bad request (code 3)", body = Problem),
         (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
-        (status = 404, description = "No VM backs the machine (code 5)", body = Problem),
+        (status = 404, description = "No VM backs the machine, or it is in a namespace the caller may not see (code 5)", body = Problem),
         (status = 412, description = PRECONDITION, body = Problem),
         (status = 503, description = "The cloud or the Docker Engine is unavailable; retry (code 14)", body = Problem),
         (status = 409, description = "Several VMs back the machine (code 11), or the VM exists but is not initialised yet (code 17; the answer then also carries its providerID, nodeName, addresses and conditions, and InitializeMachine is the next call)", body = StatusProblem),
@@ -447,10 +578,19 @@ fn not_initialized(vm: &GetMachineStatusResponse) -> Option<Status> {
 )]
 async fn get_machine_status(
     State(state): State<AppState>,
+    caller: Caller,
     parsed: Result<Json<MachineRequest>, ApiError>,
 ) -> Result<Json<GetMachineStatusResponse>, StatusAnswerError> {
     let req = body(parsed)?;
     let provider = provider_for(&state, &req.machine_class)?;
+    let namespace = namespace_of(&req)?;
+    if hidden(&caller, &req, namespace)? {
+        let name = &req.machine.metadata.name;
+        return Ok(observed("GetMachineStatus", provider.name(), async {
+            Err(provider.missing(name))
+        })
+        .await?);
+    }
     let mut uninitialized_vm = None;
     let answer = observed("GetMachineStatus", provider.name(), async {
         let vm = provider.get_machine_status(&req).await?;
@@ -469,7 +609,8 @@ async fn get_machine_status(
     }
 }
 
-/// ListMachines: every VM the class's cluster and role tags identify, provider id → machine name.
+/// ListMachines: every VM the class's cluster and role tags identify, provider id → machine name,
+/// of the namespaces the caller may see.
 #[utoipa::path(
     post,
     path = "/v1/machines:list",
@@ -485,6 +626,7 @@ async fn get_machine_status(
 )]
 async fn list_machines(
     State(state): State<AppState>,
+    caller: Caller,
     parsed: Result<Json<ListMachinesRequest>, ApiError>,
 ) -> Result<Json<ListMachinesResponse>, ApiError> {
     let req = body(parsed)?;
@@ -492,7 +634,7 @@ async fn list_machines(
     observed(
         "ListMachines",
         provider.name(),
-        provider.list_machines(&req),
+        provider.list_machines(&req, &caller.namespaces),
     )
     .await
 }

@@ -51,6 +51,7 @@ pub const VARS: &[&str] = &[
     ::alicloud::config::ENV_MAX_ATTEMPTS,
     ENV_CSI_DRIVERS,
     ENV_REGIONS,
+    ENV_QUOTA_MACHINES,
     docker::settings::ENV_DOCKER_HOST,
     docker::settings::ENV_ENDPOINTS,
     docker::settings::ENV_MOUNT_PATHS,
@@ -81,6 +82,10 @@ pub const ENV_CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
 /// `BERTH_ALICLOUD_ENDPOINT` set, any well-formed region id.
 pub const ENV_REGIONS: &str = "BERTH_ALICLOUD_REGIONS";
 
+/// `BERTH_QUOTA_MACHINES`: the most machines one namespace may have (unset: no limit). A
+/// CreateMachine that would make a new one past it is ResourceExhausted (429) naming the quota.
+pub const ENV_QUOTA_MACHINES: &str = "BERTH_QUOTA_MACHINES";
+
 /// The `BERTH_ALICLOUD_*` variables the ECS client reads (its own parser decides what they mean).
 const ECS_VARS: [&str; 5] = ::alicloud::config::ENV_VARS;
 
@@ -105,6 +110,8 @@ pub struct Config {
     pub regions: Vec<::alicloud::Region>,
     /// What the Docker provider may use (`DOCKER_HOST`, `BERTH_DOCKER_*`).
     pub docker: docker::settings::Settings,
+    /// The most machines one namespace may have (`BERTH_QUOTA_MACHINES`); `None`: no limit.
+    pub quota_machines: Option<u64>,
 }
 
 impl Config {
@@ -148,6 +155,18 @@ impl Config {
             csi_drivers,
             regions,
             docker: docker::settings::Settings::from_env(env)?,
+            quota_machines: match env.get(ENV_QUOTA_MACHINES) {
+                None => None,
+                Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
+                    ConfigError {
+                        var: ENV_QUOTA_MACHINES.to_string(),
+                        value: v.to_string(),
+                        problem:
+                            "expected a whole number of machines (0 or more); unset for no limit"
+                                .to_string(),
+                    }
+                })?),
+            },
         })
     }
 
@@ -176,12 +195,15 @@ pub fn providers(config: &Config) -> Result<Providers, ::alicloud::Error> {
 
 /// The service's router over these providers.
 pub fn router(config: &Config, providers: Providers) -> axum::Router {
-    ServiceApp::new(NAME, api::routes(api::AppState { providers }))
-        .document_edits(api::document_links)
-        // Its own calls, and the ECS calls its Alicloud provider makes.
-        .metric_prefixes(&["berth_driver_", "berth_ecs_"])
-        .http_config(config.http.clone())
-        .into_router()
+    ServiceApp::new(
+        NAME,
+        api::routes(api::AppState::new(providers, config.quota_machines)),
+    )
+    .document_edits(api::document_links)
+    // Its own calls, and the ECS calls its Alicloud provider makes.
+    .metric_prefixes(&["berth_driver_", "berth_ecs_"])
+    .http_config(config.http.clone())
+    .into_router()
 }
 
 /// Binds the listener and builds the application.
@@ -253,6 +275,19 @@ mod tests {
         assert_eq!(d.ecs, ::alicloud::EcsConfig::default());
         assert!(d.csi_drivers.is_empty());
         assert!(d.regions.is_empty());
+    }
+
+    #[test]
+    fn the_machine_quota_is_a_whole_number_or_unset() {
+        assert_eq!(
+            Config::from_env(&Env::default()).unwrap().quota_machines,
+            None
+        );
+        let c = Config::from_env(&Env::default().with(ENV_QUOTA_MACHINES, "3")).unwrap();
+        assert_eq!(c.quota_machines, Some(3));
+        let e = Config::from_env(&Env::default().with(ENV_QUOTA_MACHINES, "-1")).unwrap_err();
+        assert_eq!(e.var, ENV_QUOTA_MACHINES);
+        assert!(e.problem.contains("whole number"), "{e:?}");
     }
 
     #[test]

@@ -16,6 +16,7 @@ use domain::machine::{
     MachineClass, MachineRequest, PersistentVolumeSpec,
 };
 use domain::{Code, Status};
+use service_kit::tenancy::Namespaces;
 use tracing::Instrument as _;
 
 /// The condition type through which a provider's GetMachineStatus says whether the VM is
@@ -25,6 +26,35 @@ use tracing::Instrument as _;
 /// providerID and nodeName from the response that comes with code 17 before it calls
 /// InitializeMachine. Without this condition a VM counts as initialised.
 pub const INITIALIZED_CONDITION: &str = "Initialized";
+
+/// The label (Docker) or tag (ECS) each provider stamps on what it creates: the machine's namespace
+/// (`machine.metadata.namespace`, the empty one read as `default`). What carries no stamp (made
+/// before namespaces existed) is in `default`. A container or instance found for a request whose
+/// stamp differs from the request's namespace is another tenant's: it is neither shown, nor
+/// adopted, nor changed.
+pub const NAMESPACE_STAMP: &str = "berth.io/namespace";
+
+/// The namespace a stamp value (or no stamp) puts a machine in.
+pub fn stamped_namespace(stamp: Option<&str>) -> &str {
+    service_kit::tenancy::effective_namespace(stamp.unwrap_or_default())
+}
+
+/// The namespace a request's machine is in: `machine.metadata.namespace`, empty read as `default`.
+pub fn request_namespace(req: &MachineRequest) -> &str {
+    service_kit::tenancy::effective_namespace(&req.machine.metadata.namespace)
+}
+
+/// One machine as a provider lists it: the VM's machine name, and the namespace and machine UID
+/// stamped on it (what ListMachines filters by, and what the machine quota counts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    /// The machine name the VM backs.
+    pub name: String,
+    /// Its namespace ([`NAMESPACE_STAMP`], `default` without one).
+    pub namespace: String,
+    /// The machine UID it was made for (empty when none was recorded).
+    pub uid: String,
+}
 
 /// Collects a provider spec's rule violations so one answer names every bad field. A field is
 /// either malformed (the request's own mistake: InvalidArgument, 400) or well-formed but outside
@@ -124,24 +154,48 @@ pub trait Provider: Send + Sync + 'static {
         req: &MachineRequest,
     ) -> Result<GetMachineStatusResponse, Status>;
 
-    /// Every VM the class identifies, provider id → machine name.
+    /// Every VM the class identifies, provider id → the machine it backs.
     async fn machines(&self, req: &ListMachinesRequest)
-    -> Result<BTreeMap<String, String>, Status>;
+    -> Result<BTreeMap<String, Listed>, Status>;
 
-    /// ListMachines: [`Provider::machines`] in a span naming the provider and the class; every
-    /// provider answers it this way, so only `machines` differs.
+    /// ListMachines: [`Provider::machines`] in a span naming the provider and the class, keeping
+    /// only the machines in namespaces the caller may see (`visible`). Every provider answers it
+    /// this way, so only `machines` differs, and the tenancy filter is in this one place.
     async fn list_machines(
         &self,
         req: &ListMachinesRequest,
+        visible: &Namespaces,
     ) -> Result<ListMachinesResponse, Status> {
         let span = tracing::debug_span!(
             "list_machines",
             provider = self.name(),
             class = %req.machine_class.metadata.name
         );
-        let machine_list = self.machines(req).instrument(span).await?;
+        let machine_list = self
+            .machines(req)
+            .instrument(span)
+            .await?
+            .into_iter()
+            .filter(|(_, m)| visible.allows(&m.namespace))
+            .map(|(id, m)| (id, m.name))
+            .collect();
         Ok(ListMachinesResponse { machine_list })
     }
+
+    /// The machines stamped with `namespace` ([`NAMESPACE_STAMP`]) that the request's account and
+    /// region (Alicloud) or Engine (Docker) hold, of any class: what the machine quota counts.
+    async fn namespace_machines(
+        &self,
+        req: &MachineRequest,
+        namespace: &str,
+    ) -> Result<Vec<Listed>, Status>;
+
+    /// The answer to a call about a machine no VM backs: NotFound in this provider's words (also
+    /// the answer for a machine in a namespace the caller may not see).
+    fn missing(&self, machine_name: &str) -> Status;
+
+    /// DeleteMachine's answer when no VM backs the machine, in this provider's words.
+    fn nothing_to_delete(&self, machine_name: &str) -> DeleteMachineResponse;
 
     /// The volume id of one PersistentVolume spec, when it is a volume this provider makes.
     fn volume_id(&self, pv: &PersistentVolumeSpec) -> Option<String>;

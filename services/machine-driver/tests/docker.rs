@@ -1435,3 +1435,171 @@ fn the_example_docker_machine_is_valid() {
     }
     assert_eq!(kinds, ["Machine", "MachineClass", "Secret"]);
 }
+
+/// Tenancy (issue 30 point 6) on a real Engine: two callers in different namespaces walk every
+/// driver route, and neither sees, changes or learns the other's machine.
+mod tenancy {
+    use service_kit::tenancy::{NAMESPACES_HEADER, TOKEN_NAME_HEADER};
+
+    use super::*;
+
+    impl App {
+        /// A POST as a caller of `namespaces`, as the gateway forwards it.
+        async fn as_tenant(&self, namespaces: &str, path: &str, body: &Value) -> (u16, Value) {
+            let r = reqwest::Client::new()
+                .post(format!("{}{path}", self._driver.url))
+                .header(TOKEN_NAME_HEADER, format!("token-{namespaces}"))
+                .header(NAMESPACES_HEADER, namespaces)
+                .json(body)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+        }
+    }
+
+    fn learns_nothing(body: &Value, secrets: &[&str]) {
+        let text = body.to_string();
+        for s in secrets {
+            assert!(!text.contains(s), "{s:?} leaked in {text}");
+        }
+    }
+
+    #[tokio::test]
+    async fn two_tenants_neither_see_nor_change_nor_learn_each_others_containers() {
+        let Some(app) = spawn_app("tenants", &[]).await else {
+            return;
+        };
+        let class = app.class(json!({}));
+        let mut a_req = serde_json::to_value(app.req(0, &class, None)).unwrap();
+        a_req["machine"]["metadata"]["namespace"] = json!("team-a");
+        let (code, made) = app.as_tenant("team-a", "/v1/machines:create", &a_req).await;
+        assert_eq!(code, 200, "{made}");
+        let name = a_req["machine"]["metadata"]["name"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let a_uid = a_req["machine"]["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let inspected = app.engine.inspect_container(&name, None).await.unwrap();
+        let id = inspected.id.unwrap();
+        let labels = inspected.config.unwrap().labels.unwrap();
+        assert_eq!(labels["berth.io/namespace"], "team-a");
+        let never = [id.as_str(), &id[..12], "team-a"];
+
+        // What a machine that does not exist gets, for comparison.
+        let mut missing_req = a_req.clone();
+        missing_req["machine"]["metadata"]["namespace"] = json!("team-b");
+        missing_req["machine"]["metadata"]["uid"] = json!("uid-nobody");
+        let (code, missing) = app
+            .as_tenant("team-b", "/v1/machines:status", &missing_req)
+            .await;
+        assert_eq!(code, 404, "{missing}");
+
+        // B names A's machine in A's namespace, with and without its providerID.
+        let mut with_id = a_req.clone();
+        with_id["machine"]["spec"]["providerID"] = made["providerID"].clone();
+        for body in [&a_req, &with_id] {
+            for route in ["status", "initialize", "create"] {
+                let (code, answer) = app
+                    .as_tenant("team-b", &format!("/v1/machines:{route}"), body)
+                    .await;
+                assert_eq!(code, 404, "{route}: {answer}");
+                assert_eq!(answer["detail"], missing["detail"], "{route}: {answer}");
+                learns_nothing(&answer, &never);
+            }
+            let (code, answer) = app.as_tenant("team-b", "/v1/machines:delete", body).await;
+            assert_eq!(code, 200, "{answer}");
+            assert!(
+                answer["lastKnownState"]
+                    .as_str()
+                    .unwrap()
+                    .contains("nothing to delete"),
+                "{answer}"
+            );
+        }
+        // B names it in its own namespace: another tenant's container, whatever B sends.
+        let mut other_uid = a_req.clone();
+        other_uid["machine"]["metadata"]["uid"] = json!("uid-b-own");
+        for body in [&a_req, &with_id, &other_uid] {
+            let mut body = body.clone();
+            body["machine"]["metadata"]["namespace"] = json!("team-b");
+            for route in ["status", "initialize"] {
+                let (code, answer) = app
+                    .as_tenant("team-b", &format!("/v1/machines:{route}"), &body)
+                    .await;
+                assert_eq!(code, 404, "{route}: {answer}");
+                learns_nothing(&answer, &never);
+            }
+            let (code, answer) = app.as_tenant("team-b", "/v1/machines:delete", &body).await;
+            assert_eq!(code, 200, "{answer}");
+            learns_nothing(&answer, &never);
+            let (code, answer) = app.as_tenant("team-b", "/v1/machines:create", &body).await;
+            assert_eq!(code, 409, "{answer}");
+            assert!(
+                answer["detail"].as_str().unwrap().contains("is taken"),
+                "{answer}"
+            );
+            learns_nothing(&answer, &never);
+            if body["machine"]["metadata"]["uid"] != a_uid.as_str() {
+                // (The run id is in the name B sent itself; the old answer named the cluster.)
+                learns_nothing(&answer, &[&a_uid, "cluster"]);
+            }
+        }
+        // The container is untouched, and only A lists it.
+        assert_eq!(app.containers().await.len(), 1);
+        let list = serde_json::to_value(ListMachinesRequest {
+            machine_class: class.clone(),
+            secret: Secret::default(),
+        })
+        .unwrap();
+        let (code, b_list) = app.as_tenant("team-b", "/v1/machines:list", &list).await;
+        assert_eq!(code, 200, "{b_list}");
+        assert_eq!(b_list["machineList"], json!({}));
+        let (_, a_list) = app.as_tenant("team-a", "/v1/machines:list", &list).await;
+        assert_eq!(
+            a_list["machineList"][made["providerID"].as_str().unwrap()],
+            name.as_str()
+        );
+        let (code, status) = app.as_tenant("team-a", "/v1/machines:status", &a_req).await;
+        assert_eq!(code, 200, "{status}");
+        let (code, _) = app.as_tenant("team-a", "/v1/machines:delete", &a_req).await;
+        assert_eq!(code, 200);
+        assert!(app.containers().await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_namespace_has_at_most_the_quota_of_containers() {
+        let Some(app) = spawn_app("quota", &[("BERTH_QUOTA_MACHINES", "1")]).await else {
+            return;
+        };
+        let class = app.class(json!({}));
+        let mut first = serde_json::to_value(app.req(0, &class, None)).unwrap();
+        first["machine"]["metadata"]["namespace"] = json!("team-q");
+        let (code, answer) = app.as_tenant("team-q", "/v1/machines:create", &first).await;
+        assert_eq!(code, 200, "{answer}");
+        let (code, answer) = app.as_tenant("team-q", "/v1/machines:create", &first).await;
+        assert_eq!(
+            code, 200,
+            "creating it again is not a new machine: {answer}"
+        );
+        let mut second = serde_json::to_value(app.req(1, &class, None)).unwrap();
+        second["machine"]["metadata"]["namespace"] = json!("team-q");
+        let (code, answer) = app
+            .as_tenant("team-q", "/v1/machines:create", &second)
+            .await;
+        assert_eq!(code, 429, "{answer}");
+        let detail = answer["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("BERTH_QUOTA_MACHINES") && detail.contains("\"team-q\""),
+            "{detail}"
+        );
+        assert!(
+            detail.contains("has 1 machine(s) and the limit is 1"),
+            "{detail}"
+        );
+        assert_eq!(app.containers().await.len(), 1);
+    }
+}

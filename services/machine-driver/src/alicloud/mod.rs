@@ -6,7 +6,13 @@
 //!   `ClientToken` derived from the machine's UID, so no retry or lost answer can make a second VM.
 //!   It answers OK only for an instance that exists: when ECS answers the token with an instance
 //!   since released (the machine is created again with the same UID), it goes on to the next
-//!   token of the machine's deterministic series, which its retries walk alike.
+//!   token of the machine's deterministic series, which its retries walk alike. The series has no
+//!   end: a call that runs out of time walking it answers Unavailable, and the tokens found used up
+//!   are remembered, so the retry goes on from there.
+//! - Tenancy: every instance carries the machine's namespace ([`NAMESPACE_STAMP`]); an instance
+//!   stamped with another namespace than the request's is another tenant's, never found, adopted or
+//!   released for this request, and a name it holds is answered with a 409 that says only that the
+//!   name is taken.
 //! - One name is one VM, across driver replicas: every instance records the UID it was made for
 //!   (`berth.io/machine-uid`). When creates for one name race (different UIDs, or one without), each
 //!   creator looks again after RunInstances and every replica reaches the same verdict from the same
@@ -46,16 +52,11 @@ use domain::machine::{
 use domain::{Code, Status};
 use tracing::Instrument as _;
 
-use crate::provider::Provider;
+use crate::provider::{Listed, NAMESPACE_STAMP, Provider, request_namespace, stamped_namespace};
 use spec::{MACHINE_TAG, Owner, ProviderSpec, RegionPolicy};
 
 /// The provider's name (`MachineClass.provider`).
 pub const NAME: &str = "Alicloud";
-
-/// How far CreateMachine walks a machine's ClientToken series ([`spec::client_token`]) past tokens
-/// ECS answers with released instances before giving up. The operation deadline usually ends the
-/// walk first: each released token costs up to [`CONFIRM_WINDOW`].
-const MAX_TOKEN_SERIES: u32 = 64;
 
 /// How long, in all, CreateMachine looks for the instance RunInstances answered before taking it
 /// for a released one: ECS may list a brand-new instance a moment after creating it. Should a new
@@ -160,8 +161,8 @@ pub enum Outcome {
     Free,
     /// The name's VM is the caller's (made for its UID, or for no recorded owner).
     Adopt(usize),
-    /// The name's VM was made for another owner.
-    Taken(usize, Owner),
+    /// The name's VM was made for another owner, or is another namespace's.
+    Taken(usize),
     /// Several instances without a recorded owner carry the name; none can be picked.
     Ambiguous(Vec<String>),
 }
@@ -183,8 +184,10 @@ fn rank(i: &Instance) -> (bool, i64, &str) {
 /// owners are never the caller's to release; their creators release them the same way.
 ///
 /// Instances without an owner tag (made before Berth recorded owners, or outside it) are adopted as
-/// before, as long as only one of them carries the name.
-pub fn decide(seen: &[Instance], me: &Owner) -> Verdict {
+/// before, as long as only one of them carries the name. An instance stamped with another namespace
+/// than the caller's (`namespace`; [`NAMESPACE_STAMP`]) is never the caller's, whatever its owner tag
+/// says: a tenant that sends another tenant's UID neither adopts nor releases that tenant's VM.
+pub fn decide(seen: &[Instance], me: &Owner, namespace: &str) -> Verdict {
     let Some(winner) = (0..seen.len()).min_by(|a, b| rank(&seen[*a]).cmp(&rank(&seen[*b]))) else {
         return Verdict {
             release: Vec::new(),
@@ -194,16 +197,24 @@ pub fn decide(seen: &[Instance], me: &Owner) -> Verdict {
     let release: Vec<String> = seen
         .iter()
         .enumerate()
-        .filter(|(n, i)| *n != winner && Owner::of_instance(i).as_ref() == Some(me))
+        .filter(|(n, i)| {
+            *n != winner && in_namespace(i, namespace) && Owner::of_instance(i).as_ref() == Some(me)
+        })
         .map(|(_, i)| i.instance_id.clone())
         .collect();
+    if !in_namespace(&seen[winner], namespace) {
+        return Verdict {
+            release,
+            outcome: Outcome::Taken(winner),
+        };
+    }
     let outcome = match Owner::of_instance(&seen[winner]) {
         Some(owner) if &owner == me => Outcome::Adopt(winner),
-        Some(owner) => Outcome::Taken(winner, owner),
+        Some(_) => Outcome::Taken(winner),
         None => {
             let unowned: Vec<String> = seen
                 .iter()
-                .filter(|i| Owner::of_instance(i).is_none())
+                .filter(|i| Owner::of_instance(i).is_none() && in_namespace(i, namespace))
                 .map(|i| i.instance_id.clone())
                 .collect();
             if unowned.len() == 1 {
@@ -216,18 +227,24 @@ pub fn decide(seen: &[Instance], me: &Owner) -> Verdict {
     Verdict { release, outcome }
 }
 
-/// Whether a by-name lookup for `owner` may take this instance as the machine's: made for the same
-/// owner, or with no recorded owner.
-fn belongs_to(i: &Instance, owner: &Owner) -> bool {
-    Owner::of_instance(i).is_none_or(|o| &o == owner)
+/// Whether a by-name lookup for `owner` in `namespace` may take this instance as the machine's:
+/// stamped with the same namespace, and made for the same owner or with no recorded owner.
+fn belongs_to(i: &Instance, owner: &Owner, namespace: &str) -> bool {
+    in_namespace(i, namespace) && Owner::of_instance(i).is_none_or(|o| &o == owner)
 }
 
-/// The machine's AlreadyExists: the name's VM is another owner's.
-fn taken(name: &str, instance_id: &str, owner: &Owner) -> Status {
+/// Whether the instance is stamped with `namespace` (no stamp: `default`).
+fn in_namespace(i: &Instance, namespace: &str) -> bool {
+    stamped_namespace(i.tag(NAMESPACE_STAMP)) == namespace
+}
+
+/// The machine's AlreadyExists: the name's VM is another machine's. It says only that the name is
+/// taken: never the other VM's id, owner, cluster or namespace, which may be another tenant's.
+fn taken(name: &str) -> Status {
     Status::new(
         Code::AlreadyExists,
         format!(
-            "ECS instance {instance_id} already backs machine name {name:?} in this cluster, for {owner}; one name is one VM"
+            "machine name {name:?} is taken: another machine's VM has it in this cluster; one name is one VM"
         ),
     )
 }
@@ -287,11 +304,22 @@ impl Alicloud {
     ) -> Result<Prepared, Status> {
         let spec = ProviderSpec::decode(&class.provider_spec)?;
         let region = if for_create {
-            spec.validate_for_create(&self.regions)?
+            spec.validate_for_create(&self.regions)
         } else {
-            spec.validate_scope(&self.regions)?
+            spec.validate_scope(&self.regions)
         };
-        let credentials = spec::credentials(secret)?;
+        let credentials = spec::credentials(secret);
+        // A malformed request (400) is told so before what this driver's set-up refuses (412):
+        // the answer to a request depends on where it was sent only once it is well formed.
+        let (region, credentials) = match (region, credentials) {
+            (Err(refused), Err(malformed))
+                if refused.code != Code::InvalidArgument
+                    && malformed.code == Code::InvalidArgument =>
+            {
+                return Err(malformed);
+            }
+            (region, credentials) => (region?, credentials?),
+        };
         Ok(Prepared {
             spec,
             region,
@@ -343,7 +371,8 @@ impl Alicloud {
     }
 
     /// The instance `spec.providerID` names, looked up in its own region (checked against the
-    /// policy before any client is made) within the cluster.
+    /// policy before any client is made) within the cluster and the machine's namespace: another
+    /// namespace's instance is answered as one that does not exist.
     async fn by_provider_id(
         &self,
         req: &MachineRequest,
@@ -362,6 +391,7 @@ impl Alicloud {
         match self
             .by_id(&client, id, &p.spec.cluster_tags(), deadline)
             .await?
+            .filter(|i| in_namespace(i, request_namespace(req)))
         {
             Some(instance) => Ok(ByProviderId::Found(Box::new(Found { client, instance }))),
             None => {
@@ -392,7 +422,7 @@ impl Alicloud {
             .by_name(&home, name, &p.spec.cluster_tags(), deadline)
             .await?
             .into_iter()
-            .filter(|i| belongs_to(i, owner))
+            .filter(|i| belongs_to(i, owner, request_namespace(req)))
             .map(|instance| Found {
                 client: home.clone(),
                 instance,
@@ -408,10 +438,11 @@ impl Alicloud {
         client: &EcsClient,
         seen: Vec<Instance>,
         owner: &Owner,
+        namespace: &str,
         name: &str,
         deadline: alicloud::Instant,
     ) -> Result<Option<Instance>, Status> {
-        let verdict = decide(&seen, owner);
+        let verdict = decide(&seen, owner, namespace);
         for id in &verdict.release {
             tracing::info!(instance_id = %id, "releasing an instance that lost the machine name");
             self.release_lost(client, id, deadline)
@@ -425,7 +456,7 @@ impl Alicloud {
         match verdict.outcome {
             Outcome::Free => Ok(None),
             Outcome::Adopt(n) => Ok(Some(seen[n].clone())),
-            Outcome::Taken(n, other) => Err(taken(name, &seen[n].instance_id, &other)),
+            Outcome::Taken(_) => Err(taken(name)),
             Outcome::Ambiguous(ids) => Err(multiple(&ids)),
         }
     }
@@ -496,6 +527,7 @@ impl Alicloud {
         client: &EcsClient,
         scope: &[Tag],
         owner: &Owner,
+        namespace: &str,
         name: &str,
         deadline: alicloud::Instant,
     ) -> Result<TokenUse, Status> {
@@ -510,13 +542,20 @@ impl Alicloud {
                 .describe_all_instances(&filter, deadline)
                 .await
                 .map_err(|e| ecs_status(&e))?;
-            Ok(if found.iter().any(|i| i.instance_name == name) {
-                Some(TokenUse::ThisMachine)
-            } else {
-                found
-                    .first()
-                    .map(|i| TokenUse::OtherMachine(i.instance_id.clone(), i.instance_name.clone()))
-            })
+            Ok(
+                if found
+                    .iter()
+                    .any(|i| i.instance_name == name && in_namespace(i, namespace))
+                {
+                    Some(TokenUse::ThisMachine)
+                } else {
+                    // Another machine of the caller's own namespace may be named; one of another
+                    // namespace (a tenant that sent someone else's UID) may not.
+                    let visible = found.iter().find(|i| in_namespace(i, namespace));
+                    (!found.is_empty())
+                        .then(|| TokenUse::OtherMachine(visible.map(|i| i.instance_name.clone())))
+                },
+            )
         })
         .await?;
         Ok(used.unwrap_or(TokenUse::Released))
@@ -529,12 +568,22 @@ impl Alicloud {
         &self,
         client: &EcsClient,
         scope: &[Tag],
+        namespace: &str,
         name: &str,
         released: &[String],
         deadline: alicloud::Instant,
     ) -> Result<(Vec<String>, Vec<String>, usize), Status> {
         let mut tags = scope.to_vec();
         tags.push(Tag::new(MACHINE_TAG, name));
+        // Only this namespace's leftovers: ECS copies the instance's tags, the namespace stamp
+        // among them, onto its disks and network interfaces.
+        let ours = |tags: &[Tag]| {
+            stamped_namespace(
+                tags.iter()
+                    .find(|t| t.key == NAMESPACE_STAMP)
+                    .map(|t| t.value.as_str()),
+            ) == namespace
+        };
         let mut disks_deleted = Vec::new();
         let mut nics_deleted = Vec::new();
         let mut detaching = 0usize;
@@ -553,7 +602,7 @@ impl Alicloud {
             )
             .await
             .map_err(|e| ecs_status(&e))?;
-        for d in disks {
+        for d in disks.into_iter().filter(|d| ours(&d.tags)) {
             if d.delete_with_instance == Some(false) {
                 tracing::debug!(disk_id = %d.disk_id, "keeping disk the spec asked to keep");
                 continue;
@@ -578,7 +627,7 @@ impl Alicloud {
             )
             .await
             .map_err(|e| ecs_status(&e))?;
-        for n in nics {
+        for n in nics.into_iter().filter(|n| ours(&n.tags)) {
             if n.status == "Available" {
                 match client
                     .delete_network_interface(&n.network_interface_id, deadline)
@@ -641,13 +690,23 @@ fn multiple(ids: &[String]) -> Status {
     )
 }
 
+/// DeleteMachine's state when no instance backs the machine.
+fn nothing_released(name: &str) -> String {
+    format!("no ECS instance backs machine {name}; nothing to release")
+}
+
+/// MCM's NotFound for a machine no instance backs.
+fn missing(name: &str) -> Status {
+    Status::not_found(format!(
+        "VM instance not found backing this machine object {name:?}"
+    ))
+}
+
 /// Exactly one instance, or MCM's NotFound / OutOfRange.
 fn exactly_one(found: Vec<Found>, name: &str) -> Result<Found, Status> {
     let mut found = found.into_iter();
     match (found.next(), found.next()) {
-        (None, _) => Err(Status::not_found(format!(
-            "VM instance not found backing this machine object {name:?}"
-        ))),
+        (None, _) => Err(missing(name)),
         (Some(one), None) => Ok(one),
         (Some(a), Some(b)) => {
             let ids: Vec<String> = [a, b]
@@ -657,6 +716,15 @@ fn exactly_one(found: Vec<Found>, name: &str) -> Result<Found, Status> {
                 .collect();
             Err(multiple(&ids))
         }
+    }
+}
+
+/// An instance as ListMachines and the machine quota see it.
+fn listed(i: Instance) -> Listed {
+    Listed {
+        namespace: stamped_namespace(i.tag(NAMESPACE_STAMP)).to_owned(),
+        uid: i.tag(spec::OWNER_TAG).unwrap_or_default().to_owned(),
+        name: i.instance_name,
     }
 }
 
@@ -736,20 +804,25 @@ fn is_mismatch(e: &alicloud::Error) -> bool {
 enum TokenUse {
     /// An instance of this machine (its UID and name), listed only now: retry to adopt it.
     ThisMachine,
-    /// An instance with this machine's UID under another name (id, name): the UID is another
-    /// machine's.
-    OtherMachine(String, String),
+    /// An instance with this machine's UID under another name: the UID is another machine's (its
+    /// name when it is in the caller's namespace).
+    OtherMachine(Option<String>),
     /// No instance carries the UID: the token's instance was released.
     Released,
 }
 
 /// The machine's AlreadyExists when its UID already stands for a VM of another name: a UID is one
-/// machine's, and the ClientToken derived from it cannot make a second.
-fn uid_taken(name: &str, owner: &Owner, instance_id: &str, other: &str) -> Status {
+/// machine's, and the ClientToken derived from it cannot make a second. It names that machine only
+/// when it is in the caller's namespace (`other`), and never its VM.
+fn uid_taken(name: &str, other: Option<&str>) -> Status {
+    let whose = match other {
+        Some(other) => format!("machine {other:?}'s VM"),
+        None => "another machine's VM".to_owned(),
+    };
     Status::new(
         Code::AlreadyExists,
         format!(
-            "{owner} already has ECS instance {instance_id}, named {other:?} in this cluster; machine {name:?} needs a UID of its own"
+            "machine.metadata.uid: the UID already stands for {whose} in this cluster; machine {name:?} needs a UID of its own"
         ),
     )
 }
@@ -803,13 +876,22 @@ impl Provider for Alicloud {
         let (name, owner) = spec::name_and_owner(&req.machine, true)?;
         let span = tracing::info_span!("alicloud.create_machine", machine = %name);
         async {
-            let p = self.prepare(&req.machine_class, &req.secret, true)?;
-            let user_data = spec::user_data(&req.secret)?;
+            let user_data = spec::user_data(&req.secret);
+            let p = match self.prepare(&req.machine_class, &req.secret, true) {
+                // The user data's shape (400) before what the set-up refuses (412).
+                Err(refused) if refused.code != Code::InvalidArgument => {
+                    user_data?;
+                    return Err(refused);
+                }
+                p => p?,
+            };
+            let user_data = user_data?;
             let deadline = self.deadline();
+            let namespace = request_namespace(req);
             if let ByProviderId::Found(f) = self.by_provider_id(req, &p, deadline).await? {
                 let id = &f.instance.instance_id;
-                if let Some(other) = Owner::of_instance(&f.instance).filter(|o| o != &owner) {
-                    return Err(taken(&name, id, &other));
+                if Owner::of_instance(&f.instance).is_some_and(|o| o != owner) {
+                    return Err(taken(&name));
                 }
                 tracing::info!(instance_id = %id, "adopting the instance providerID names");
                 return Ok(create_answer(
@@ -821,7 +903,7 @@ impl Provider for Alicloud {
             let client = p.home(&self.ecs);
             let scope = p.spec.cluster_tags();
             let seen = self.by_name(&client, &name, &scope, deadline).await?;
-            if let Some(i) = self.settle(&client, seen, &owner, &name, deadline).await? {
+            if let Some(i) = self.settle(&client, seen, &owner, namespace, &name, deadline).await? {
                 let id = &i.instance_id;
                 tracing::info!(instance_id = %id, "adopting the existing instance");
                 return Ok(create_answer(
@@ -834,30 +916,38 @@ impl Provider for Alicloud {
             // with the instance it made before (a retry of this create finds it again), with a new
             // instance (the first unused token), or with an instance since released (the machine
             // is being created again after a delete, with the same UID: go on to token n+1).
-            let mut run = p.spec.run_instances(&name, &owner, user_data);
-            let mut released: Vec<String> = Vec::new();
-            for n in 0..MAX_TOKEN_SERIES {
+            let mut run = p.spec.run_instances(&name, &owner, namespace, user_data);
+            // The series never runs out: a machine may be deleted and made again any number of
+            // times. What bounds one call is its deadline; the tokens it found used up are
+            // remembered ([`Released`]), so the retry the answer asks for goes on from there.
+            let mut walked = 0u32;
+            for n in 0u32.. {
                 let token = spec::client_token(&req.machine, n);
                 if self.released().tokens.contains(&token) {
                     continue;
                 }
+                if alicloud::Instant::now() + CONFIRM_WINDOW >= deadline && walked > 0 {
+                    return Err(Status::unavailable(format!(
+                        "machine {name:?} was created and deleted often with this UID: this call found {walked} more of its earlier ClientTokens used up (token {n} is next) before its time ran out; retry to go on from there"
+                    )));
+                }
+                walked += 1;
                 run.client_token = Some(token.clone());
                 let answer = match client.run_instances(&run, deadline).await {
                     Ok(answer) => answer,
                     // The token made an instance before, with other parameters. Whose, and is it
                     // still there? Only this machine's own instance, not listed yet, is a retry.
                     Err(e) if is_mismatch(&e) && !owner.tag_value().is_empty() => {
-                        match self.token_use(&client, &scope, &owner, &name, deadline).await? {
+                        match self.token_use(&client, &scope, &owner, namespace, &name, deadline).await? {
                             TokenUse::ThisMachine => return Err(create_error(&e, &name)),
-                            TokenUse::OtherMachine(id, other) => {
-                                return Err(uid_taken(&name, &owner, &id, &other));
+                            TokenUse::OtherMachine(other) => {
+                                return Err(uid_taken(&name, other.as_deref()));
                             }
                             TokenUse::Released => {
                                 tracing::info!(
                                     token = n,
                                     "the machine's ClientToken was used with other parameters by an instance since released; trying the next token of its series"
                                 );
-                                released.push(format!("(token {n}, used with other parameters)"));
                                 self.released().tokens.insert(&token);
                                 continue;
                             }
@@ -877,7 +967,6 @@ impl Provider for Alicloud {
                         token = n,
                         "the machine's ClientToken names a released instance; trying the next token of its series"
                     );
-                    released.push(id);
                     self.released().tokens.insert(&token);
                     continue;
                 };
@@ -888,7 +977,7 @@ impl Provider for Alicloud {
                 if !seen.iter().any(|i| i.instance_id == id) {
                     seen.push(made);
                 }
-                return match self.settle(&client, seen, &owner, &name, deadline).await? {
+                return match self.settle(&client, seen, &owner, namespace, &name, deadline).await? {
                     Some(kept) if kept.instance_id == id => {
                         tracing::info!(instance_id = %id, token = n, "instance created");
                         Ok(create_answer(
@@ -913,10 +1002,7 @@ impl Provider for Alicloud {
                     ))),
                 };
             }
-            Err(Status::internal(format!(
-                "ECS answered the first {MAX_TOKEN_SERIES} ClientTokens of machine {name:?} with released instances (the last: {}); a machine created that often should get a new UID",
-                released.last().map_or("none", String::as_str)
-            )))
+            unreachable!("the token series is endless")
         }
         .instrument(span)
         .await
@@ -1000,7 +1086,14 @@ impl Provider for Alicloud {
                 )));
             }
             let (disks, nics, detaching) = self
-                .clean_leftovers(&client, &p.spec.cluster_tags(), &name, &released, deadline)
+                .clean_leftovers(
+                    &client,
+                    &p.spec.cluster_tags(),
+                    request_namespace(req),
+                    &name,
+                    &released,
+                    deadline,
+                )
                 .await?;
             if detaching > 0 {
                 return Err(Status::unavailable(format!(
@@ -1008,7 +1101,7 @@ impl Provider for Alicloud {
                 )));
             }
             let mut state = if released.is_empty() {
-                format!("no ECS instance backs machine {name}; nothing to release")
+                nothing_released(&name)
             } else {
                 format!(
                     "ECS instance(s) [{}] deleted for machine {name}",
@@ -1059,7 +1152,7 @@ impl Provider for Alicloud {
     async fn machines(
         &self,
         req: &ListMachinesRequest,
-    ) -> Result<BTreeMap<String, String>, Status> {
+    ) -> Result<BTreeMap<String, Listed>, Status> {
         let p = self.prepare(&req.machine_class, &req.secret, false)?;
         let client = p.home(&self.ecs);
         let filter = DescribeInstances {
@@ -1076,10 +1169,49 @@ impl Provider for Alicloud {
             .map(|i| {
                 (
                     spec::provider_id(client.region(), &i.instance_id),
-                    i.instance_name,
+                    listed(i),
                 )
             })
             .collect())
+    }
+
+    async fn namespace_machines(
+        &self,
+        req: &MachineRequest,
+        namespace: &str,
+    ) -> Result<Vec<Listed>, Status> {
+        let p = self.prepare(&req.machine_class, &req.secret, false)?;
+        let client = p.home(&self.ecs);
+        // Every machine Berth made carries its name tag; `default` also holds those made before
+        // the namespace stamp, so only the other namespaces can be asked for by their stamp.
+        let tag = if namespace == service_kit::tenancy::DEFAULT_NAMESPACE {
+            Tag::new(MACHINE_TAG, "")
+        } else {
+            Tag::new(NAMESPACE_STAMP, namespace)
+        };
+        let filter = DescribeInstances {
+            tags: vec![tag],
+            ..DescribeInstances::default()
+        };
+        let instances = client
+            .describe_all_instances(&filter, self.deadline())
+            .await
+            .map_err(|e| ecs_status(&e))?;
+        Ok(instances
+            .into_iter()
+            .filter(|i| i.tag(MACHINE_TAG).is_some() && in_namespace(i, namespace))
+            .map(listed)
+            .collect())
+    }
+
+    fn missing(&self, machine_name: &str) -> Status {
+        missing(machine_name)
+    }
+
+    fn nothing_to_delete(&self, machine_name: &str) -> DeleteMachineResponse {
+        DeleteMachineResponse {
+            last_known_state: nothing_released(machine_name),
+        }
     }
 
     fn volume_id(&self, pv: &PersistentVolumeSpec) -> Option<String> {
@@ -1165,8 +1297,8 @@ mod tests {
     #[test]
     fn nothing_named_is_free_and_one_of_mine_is_mine() {
         let me = owner("a");
-        assert_eq!(decide(&[], &me).outcome, Outcome::Free);
-        let v = decide(&[instance("i-1", T0, Some("a"))], &me);
+        assert_eq!(decide(&[], &me, "default").outcome, Outcome::Free);
+        let v = decide(&[instance("i-1", T0, Some("a"))], &me, "default");
         assert_eq!(v.outcome, Outcome::Adopt(0));
         assert!(v.release.is_empty());
     }
@@ -1179,18 +1311,18 @@ mod tests {
             instance("i-2", T0, Some("c")),
         ];
         // i-2 and i-3 were made in the same minute, before i-1: i-2 (c) keeps the name.
-        let v = decide(&seen, &owner("a"));
-        assert_eq!(v.outcome, Outcome::Taken(2, owner("c")));
+        let v = decide(&seen, &owner("a"), "default");
+        assert_eq!(v.outcome, Outcome::Taken(2));
         assert_eq!(v.release, ["i-1"]);
-        let v = decide(&seen, &owner("b"));
-        assert_eq!(v.outcome, Outcome::Taken(2, owner("c")));
+        let v = decide(&seen, &owner("b"), "default");
+        assert_eq!(v.outcome, Outcome::Taken(2));
         assert_eq!(v.release, ["i-3"]);
-        let v = decide(&seen, &owner("c"));
+        let v = decide(&seen, &owner("c"), "default");
         assert_eq!(v.outcome, Outcome::Adopt(2));
         assert!(v.release.is_empty());
         // Someone else entirely releases nothing and is told who owns the name.
-        let v = decide(&seen, &owner(""));
-        assert_eq!(v.outcome, Outcome::Taken(2, owner("c")));
+        let v = decide(&seen, &owner(""), "default");
+        assert_eq!(v.outcome, Outcome::Taken(2));
         assert!(v.release.is_empty());
     }
 
@@ -1206,8 +1338,8 @@ mod tests {
             seen.rotate_left(1);
             let kept: Vec<&str> = ["x", "", "y", "z"]
                 .iter()
-                .map(|uid| match decide(&seen, &owner(uid)).outcome {
-                    Outcome::Adopt(n) | Outcome::Taken(n, _) => seen[n].instance_id.as_str(),
+                .map(|uid| match decide(&seen, &owner(uid), "default").outcome {
+                    Outcome::Adopt(n) | Outcome::Taken(n) => seen[n].instance_id.as_str(),
                     other => panic!("{other:?}"),
                 })
                 .collect();
@@ -1221,8 +1353,11 @@ mod tests {
             instance("i-1", None, Some("a")),
             instance("i-2", T1, Some("b")),
         ];
-        assert_eq!(decide(&seen, &owner("b")).outcome, Outcome::Adopt(1));
-        assert_eq!(decide(&seen, &owner("a")).release, ["i-1"]);
+        assert_eq!(
+            decide(&seen, &owner("b"), "default").outcome,
+            Outcome::Adopt(1)
+        );
+        assert_eq!(decide(&seen, &owner("a"), "default").release, ["i-1"]);
     }
 
     #[test]
@@ -1231,7 +1366,7 @@ mod tests {
             instance("i-5", T0, Some("a")),
             instance("i-4", T0, Some("a")),
         ];
-        let v = decide(&seen, &owner("a"));
+        let v = decide(&seen, &owner("a"), "default");
         assert_eq!(v.outcome, Outcome::Adopt(1));
         assert_eq!(v.release, ["i-5"]);
     }
@@ -1239,17 +1374,22 @@ mod tests {
     #[test]
     fn instances_without_an_owner_are_adopted_alone_and_never_released() {
         let me = owner("a");
-        let v = decide(&[instance("i-1", T0, None)], &me);
+        let v = decide(&[instance("i-1", T0, None)], &me, "default");
         assert_eq!(v.outcome, Outcome::Adopt(0));
         // An unowned instance made first keeps the name; my later one goes.
         let v = decide(
             &[instance("i-1", T0, None), instance("i-2", T1, Some("a"))],
             &me,
+            "default",
         );
         assert_eq!(v.outcome, Outcome::Adopt(0));
         assert_eq!(v.release, ["i-2"]);
         // Two unowned: no pick, nothing released (they are nobody's to release).
-        let v = decide(&[instance("i-1", T0, None), instance("i-2", T0, None)], &me);
+        let v = decide(
+            &[instance("i-1", T0, None), instance("i-2", T0, None)],
+            &me,
+            "default",
+        );
         assert_eq!(
             v.outcome,
             Outcome::Ambiguous(vec!["i-1".into(), "i-2".into()])
@@ -1257,12 +1397,86 @@ mod tests {
         assert!(v.release.is_empty());
     }
 
+    /// `instance` stamped with a namespace.
+    fn in_ns(mut i: Instance, namespace: &str) -> Instance {
+        i.tags.push(Tag::new(NAMESPACE_STAMP, namespace));
+        i
+    }
+
+    #[test]
+    fn another_namespaces_instance_is_never_mine_whatever_its_owner_tag() {
+        // Tenant b sends tenant a's UID: a's instance keeps the name and is not adopted.
+        let seen = [in_ns(instance("i-1", T0, Some("a")), "team-a")];
+        let v = decide(&seen, &owner("a"), "team-b");
+        assert_eq!(v.outcome, Outcome::Taken(0));
+        assert!(v.release.is_empty());
+        // Nor released when it lost the race to b's own instance.
+        let seen = [
+            in_ns(instance("i-2", T1, Some("a")), "team-a"),
+            in_ns(instance("i-1", T0, Some("a")), "team-b"),
+        ];
+        let v = decide(&seen, &owner("a"), "team-b");
+        assert_eq!(v.outcome, Outcome::Adopt(1));
+        assert!(v.release.is_empty(), "{v:?}");
+        // An instance without a stamp is `default`'s.
+        let v = decide(&[instance("i-1", T0, Some("a"))], &owner("a"), "team-b");
+        assert_eq!(v.outcome, Outcome::Taken(0));
+        let v = decide(&[instance("i-1", T0, None)], &owner("a"), "default");
+        assert_eq!(v.outcome, Outcome::Adopt(0));
+        assert!(belongs_to(
+            &in_ns(instance("i-1", T0, Some("a")), "team-a"),
+            &owner("a"),
+            "team-a"
+        ));
+        assert!(!belongs_to(
+            &in_ns(instance("i-1", T0, Some("a")), "team-a"),
+            &owner("a"),
+            "team-b"
+        ));
+        assert!(!belongs_to(
+            &instance("i-1", T0, None),
+            &owner("a"),
+            "team-b"
+        ));
+    }
+
+    #[test]
+    fn a_taken_name_says_nothing_of_the_other_machine() {
+        let e = taken("worker-1");
+        assert_eq!(e.code, Code::AlreadyExists);
+        assert!(e.message.contains("\"worker-1\" is taken"), "{e:?}");
+        assert!(
+            !e.message.contains("uid") && !e.message.contains("i-"),
+            "{e:?}"
+        );
+    }
+
     #[test]
     fn a_lookup_by_name_takes_only_the_callers_or_unowned_instances() {
-        assert!(belongs_to(&instance("i-1", T0, Some("a")), &owner("a")));
-        assert!(belongs_to(&instance("i-1", T0, None), &owner("a")));
-        assert!(!belongs_to(&instance("i-1", T0, Some("b")), &owner("a")));
-        assert!(!belongs_to(&instance("i-1", T0, Some("")), &owner("a")));
-        assert!(belongs_to(&instance("i-1", T0, Some("")), &owner("")));
+        assert!(belongs_to(
+            &instance("i-1", T0, Some("a")),
+            &owner("a"),
+            "default"
+        ));
+        assert!(belongs_to(
+            &instance("i-1", T0, None),
+            &owner("a"),
+            "default"
+        ));
+        assert!(!belongs_to(
+            &instance("i-1", T0, Some("b")),
+            &owner("a"),
+            "default"
+        ));
+        assert!(!belongs_to(
+            &instance("i-1", T0, Some("")),
+            &owner("a"),
+            "default"
+        ));
+        assert!(belongs_to(
+            &instance("i-1", T0, Some("")),
+            &owner(""),
+            "default"
+        ));
     }
 }

@@ -19,7 +19,7 @@ use domain::{Code, Status, names};
 use serde::{Deserialize, Deserializer};
 use sha2::{Digest as _, Sha256};
 
-use crate::provider::Violations;
+use crate::provider::{NAMESPACE_STAMP, Violations};
 
 /// Where the spec sits in a request body; every field error starts with it.
 const SPEC: &str = "machineClass.providerSpec";
@@ -34,8 +34,9 @@ pub const MACHINE_TAG: &str = "berth.io/machine";
 /// The tag Berth adds to every instance: the UID of the machine it was created for (empty for a
 /// machine without one). It decides who a machine name's VM belongs to when creates race.
 pub const OWNER_TAG: &str = "berth.io/machine-uid";
-/// ECS allows 20 tags on a resource; two are [`MACHINE_TAG`] and [`OWNER_TAG`].
-const MAX_SPEC_TAGS: usize = 18;
+/// ECS allows 20 tags on a resource; three are [`MACHINE_TAG`], [`OWNER_TAG`] and
+/// [`NAMESPACE_STAMP`].
+const MAX_SPEC_TAGS: usize = 17;
 /// The longest machine UID accepted: an ECS tag value's limit (Kubernetes UIDs have 36 characters).
 const MAX_UID_LEN: usize = 128;
 /// ECS's longest tag key and value, in characters.
@@ -176,8 +177,31 @@ impl Violations {
         if !value.is_empty() && !allowed.contains(&value) {
             self.add(
                 &format!("{SPEC}.{field}"),
-                format!("Unsupported value: {value:?}: supported values: {allowed:?}"),
+                format!(
+                    "Unsupported value: {}: supported values: {allowed:?}",
+                    shown(value)
+                ),
             );
+        }
+    }
+
+    /// A free string's length bound, then its grammar; nothing for an empty one.
+    fn grammar(&mut self, value: &str, field: &str, g: &Grammar) {
+        if value.is_empty() {
+            return;
+        }
+        let field = format!("{SPEC}.{field}");
+        let length = value.chars().count();
+        if length > g.max {
+            self.add(
+                &field,
+                format!(
+                    "is {length} characters long; the limit is {}: {}",
+                    g.max, g.rule
+                ),
+            );
+        } else if !(g.matches)(value) {
+            self.add(&field, format!("must be {}", g.rule));
         }
     }
 
@@ -188,6 +212,140 @@ impl Violations {
                 format!("Invalid value: {value}: must be between {low} and {high}, inclusive"),
             );
         }
+    }
+}
+
+/// One of the spec's free strings as ECS bounds it: its longest length in characters and its
+/// grammar (`matches`, mirrored by [`schema`]'s pattern `pattern`, held to it by the tests). An empty
+/// value is left to the required-field rules.
+struct Grammar {
+    max: usize,
+    pattern: &'static str,
+    rule: &'static str,
+    matches: fn(&str) -> bool,
+}
+
+/// Whether `s` is one or more of `ok`'s characters.
+fn all_of(s: &str, ok: fn(u8) -> bool) -> bool {
+    !s.is_empty() && s.bytes().all(ok)
+}
+
+/// Lower-case letters and digits, ECS's resource id alphabet.
+fn id_char(b: u8) -> bool {
+    b.is_ascii_lowercase() || b.is_ascii_digit()
+}
+
+/// A text ECS takes as a description or tag: no control characters, no `http://` or `https://`.
+fn plain_text(s: &str) -> bool {
+    !s.chars().any(char::is_control) && !s.contains("http://") && !s.contains("https://")
+}
+
+/// `imageID`: an image id (`m-bp1...`) or a public image's name (`ubuntu_22_04_x64_20G_alibase_20230515.vhd`).
+const IMAGE_ID: Grammar = Grammar {
+    max: 128,
+    pattern: "^[A-Za-z0-9][A-Za-z0-9._-]*$",
+    rule: "an ECS image id: at most 128 letters, digits, '.', '_' or '-', starting with a letter or digit",
+    matches: |s| {
+        s.as_bytes()[0].is_ascii_alphanumeric()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    },
+};
+/// `instanceType`: `ecs.` and dot-separated words (`ecs.g6.large`).
+const INSTANCE_TYPE: Grammar = Grammar {
+    max: 64,
+    pattern: "^ecs(\\.[a-z0-9-]+)+$",
+    rule: "an ECS instance type such as ecs.g6.large: at most 64 characters, 'ecs' and dot-separated words of lower-case letters, digits and '-'",
+    matches: |s| {
+        s.strip_prefix("ecs.").is_some_and(|rest| {
+            rest.split('.')
+                .all(|w| all_of(w, |b| id_char(b) || b == b'-'))
+        })
+    },
+};
+/// `zoneID`: `cn-shanghai-b`, `ap-southeast-1a`.
+const ZONE_ID: Grammar = Grammar {
+    max: 64,
+    pattern: "^[a-z][a-z0-9-]*[a-z0-9]$",
+    rule: "an ECS zone id such as cn-shanghai-b: at most 64 lower-case letters, digits and '-', starting with a letter and not ending with '-'",
+    matches: |s| {
+        s.len() >= 2
+            && s.as_bytes()[0].is_ascii_lowercase()
+            && !s.ends_with('-')
+            && s.bytes().all(|b| id_char(b) || b == b'-')
+    },
+};
+/// `securityGroupID`: `sg-` and the id.
+const SECURITY_GROUP_ID: Grammar = Grammar {
+    max: 64,
+    pattern: "^sg-[a-z0-9]+$",
+    rule: "an ECS security group id: 'sg-' and lower-case letters and digits, at most 64 characters",
+    matches: |s| s.strip_prefix("sg-").is_some_and(|r| all_of(r, id_char)),
+};
+/// `vSwitchID`: `vsw-` and the id.
+const V_SWITCH_ID: Grammar = Grammar {
+    max: 64,
+    pattern: "^vsw-[a-z0-9]+$",
+    rule: "an ECS vSwitch id: 'vsw-' and lower-case letters and digits, at most 64 characters",
+    matches: |s| s.strip_prefix("vsw-").is_some_and(|r| all_of(r, id_char)),
+};
+/// `keyPairName`: ECS's key pair names, 2 to 128 characters (the Latin ones).
+const KEY_PAIR_NAME: Grammar = Grammar {
+    max: 128,
+    pattern: "^[A-Za-z][A-Za-z0-9:_-]+$",
+    rule: "an ECS key pair name: 2 to 128 characters, a letter and then letters, digits, ':', '_' or '-'",
+    matches: |s| {
+        s.len() >= 2
+            && s.as_bytes()[0].is_ascii_alphabetic()
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b':' | b'_' | b'-'))
+    },
+};
+/// `privateIPAddress`: a dotted IPv4 address.
+const PRIVATE_IP: Grammar = Grammar {
+    max: 15,
+    pattern: "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$",
+    rule: "an IPv4 address in dotted form (such as 192.168.0.10)",
+    matches: |s| {
+        s.parse::<std::net::Ipv4Addr>().is_ok()
+            && s.split('.').all(|p| p == "0" || !p.starts_with('0'))
+    },
+};
+/// A disk `category`: `cloud_efficiency`, `cloud_essd`, `DiskEphemeralSSD`, ...
+const DISK_CATEGORY: Grammar = Grammar {
+    max: 64,
+    pattern: "^[A-Za-z][A-Za-z0-9_]*$",
+    rule: "an ECS disk category such as cloud_essd: at most 64 letters, digits and '_', starting with a letter",
+    matches: |s| {
+        s.as_bytes()[0].is_ascii_alphabetic()
+            && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+    },
+};
+/// `apiVersion` (informational): `group/version`.
+const API_VERSION: Grammar = Grammar {
+    max: 253,
+    pattern: "^[A-Za-z0-9./-]+$",
+    rule: "an API version such as mcm.gardener.cloud/v1alpha1: at most 253 letters, digits, '.', '/' and '-'",
+    matches: |s| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'/' | b'-'))
+    },
+};
+/// A data disk's `description`: ECS's 256 characters of text.
+const DISK_DESCRIPTION: Grammar = Grammar {
+    max: 256,
+    pattern: "^[^\\x00-\\x1f\\x7f-\\x9f]*$",
+    rule: "at most 256 characters of text: no control characters, no http:// or https://",
+    matches: plain_text,
+};
+
+/// How a value that broke a rule is named in a message: itself when short and printable, else
+/// its length only (a 100,000-character value is never echoed).
+fn shown(value: &str) -> String {
+    if value.chars().count() <= 64 && !value.chars().any(char::is_control) {
+        format!("{value:?}")
+    } else {
+        format!("a value of {} characters", value.chars().count())
     }
 }
 
@@ -263,6 +421,7 @@ impl ProviderSpec {
         {
             v.range(d.size, "systemDisk.size", 20, 2048);
         }
+        self.check_strings(&mut v);
         self.check_data_disks(&mut v);
         self.check_tag_limits(&mut v);
         v.into_result()?;
@@ -314,6 +473,34 @@ impl ProviderSpec {
         region
     }
 
+    /// Every free string of the spec against its bound and grammar ([`Grammar`]): a value ECS would
+    /// refuse, or one no instance type, id or name could be, is a 400 naming the field and the rule,
+    /// never a RunInstances call.
+    fn check_strings(&self, v: &mut Violations) {
+        v.grammar(&self.api_version, "apiVersion", &API_VERSION);
+        for (value, field, g) in [
+            (&self.image_id, "imageID", &IMAGE_ID),
+            (&self.instance_type, "instanceType", &INSTANCE_TYPE),
+            (&self.zone_id, "zoneID", &ZONE_ID),
+            (&self.v_switch_id, "vSwitchID", &V_SWITCH_ID),
+            (&self.key_pair_name, "keyPairName", &KEY_PAIR_NAME),
+        ] {
+            // Blank ones are refused as required already.
+            if !value.trim().is_empty() {
+                v.grammar(value, field, g);
+            }
+        }
+        v.grammar(
+            &self.security_group_id,
+            "securityGroupID",
+            &SECURITY_GROUP_ID,
+        );
+        v.grammar(&self.private_ip_address, "privateIPAddress", &PRIVATE_IP);
+        if let Some(d) = &self.system_disk {
+            v.grammar(&d.category, "systemDisk.category", &DISK_CATEGORY);
+        }
+    }
+
     fn check_data_disks(&self, v: &mut Violations) {
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, d) in self.data_disks.iter().enumerate() {
@@ -326,7 +513,7 @@ impl ProviderSpec {
                         &format!("{field}.name"),
                         format!(
                             "Disk name given: {} does not match the expected pattern (regex used for validation is '^[a-zA-Z][a-zA-Z0-9\\.\\-_:]+$')",
-                            d.name
+                            if d.name.chars().count() <= 64 { d.name.clone() } else { shown(&d.name) }
                         ),
                     );
                 }
@@ -352,6 +539,16 @@ impl ProviderSpec {
                     "Data Disk category is required",
                 );
             }
+            v.grammar(
+                &d.category,
+                &format!("dataDisks[{i}].category"),
+                &DISK_CATEGORY,
+            );
+            v.grammar(
+                &d.description,
+                &format!("dataDisks[{i}].description"),
+                &DISK_DESCRIPTION,
+            );
         }
         for (name, n) in seen {
             if n > 1 {
@@ -375,14 +572,19 @@ impl ProviderSpec {
             v.add(
                 &format!("{SPEC}.tags"),
                 format!(
-                    "has {} tags; at most {MAX_SPEC_TAGS} are allowed (ECS takes 20 and Berth adds {MACHINE_TAG} and {OWNER_TAG})",
+                    "has {} tags; at most {MAX_SPEC_TAGS} are allowed (ECS takes 20 and Berth adds {MACHINE_TAG}, {OWNER_TAG} and {NAMESPACE_STAMP})",
                     tags.len()
                 ),
             );
         }
         // ECS counts a tag's key and value in characters, not bytes.
         for (k, value) in tags {
-            let field = format!("{SPEC}.tags[{k}]");
+            // The key names the field; one that breaks the rules is named by its length only.
+            let field = if k.chars().count() <= MAX_TAG_LEN && plain_text(k) {
+                format!("{SPEC}.tags[{k}]")
+            } else {
+                format!("{SPEC}.tags[<a key of {} characters>]", k.chars().count())
+            };
             if k.is_empty() || k.chars().count() > MAX_TAG_LEN {
                 v.add(&field, "a tag key must be 1 to 128 characters");
             }
@@ -395,8 +597,20 @@ impl ProviderSpec {
             if k == OWNER_TAG {
                 v.add(&field, "is set by the driver to the machine's UID");
             }
+            if k == NAMESPACE_STAMP {
+                v.add(&field, "is set by the driver to the machine's namespace");
+            }
             if value.chars().count() > MAX_TAG_LEN {
                 v.add(&field, "a tag value must be at most 128 characters");
+            }
+            if !plain_text(k) || !plain_text(value) {
+                v.add(
+                    &field,
+                    "a tag key or value may hold no control characters, http:// or https://",
+                );
+            }
+            if value.starts_with("aliyun") || value.starts_with("acs:") {
+                v.add(&field, "tag values may not start with 'aliyun' or 'acs:'");
             }
         }
     }
@@ -426,6 +640,7 @@ impl ProviderSpec {
         &self,
         machine_name: &str,
         owner: &Owner,
+        namespace: &str,
         user_data: Option<Vec<u8>>,
     ) -> RunInstances {
         let some = |s: &str| (!s.is_empty()).then(|| s.to_owned());
@@ -437,6 +652,7 @@ impl ProviderSpec {
             .collect();
         tags.push(Tag::new(MACHINE_TAG, machine_name));
         tags.push(Tag::new(OWNER_TAG, owner.tag_value()));
+        tags.push(Tag::new(NAMESPACE_STAMP, namespace));
         RunInstances {
             image_id: self.image_id.clone(),
             instance_type: self.instance_type.clone(),
@@ -836,8 +1052,10 @@ pub mod schema {
     use serde_json::{Value, json};
 
     use super::{
-        CLUSTER_TAG, EPHEMERAL_SSD, MACHINE_TAG, MAX_EPHEMERAL_SSD_GIB, MAX_SPEC_TAGS, MAX_TAG_LEN,
-        MAX_UID_LEN, MAX_USER_DATA_BASE64, OWNER_TAG, ROLE_TAG,
+        API_VERSION, CLUSTER_TAG, DISK_CATEGORY, DISK_DESCRIPTION, EPHEMERAL_SSD, Grammar,
+        IMAGE_ID, INSTANCE_TYPE, KEY_PAIR_NAME, MACHINE_TAG, MAX_EPHEMERAL_SSD_GIB, MAX_SPEC_TAGS,
+        MAX_TAG_LEN, MAX_UID_LEN, MAX_USER_DATA_BASE64, NAMESPACE_STAMP, OWNER_TAG, PRIVATE_IP,
+        ROLE_TAG, SECURITY_GROUP_ID, V_SWITCH_ID, ZONE_ID,
     };
 
     /// A UID ([`super::Owner::of`]): ASCII letters, digits, `-`, `_` and `.`; and not starting with
@@ -896,6 +1114,21 @@ pub mod schema {
         json!({"type": [kind, "null"]})
     }
 
+    /// A required free string: its grammar and bound.
+    fn required(g: &Grammar) -> Value {
+        json!({"type": "string", "pattern": g.pattern, "maxLength": g.max, "description": format!("Must be {}", g.rule)})
+    }
+
+    /// An optional free string (empty or null for none): its grammar and bound.
+    fn optional(g: &Grammar) -> Value {
+        json!({"type": ["string", "null"], "pattern": format!("^$|{}", g.pattern), "maxLength": g.max, "description": format!("Empty, or {}", g.rule)})
+    }
+
+    /// Text ECS takes in a tag or a description: no control characters ([`super::plain_text`]).
+    pub const PLAIN_TEXT: &str = "^[^\\x00-\\x1f\\x7f-\\x9f]*$";
+    /// What such text may not contain.
+    pub const NO_URL: &str = "https?://";
+
     fn integer(min: i64, max: i64) -> Value {
         json!({"type": ["integer", "null"], "minimum": min, "maximum": max})
     }
@@ -913,7 +1146,7 @@ pub mod schema {
         let tags = if for_create {
             json!({
                 "type": "object",
-                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch. At most 18 (ECS takes 20 and Berth adds two), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
+                "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch. At most 17 (ECS takes 20 and Berth adds three), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
                 "maxProperties": MAX_SPEC_TAGS,
                 "propertyNames": {
                     "type": "string",
@@ -922,10 +1155,21 @@ pub mod schema {
                     "allOf": [
                         {"not": {"pattern": "^aliyun"}},
                         {"not": {"pattern": "^acs:"}},
-                        {"not": {"enum": [MACHINE_TAG, OWNER_TAG]}}
+                        {"not": {"enum": [MACHINE_TAG, OWNER_TAG, NAMESPACE_STAMP]}},
+                        {"not": {"pattern": NO_URL}},
+                        {"pattern": PLAIN_TEXT}
                     ]
                 },
-                "additionalProperties": {"type": "string", "maxLength": MAX_TAG_LEN},
+                "additionalProperties": {
+                    "type": "string",
+                    "maxLength": MAX_TAG_LEN,
+                    "pattern": PLAIN_TEXT,
+                    "allOf": [
+                        {"not": {"pattern": "^aliyun"}},
+                        {"not": {"pattern": "^acs:"}},
+                        {"not": {"pattern": NO_URL}}
+                    ]
+                },
                 "allOf": [some_key_contains(CLUSTER_TAG), some_key_contains(ROLE_TAG)]
             })
         } else {
@@ -942,8 +1186,14 @@ pub mod schema {
                 "required": ["name", "category", "size"],
                 "properties": {
                     "name": {"type": "string", "pattern": DISK_NAME, "maxLength": 64},
-                    "category": {"type": "string", "minLength": 1},
-                    "description": text(),
+                    "category": required(&DISK_CATEGORY),
+                    "description": {
+                        "type": ["string", "null"],
+                        "maxLength": DISK_DESCRIPTION.max,
+                        "pattern": DISK_DESCRIPTION.pattern,
+                        "not": {"pattern": NO_URL},
+                        "description": format!("Empty, or {}", DISK_DESCRIPTION.rule)
+                    },
                     "encrypted": nullable("boolean"),
                     "deleteWithInstance": nullable("boolean"),
                     "size": {"type": "integer", "minimum": 20, "maximum": 32768}
@@ -1003,15 +1253,19 @@ pub mod schema {
         });
         if for_create {
             let p = &mut spec["properties"];
-            for field in [
-                "imageID",
-                "zoneID",
-                "instanceType",
-                "vSwitchID",
-                "keyPairName",
+            for (field, g) in [
+                ("imageID", &IMAGE_ID),
+                ("zoneID", &ZONE_ID),
+                ("instanceType", &INSTANCE_TYPE),
+                ("vSwitchID", &V_SWITCH_ID),
+                ("keyPairName", &KEY_PAIR_NAME),
             ] {
-                p[field] = json!({"type": "string", "pattern": NOT_BLANK});
+                p[field] = required(g);
             }
+            p["apiVersion"] = optional(&API_VERSION);
+            p["securityGroupID"] = optional(&SECURITY_GROUP_ID);
+            p["privateIPAddress"] = optional(&PRIVATE_IP);
+            p["systemDisk"]["properties"]["category"] = optional(&DISK_CATEGORY);
             p["instanceChargeType"] = one_of_or_unset(&["PostPaid", "PrePaid"]);
             p["internetChargeType"] = one_of_or_unset(&["PayByTraffic", "PayByBandwidth"]);
             p["spotStrategy"] = one_of_or_unset(&["NoSpot", "SpotWithPriceLimit", "SpotAsPriceGo"]);
@@ -1356,7 +1610,7 @@ mod tests {
         let mut m = Machine::default();
         m.metadata.uid = "u-1".into();
         let owner = Owner::of(&m).unwrap();
-        let r = s.run_instances("m-1", &owner, Some(b"#!/bin/sh".to_vec()));
+        let r = s.run_instances("m-1", &owner, "team-a", Some(b"#!/bin/sh".to_vec()));
         let p = r.to_params("cn-shanghai", "tok");
         let get = |k: &str| p.get(k).map(str::to_owned);
         assert_eq!(get("InstanceName").as_deref(), Some("m-1"));
@@ -1746,6 +2000,200 @@ mod tests {
                 .unwrap_err()
                 .message;
             assert!(msg.contains("1 to 128 characters"), "{msg}");
+        }
+
+        /// Each free string's pattern against its validator, on values that pass and values that
+        /// break the grammar.
+        #[test]
+        fn free_string_patterns_mirror_their_validators() {
+            let cases = [
+                "a",
+                "ab",
+                "A",
+                "0",
+                "-a",
+                "a-",
+                "ecs",
+                "ecs.",
+                "ecs.g6.large",
+                "ecs.G6.large",
+                "ecs.t5-lc1m1.small",
+                "ecs..large",
+                "ecsx.g6",
+                "cn-shanghai-b",
+                "ap-southeast-1a",
+                "sg-1",
+                "sg-",
+                "sg-ABC",
+                "sg-abc_1",
+                "vsw-demo",
+                "vsw-",
+                "kp",
+                "k",
+                "kp:1_a-b",
+                "1kp",
+                "kp/x",
+                "http://x",
+                "192.168.0.10",
+                "0.0.0.0",
+                "255.255.255.255",
+                "256.1.1.1",
+                "01.2.3.4",
+                "1.2.3",
+                "1.2.3.4.5",
+                "1.2.3.4 ",
+                "cloud_essd",
+                "DiskEphemeralSSD",
+                "cloud-essd",
+                "_c",
+                "m-demo-image",
+                "ubuntu_22_04_x64.vhd",
+                ".img",
+                "mcm.gardener.cloud/v1alpha1",
+                "v1",
+                "a b",
+                "a\tb",
+                "ü",
+                "a\u{85}b",
+                "text with spaces",
+                "\u{7f}",
+            ];
+            for g in [
+                &IMAGE_ID,
+                &INSTANCE_TYPE,
+                &ZONE_ID,
+                &SECURITY_GROUP_ID,
+                &V_SWITCH_ID,
+                &KEY_PAIR_NAME,
+                &PRIVATE_IP,
+                &DISK_CATEGORY,
+                &API_VERSION,
+            ] {
+                let pattern = re(g.pattern);
+                for case in cases {
+                    assert_eq!(
+                        pattern.is_match(case),
+                        (g.matches)(case),
+                        "{} on {case:?}",
+                        g.pattern
+                    );
+                }
+            }
+            // A description is plain text: the pattern, and no URL (the schema's `not`).
+            assert_eq!(DISK_DESCRIPTION.pattern, PLAIN_TEXT);
+            let plain = re(PLAIN_TEXT);
+            let url = re(NO_URL);
+            for case in cases.iter().chain(&["see https://x", "a http://b"]) {
+                assert_eq!(
+                    plain.is_match(case) && !url.is_match(case),
+                    plain_text(case),
+                    "{case:?}"
+                );
+                assert_eq!((DISK_DESCRIPTION.matches)(case), plain_text(case));
+            }
+        }
+
+        /// The refusal of `field` set to `value`, for CreateMachine.
+        fn refusal(field: &str, value: serde_json::Value) -> String {
+            let mut v = valid();
+            let pointer = format!("/{}", field.replace('.', "/"));
+            match v.pointer_mut(&pointer) {
+                Some(at) => *at = value,
+                None => v[field] = value,
+            }
+            ProviderSpec::decode(&v)
+                .unwrap()
+                .validate_for_create(&policy())
+                .unwrap_err()
+                .message
+        }
+
+        /// Every free string of the spec: an over-long value and one that breaks its grammar are
+        /// each refused naming the field and the rule, never echoing a long value.
+        #[test]
+        fn every_free_string_has_a_bound_and_a_grammar() {
+            let cases: [(&str, &str, usize, &str); 10] = [
+                ("apiVersion", "apiVersion", 253, "v1 alpha"),
+                ("imageID", "imageID", 128, "-image"),
+                ("instanceType", "instanceType", 64, "g6.large"),
+                ("zoneID", "zoneID", 64, "CN_SHANGHAI"),
+                ("securityGroupID", "securityGroupID", 64, "group-1"),
+                ("vSwitchID", "vSwitchID", 64, "vsw-A"),
+                ("keyPairName", "keyPairName", 128, "1kp"),
+                ("privateIPAddress", "privateIPAddress", 15, "10.0.0.256"),
+                (
+                    "systemDisk.category",
+                    "systemDisk.category",
+                    64,
+                    "cloud essd",
+                ),
+                (
+                    "dataDisks.0.category",
+                    "dataDisks[0].category",
+                    64,
+                    "cloud-essd",
+                ),
+            ];
+            for (pointer, field, max, bad) in cases {
+                let long = "a".repeat(100_000);
+                let msg = refusal(pointer, json!(long));
+                assert!(msg.contains(&format!("{SPEC}.{field}: ")), "{field}: {msg}");
+                assert!(
+                    msg.contains(&format!("the limit is {max}")),
+                    "{field}: {msg}"
+                );
+                assert!(
+                    msg.len() < 1_000,
+                    "{field}: the value is echoed: {}",
+                    msg.len()
+                );
+                let msg = refusal(pointer, json!(bad));
+                assert!(
+                    msg.contains(&format!("{SPEC}.{field}: must be ")),
+                    "{field}: {msg}"
+                );
+            }
+            let msg = refusal("dataDisks.0.description", json!("d".repeat(257)));
+            assert!(
+                msg.contains("dataDisks[0].description: is 257 characters long; the limit is 256"),
+                "{msg}"
+            );
+            let msg = refusal("dataDisks.0.description", json!("see http://example.com"));
+            assert!(msg.contains("dataDisks[0].description: must be"), "{msg}");
+            // The enums never echo a long value either.
+            let msg = refusal("instanceChargeType", json!("x".repeat(100_000)));
+            assert!(
+                msg.contains("instanceChargeType: Unsupported value: a value of 100000 characters"),
+                "{msg}"
+            );
+            // Tags: control characters and URLs, a reserved value prefix, an over-long key not echoed.
+            for (key, value, rule) in [
+                ("pool", "a\nb", "no control characters"),
+                ("pool", "see https://x", "http://"),
+                ("pool", "aliyun-x", "may not start with 'aliyun'"),
+                ("a\u{1}b", "1", "no control characters"),
+            ] {
+                let mut v = valid();
+                v["tags"][key] = json!(value);
+                let msg = ProviderSpec::decode(&v)
+                    .unwrap()
+                    .validate_for_create(&policy())
+                    .unwrap_err()
+                    .message;
+                assert!(msg.contains(rule), "{key:?}={value:?}: {msg}");
+            }
+            let mut v = valid();
+            v["tags"]["k".repeat(100_000)] = json!("1");
+            let msg = ProviderSpec::decode(&v)
+                .unwrap()
+                .validate_for_create(&policy())
+                .unwrap_err()
+                .message;
+            assert!(msg.contains("tags[<a key of 100000 characters>]"), "{msg}");
+            assert!(msg.len() < 1_000, "{}", msg.len());
+            // A data disk name over 64 characters is not echoed.
+            let msg = refusal("dataDisks.0.name", json!("d".repeat(100_000)));
+            assert!(msg.len() < 1_000, "{}", msg.len());
         }
 
         #[test]

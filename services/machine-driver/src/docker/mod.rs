@@ -71,7 +71,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 use tracing::Instrument as _;
 
-use crate::provider::Provider;
+use crate::provider::{Listed, NAMESPACE_STAMP, Provider, request_namespace, stamped_namespace};
 use settings::Settings;
 use spec::{
     Bootstrap, ImageRef, LABEL_CLUSTER, LABEL_MACHINE, LABEL_RECORD_EXEC, LABEL_RECORD_EXIT,
@@ -396,6 +396,11 @@ impl Container {
 
     fn provider_id(&self) -> String {
         spec::provider_id(&self.name)
+    }
+
+    /// The namespace stamped on the container ([`NAMESPACE_STAMP`]; none: `default`).
+    fn namespace(&self) -> &str {
+        stamped_namespace(self.labels.get(NAMESPACE_STAMP).map(String::as_str))
     }
 }
 
@@ -857,18 +862,23 @@ impl Docker {
         uid: &str,
         by_owner_too: bool,
     ) -> Result<Option<Container>, Status> {
+        // Another namespace's container is answered as one that does not exist.
+        let namespace = request_namespace(req);
         let provider_id = req.machine.spec.provider_id.as_str();
         if !provider_id.is_empty() {
             let named = spec::decode_provider_id(provider_id)?;
             let found = self
                 .by_name(t, named)
                 .await?
-                .filter(|c| t.scope.holds(&c.labels));
+                .filter(|c| t.scope.holds(&c.labels) && c.namespace() == namespace);
             if found.is_some() || !by_owner_too {
                 return Ok(found);
             }
         }
-        self.by_owner(t, name, uid).await
+        Ok(self
+            .by_owner(t, name, uid)
+            .await?
+            .filter(|c| c.namespace() == namespace))
     }
 
     /// Makes the machine's container, or adopts the one made for it already (found by its UID, or
@@ -880,12 +890,19 @@ impl Docker {
         plan: &Plan,
         name: &str,
         uid: &str,
+        namespace: &str,
     ) -> Result<(Container, bool), Status> {
         if let Some(c) = self.by_owner(t, name, uid).await? {
+            if c.namespace() != namespace {
+                return Err(name_taken(name));
+            }
             return Ok((c, false));
         }
         self.check_network(t, plan).await?;
-        let body = plan.container(name, uid);
+        let mut body = plan.container(name, uid);
+        body.labels
+            .get_or_insert_default()
+            .insert(NAMESPACE_STAMP.to_owned(), namespace.to_owned());
         let mut pulled = false;
         loop {
             let made = t
@@ -919,19 +936,12 @@ impl Docker {
                             if t.scope.holds(&c.labels)
                                 && c.labels.get(LABEL_MACHINE).map(String::as_str)
                                     == Some(name)
-                                && c.labels.get(LABEL_UID).map(String::as_str) == Some(uid) =>
+                                && c.labels.get(LABEL_UID).map(String::as_str) == Some(uid)
+                                && c.namespace() == namespace =>
                         {
                             Ok((c, false))
                         }
-                        // Whoever holds it (another machine, another tenant's, or a container
-                        // Berth did not make), the answer says only that the name is taken: its
-                        // id, labels and owner are not the caller's to learn.
-                        Some(_) => Err(Status::new(
-                            Code::AlreadyExists,
-                            format!(
-                                "the name {name:?} is taken on the Docker Engine; one name is one machine"
-                            ),
-                        )),
+                        Some(_) => Err(name_taken(name)),
                         None => Err(Status::unavailable(format!(
                             "the name of container {name} is held but no container shows it (being removed?); retry"
                         ))),
@@ -1371,7 +1381,9 @@ impl Provider for Docker {
                 host,
                 scope: plan.scope.clone(),
             };
-            let (c, created) = self.create_or_adopt(&t, &plan, &name, &uid).await?;
+            let (c, created) = self
+                .create_or_adopt(&t, &plan, &name, &uid, request_namespace(req))
+                .await?;
             if created {
                 tracing::info!(container = %short(&c.id), "container created");
             } else {
@@ -1485,11 +1497,7 @@ impl Provider for Docker {
             // With a providerID, only that container: the orphan collector sends a live machine's
             // name with an orphan's id, and the live machine's container must survive.
             let Some(c) = self.find(&t, req, &name, &uid, false).await? else {
-                return Ok(DeleteMachineResponse {
-                    last_known_state: format!(
-                        "no Docker container backs machine {name}; nothing to delete"
-                    ),
-                });
+                return Ok(self.nothing_to_delete(&name));
             };
             // Leave time to remove it after the grace period, within the call's own limit.
             let budget = self.operation_timeout.as_secs().saturating_sub(2) / 2;
@@ -1572,7 +1580,7 @@ impl Provider for Docker {
     async fn machines(
         &self,
         req: &ListMachinesRequest,
-    ) -> Result<BTreeMap<String, String>, Status> {
+    ) -> Result<BTreeMap<String, Listed>, Status> {
         let call = async {
             let (t, _) = self
                 .target(&req.machine_class, &req.secret, |_| Ok(()))
@@ -1596,12 +1604,58 @@ impl Provider for Docker {
                 .into_iter()
                 .filter_map(|c| {
                     let name = c.names?.first()?.trim_start_matches('/').to_owned();
-                    let machine = c.labels?.get(LABEL_MACHINE)?.clone();
-                    Some((spec::provider_id(&name), machine))
+                    Some((spec::provider_id(&name), listed_machine(&c.labels?)?))
                 })
                 .collect())
         };
         self.bounded("ListMachines".to_owned(), call).await
+    }
+
+    async fn namespace_machines(
+        &self,
+        req: &MachineRequest,
+        namespace: &str,
+    ) -> Result<Vec<Listed>, Status> {
+        let call = async {
+            let (t, _) = self
+                .target(&req.machine_class, &req.secret, |_| Ok(()))
+                .await?;
+            // Every container Berth made carries the machine label; `default` also holds those
+            // made before the namespace stamp, so the stamp is checked here, not by the Engine.
+            let listed_containers = t
+                .engine
+                .list_containers(Some(ListContainersOptions {
+                    all: true,
+                    filters: Some(HashMap::from([(
+                        "label".to_owned(),
+                        vec![LABEL_MACHINE.to_owned()],
+                    )])),
+                    ..ListContainersOptions::default()
+                }))
+                .await
+                .map_err(|e| {
+                    EngineError::new("listing the namespace's containers", e).to_status()
+                })?;
+            Ok(listed_containers
+                .into_iter()
+                .filter_map(|c| listed_machine(&c.labels?))
+                .filter(|m| m.namespace == namespace)
+                .collect())
+        };
+        self.bounded("counting the namespace's machines".to_owned(), call)
+            .await
+    }
+
+    fn missing(&self, machine_name: &str) -> Status {
+        Self::missing(machine_name)
+    }
+
+    fn nothing_to_delete(&self, machine_name: &str) -> DeleteMachineResponse {
+        DeleteMachineResponse {
+            last_known_state: format!(
+                "no Docker container backs machine {machine_name}; nothing to delete"
+            ),
+        }
     }
 
     fn volume_id(&self, pv: &PersistentVolumeSpec) -> Option<String> {
@@ -1612,6 +1666,26 @@ impl Provider for Docker {
             })
             .map(|csi| csi.volume_handle.clone())
     }
+}
+
+/// A container's machine as ListMachines and the machine quota see it, from its labels.
+fn listed_machine(labels: &HashMap<String, String>) -> Option<Listed> {
+    Some(Listed {
+        name: labels.get(LABEL_MACHINE)?.clone(),
+        namespace: stamped_namespace(labels.get(NAMESPACE_STAMP).map(String::as_str)).to_owned(),
+        uid: labels.get(LABEL_UID).cloned().unwrap_or_default(),
+    })
+}
+
+/// CreateMachine's AlreadyExists when the name's container is another machine's: it says only
+/// that the name is taken, never whose it is (another tenant's UID, cluster or labels).
+fn name_taken(name: &str) -> Status {
+    Status::new(
+        Code::AlreadyExists,
+        format!(
+            "the name {name:?} is taken on the Docker Engine; one name is one machine"
+        ),
+    )
 }
 
 /// The outcome of an Engine call that makes a container go away: a 404 (it is gone already) is as

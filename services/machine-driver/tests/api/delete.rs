@@ -64,7 +64,11 @@ async fn delete_without_provider_id_releases_every_same_named_instance_across_pa
                 image_id: "m-image-1".into(),
                 instance_type: "ecs.g6.large".into(),
                 instance_name: Some("m-many".into()),
-                tags: vec![Tag::new(CLUSTER_TAG, "1"), Tag::new(ROLE_TAG, "1")],
+                tags: vec![
+                    Tag::new(CLUSTER_TAG, "1"),
+                    Tag::new(ROLE_TAG, "1"),
+                    Tag::new(NAMESPACE_STAMP, NAMESPACE),
+                ],
                 client_token: Some(format!("token-{n}")),
                 ..RunInstances::default()
             };

@@ -20,6 +20,8 @@
 //! - `races`: one name is one VM: creates racing across two driver processes.
 //! - `urls`: URLs built from caller input: region and providerID never choose where the driver connects.
 //! - `secrets`: no secret in logs.
+//! - `tenancy`: two namespaces' callers on every route, the machine quota, a ClientToken series that
+//!   never runs out.
 
 mod create;
 mod delete;
@@ -31,6 +33,7 @@ mod secrets;
 mod service;
 mod status;
 mod support;
+mod tenancy;
 mod urls;
 mod validation;
 mod volumes;

@@ -22,6 +22,10 @@ pub(crate) const ZONE: &str = "cn-shanghai-b";
 pub(crate) const CLUSTER_TAG: &str = "kubernetes.io/cluster/shoot--test";
 pub(crate) const ROLE_TAG: &str = "kubernetes.io/role/worker/shoot--test";
 pub(crate) const EXTRA_CSI: &str = "disk.csi.example.com";
+/// The namespace of the test machines ([`machine`]).
+pub(crate) const NAMESPACE: &str = "shoot--test";
+/// The tag the driver stamps a machine's namespace with.
+pub(crate) const NAMESPACE_STAMP: &str = machine_driver::provider::NAMESPACE_STAMP;
 
 pub(crate) struct App {
     pub(crate) emulator: Emulator,
@@ -125,7 +129,7 @@ pub(crate) fn secret() -> Secret {
 pub(crate) fn machine(name: &str) -> Machine {
     let mut m = Machine::default();
     m.metadata.name = name.into();
-    m.metadata.namespace = "shoot--test".into();
+    m.metadata.namespace = NAMESPACE.into();
     m.metadata.uid = format!("uid-{name}");
     m.spec.class.kind = "MachineClass".into();
     m.spec.class.name = "shoot--test-pool-a-z1".into();
@@ -239,14 +243,19 @@ impl App {
         )
     }
 
-    /// Creates an instance named `name` with these tags behind the driver's back.
+    /// Creates an instance named `name` with these tags behind the driver's back, stamped with the
+    /// test machines' namespace ([`NAMESPACE`]) unless the tags stamp another.
     pub(crate) async fn run_directly(&self, name: &str, tags: &[(&str, &str)]) -> String {
+        let mut tags: Vec<Tag> = tags.iter().map(|(k, v)| Tag::new(*k, *v)).collect();
+        if !tags.iter().any(|t| t.key == NAMESPACE_STAMP) {
+            tags.push(Tag::new(NAMESPACE_STAMP, NAMESPACE));
+        }
         let run = RunInstances {
             image_id: "m-image-1".into(),
             instance_type: "ecs.g6.large".into(),
             zone_id: Some(ZONE.into()),
             instance_name: Some(name.into()),
-            tags: tags.iter().map(|(k, v)| Tag::new(*k, *v)).collect(),
+            tags,
             ..RunInstances::default()
         };
         self.ecs()

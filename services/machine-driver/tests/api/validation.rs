@@ -164,3 +164,65 @@ async fn a_data_value_behind_string_data_is_still_checked() {
     );
     assert_eq!(app.emulator.instance_count(), 0);
 }
+
+#[tokio::test]
+async fn a_hundred_thousand_character_instance_type_is_a_400_not_a_vm() {
+    let app = spawn_app().await;
+    let mut r = req("m-huge-type");
+    r.machine_class.provider_spec["instanceType"] = json!("ecs.".repeat(25_000));
+    let e = app.create(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(
+        e.status.message.contains(
+            "machineClass.providerSpec.instanceType: is 100000 characters long; the limit is 64"
+        ),
+        "{e}"
+    );
+    assert!(e.status.message.len() < 1_000, "the value is echoed");
+    let mut r = req("m-bad-type");
+    r.machine_class.provider_spec["instanceType"] = json!("g6 large; rm -rf");
+    let e = app.create(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(
+        e.status
+            .message
+            .contains("machineClass.providerSpec.instanceType: must be an ECS instance type"),
+        "{e}"
+    );
+    assert_eq!(app.calls("RunInstances"), 0);
+    assert_eq!(app.emulator.instance_count(), 0);
+}
+
+#[tokio::test]
+async fn a_malformed_secret_is_told_before_a_region_the_operator_refuses() {
+    let app = spawn_app_with(|c| {
+        c.regions = vec![alicloud::Region::parse("cn-beijing").unwrap()];
+    })
+    .await;
+    // Well-formed region outside the allow-list (412), and no access key id (400): the 400 wins.
+    let mut r = req("m-order");
+    r.secret = Secret::default();
+    for e in [
+        app.status(&r).await.unwrap_err(),
+        app.create(&r).await.unwrap_err(),
+    ] {
+        assert_code(&e, Code::InvalidArgument, 400);
+        assert!(
+            e.status
+                .message
+                .contains("secret.data[alicloudAccessKeyID]"),
+            "{e}"
+        );
+    }
+    // Too much user data is malformed too.
+    let mut r = req("m-order");
+    r.secret
+        .data
+        .insert("userData".into(), b64(&"x".repeat(40_000)));
+    let e = app.create(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(e.status.message.contains("secret.data[userData]"), "{e}");
+    // A well-formed request is refused for the region.
+    let e = app.status(&req("m-order")).await.unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+}
