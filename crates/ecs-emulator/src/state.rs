@@ -273,7 +273,7 @@ pub(crate) const CLIENT_TOKEN_RETENTION: Duration = Duration::from_secs(4 * 60 *
 /// How long a ClientToken is remembered once every instance it made has been released: long
 /// enough that a late retry of the create is still answered with the released instance rather than
 /// a new one, short enough that create/delete traffic does not pile tokens up.
-pub(crate) const RELEASED_TOKEN_RETENTION: Duration = Duration::from_secs(10 * 60);
+pub(crate) const RELEASED_TOKEN_RETENTION: Duration = Duration::from_secs(5 * 60);
 
 /// How many ClientTokens are remembered at most; beyond it the oldest are forgotten first.
 pub(crate) const MAX_CLIENT_TOKENS: usize = 10_000;
@@ -522,13 +522,10 @@ mod tests {
         s.remember_client_token("gone", 1, vec![id.clone()], t0);
         s.remember_client_token("kept", 2, vec![other.clone()], t0);
         s.released(&id, t0 + 1000);
-        let ten_minutes = RELEASED_TOKEN_RETENTION.as_millis() as u64;
-        assert!(
-            s.client_token("gone", t0 + 1000 + ten_minutes - 1)
-                .is_some()
-        );
-        assert!(s.client_token("gone", t0 + 1000 + ten_minutes).is_none());
-        assert!(s.client_token("kept", t0 + 1000 + ten_minutes).is_some());
+        let retention = RELEASED_TOKEN_RETENTION.as_millis() as u64;
+        assert!(s.client_token("gone", t0 + 1000 + retention - 1).is_some());
+        assert!(s.client_token("gone", t0 + 1000 + retention).is_none());
+        assert!(s.client_token("kept", t0 + 1000 + retention).is_some());
     }
 
     #[test]
