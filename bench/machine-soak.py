@@ -119,13 +119,15 @@ def main():
         started = time.time()
         for t in threads:
             t.start()
-        admin = http.client.HTTPConnection("127.0.0.1", BASE + 10, timeout=60)
         print(f"{'seconds':>8} {'cycles':>8} {'RSS MB':>8} {'tokens':>8} {'nonces':>8} {'instances':>10}")
         samples = []
         while True:
             now = time.time()
             elapsed = now - started
+            # A connection per sample: an idle one is closed by the server between samples.
+            admin = http.client.HTTPConnection("127.0.0.1", BASE + 10, timeout=60)
             _, state = call(admin, "GET", "/_emulator/state")
+            admin.close()
             state = json.loads(state)
             rss = rss_mb(proc.pid)
             samples.append((elapsed, rss))
