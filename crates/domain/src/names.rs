@@ -309,7 +309,8 @@ mod tests {
     /// field, and its message shows them escaped, never raw (they would reach logs and terminals).
     #[test]
     fn control_bytes_are_refused_in_every_name_and_label() {
-        let validators: [(&str, fn(&str, &str) -> Result<(), Status>); 5] = [
+        type Validate = fn(&str, &str) -> Result<(), Status>;
+        let validators: [(&str, Validate); 5] = [
             ("namespace", validate_dns1123_label),
             ("name", validate_volume_name),
             ("machine.metadata.name", |f, v| {
