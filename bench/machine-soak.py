@@ -6,7 +6,9 @@ ECS emulator moving instances between states at once, then runs WORKERS loops fo
 Alicloud machine with a new name and UID through the gateway and deletes it again. Every SAMPLE seconds it
 prints the cycles done, `berth up`'s resident memory (one process: gateway, services and the emulator) and
 the emulator's held ClientTokens and nonces. At the end: RSS after the first sample (start-up and first
-allocations settled) and at the end, and the growth rate between them.
+allocations settled) and at the end, and the growth rate between them; and the same over the last 10
+minutes, once the emulator's bounded structures have filled (run SOAK_SECONDS=900 for a 10-minute window
+after 5 minutes of filling).
 
     cargo build --release -p berth && python3 bench/machine-soak.py   # SOAK_SECONDS=600 by default
 
@@ -142,6 +144,14 @@ def main():
         print(f"cycles: {cycles[0]} in {SECONDS} s ({cycles[0] / SECONDS:.1f}/s); failed: {failures or 'none'}")
         print(f"RSS: {first:.1f} MB at {t0:.0f} s, {last:.1f} MB at {t1:.0f} s: "
               f"{(last - first) / max(t1 - t0, 1) * 60:+.2f} MB/min")
+        # The last 10 minutes, once the emulator's bounded structures have filled (ClientTokens reach
+        # their cap or their 5-minute retention within the first minutes at this rate).
+        window = [(t, r) for t, r in samples if t >= t1 - 600]
+        if t1 >= 600 and window:
+            (w0, wfirst) = window[0]
+            print(f"last {t1 - w0:.0f} s: {wfirst:.1f} MB at {w0:.0f} s, {last:.1f} MB at {t1:.0f} s: "
+                  f"{(last - wfirst) / max(t1 - w0, 1) * 60:+.2f} MB/min; "
+                  f"min {min(r for _, r in window):.1f}, max {max(r for _, r in window):.1f} MB")
     finally:
         proc.send_signal(2)
         try:
