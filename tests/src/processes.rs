@@ -279,7 +279,7 @@ impl ProcessStack {
             procs,
             gateway: url(Service::Gateway),
             emulator: url(Service::Emulator),
-            volumes_root: data.join("volumes"),
+            volumes_root: data.join("volumes/local"),
         };
         for s in Service::ALL {
             stack.process(s).start().await?;

@@ -1,10 +1,19 @@
 //! `/docs` in a real browser: the page loads from the gateway alone, lists every operation of the
-//! merged OpenAPI document, and "Try it out" with a token gets a 200. Headless Chromium (Debian's
+//! merged OpenAPI document, a `#token=…&try=<op>` link opens that operation with the token filled in
+//! and sends nothing, and a click on "Try it out" then gets a 200. Headless Chromium (Debian's
 //! `chromium-headless-shell` or `chromium`) drives it; where neither is installed the test says so
 //! and skips, unless `BERTH_REQUIRE_BROWSER=1` (which `.ci/run` sets once it has installed one).
 
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
 use berth_tests::{Stack, token_for};
 use gateway::routes::Scope;
+use serde_json::{Value, json};
+use service_kit::testing::eventually;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::sync::Mutex;
 
 fn browser() -> Option<String> {
     if let Ok(path) = std::env::var("BERTH_CHROMIUM") {
@@ -21,7 +30,8 @@ fn browser() -> Option<String> {
 }
 
 #[tokio::test]
-async fn the_docs_page_lists_every_operation_and_tries_one_out_in_a_browser() {
+async fn the_docs_page_lists_every_operation_opens_a_try_link_without_sending_and_tries_on_a_click()
+{
     let stack = Stack::spawn(&[]).await;
     let page = reqwest::get(format!("{}/docs", stack.gateway))
         .await
@@ -63,37 +73,208 @@ async fn the_docs_page_lists_every_operation_and_tries_one_out_in_a_browser() {
         );
         return;
     };
-    let url = format!(
-        "{}/docs#token={}&try=list_kinds",
-        stack.gateway,
-        token_for(Scope::OrchestratorsRead)
-    );
+    let token = token_for(Scope::OrchestratorsRead);
+    let url = format!("{}/docs#token={token}&try=list_kinds", stack.gateway);
     let profile = tempfile::tempdir().unwrap();
-    let output = tokio::process::Command::new(&chromium)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            &format!("--user-data-dir={}", profile.path().display()),
-            "--virtual-time-budget=15000",
-            "--dump-dom",
-            &url,
-        ])
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(60), output)
-        .await
-        .expect("the browser finished within 60s")
-        .expect("the browser ran");
-    let dom = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        dom.contains(&format!("data-operations=\"{operations}\"")),
-        "the page lists all {operations} operations: {dom}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let cdp = Arc::new(Mutex::new(Cdp::launch(&chromium, profile.path())));
+    let session = {
+        let mut c = cdp.lock().await;
+        let target = c
+            .call(None, "Target.createTarget", json!({"url": "about:blank"}))
+            .await;
+        let attached = c
+            .call(
+                None,
+                "Target.attachToTarget",
+                json!({"targetId": target["targetId"], "flatten": true}),
+            )
+            .await;
+        let session = attached["sessionId"].as_str().unwrap().to_owned();
+        // Every fetch the page starts is noted before it is made, so "none on load" is read from
+        // the page itself rather than guessed from timing.
+        c.call(Some(&session), "Page.enable", json!({})).await;
+        c.call(
+            Some(&session),
+            "Page.addScriptToEvaluateOnNewDocument",
+            json!({"source": "window.__fetches = []; const realFetch = window.fetch; window.fetch = (...a) => { window.__fetches.push(String(a[0])); return realFetch(...a); };"}),
+        )
+        .await;
+        c.call(Some(&session), "Page.navigate", json!({"url": url}))
+            .await;
+        session
+    };
+    let eval = |expression: &'static str| {
+        let (cdp, session) = (Arc::clone(&cdp), session.clone());
+        async move {
+            // While the page is still loading its context may not exist yet: no value then.
+            let answer = cdp
+                .lock()
+                .await
+                .try_call(
+                    Some(&session),
+                    "Runtime.evaluate",
+                    json!({"expression": expression, "returnByValue": true}),
+                )
+                .await;
+            answer.map_or(Value::Null, |a| a["result"]["value"].clone())
+        }
+    };
+    let listed = eventually(
+        "the page lists its operations",
+        Duration::from_secs(30),
+        || async {
+            eval("document.body.dataset.operations || null")
+                .await
+                .as_str()
+                .map(str::to_owned)
+        },
+    )
+    .await;
+    assert_eq!(
+        listed,
+        operations.to_string(),
+        "the page lists every operation"
     );
-    assert!(
-        dom.contains("data-status=\"200\""),
-        "trying GET /v1/kinds with the token got a 200: {dom}"
+    // The fragment filled the token in and opened the operation, and sent nothing.
+    let opened = eval(
+        "(() => { const d = document.querySelector('details[data-operation=\"list_kinds\"]'); \
+         return {open: d.open, token: document.getElementById('token').value, \
+         result: d.querySelector('.result').textContent, \
+         statuses: document.querySelectorAll('[data-status]').length, \
+         fetches: window.__fetches, location: location.href}; })()",
+    )
+    .await;
+    assert_eq!(
+        opened["fetches"],
+        json!(["/openapi.json"]),
+        "a #try link sends no request on load, only the page's own document: {opened}"
     );
+    assert_eq!(opened["open"], true, "{opened}");
+    assert_eq!(opened["token"], token, "{opened}");
+    assert_eq!(opened["result"], "", "nothing was tried on load: {opened}");
+    assert_eq!(opened["statuses"], 0, "{opened}");
+    assert!(
+        !opened["location"].as_str().unwrap().contains(token),
+        "the fragment is cleared: {opened}"
+    );
+
+    // A click on "Try it out" sends the call, with the token, and shows its 200.
+    eval("document.querySelector('details[data-operation=\"list_kinds\"] button').click(), true")
+        .await;
+    let status = eventually(
+        "the tried call answers",
+        Duration::from_secs(30),
+        || async {
+            eval("(document.querySelector('[data-status]') || {}).dataset?.status || null")
+                .await
+                .as_str()
+                .map(str::to_owned)
+        },
+    )
+    .await;
+    assert_eq!(
+        status, "200",
+        "trying GET /v1/kinds with the token got a 200"
+    );
+    assert_eq!(
+        eval("window.__fetches").await,
+        json!(["/openapi.json", "/v1/kinds"]),
+        "exactly one call, on the click"
+    );
+    cdp.lock().await.close().await;
+}
+
+/// A headless Chromium driven over the DevTools protocol on a pipe (`--remote-debugging-pipe`:
+/// JSON messages ended by NUL, commands on its fd 3, answers and events on its fd 4), so a test can
+/// look at the page and click in it without a WebSocket client.
+struct Cdp {
+    child: tokio::process::Child,
+    commands: tokio::process::ChildStdin,
+    answers: BufReader<tokio::process::ChildStdout>,
+    next_id: u64,
+}
+
+impl Cdp {
+    fn launch(chromium: &str, profile: &std::path::Path) -> Cdp {
+        // The shell hands the browser our stdin as fd 3 and our stdout as fd 4.
+        let mut child = tokio::process::Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" "$@" 3<&0 4>&1 </dev/null >/dev/null"#)
+            .arg(chromium)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--remote-debugging-pipe",
+                &format!("--user-data-dir={}", profile.display()),
+                "about:blank",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the browser starts");
+        Cdp {
+            commands: child.stdin.take().unwrap(),
+            answers: BufReader::new(child.stdout.take().unwrap()),
+            child,
+            next_id: 0,
+        }
+    }
+
+    /// Sends one command (to the browser, or to a page's `session`) and returns its result,
+    /// skipping the events that arrive meanwhile; panics on an error answer.
+    async fn call(&mut self, session: Option<&str>, method: &str, params: Value) -> Value {
+        self.try_call(session, method, params)
+            .await
+            .unwrap_or_else(|error| panic!("{method}: {error}"))
+    }
+
+    /// [`Cdp::call`], with an error answer returned (a page's script evaluated while it navigates).
+    async fn try_call(
+        &mut self,
+        session: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, Value> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut message = json!({"id": id, "method": method, "params": params});
+        if let Some(session) = session {
+            message["sessionId"] = json!(session);
+        }
+        let mut bytes = serde_json::to_vec(&message).unwrap();
+        bytes.push(0);
+        self.commands.write_all(&bytes).await.unwrap();
+        self.commands.flush().await.unwrap();
+        let read = async {
+            loop {
+                let mut frame = Vec::new();
+                let n = self.answers.read_until(0, &mut frame).await.unwrap();
+                assert!(n > 0, "the browser closed the pipe during {method}");
+                frame.pop();
+                let answer: Value = serde_json::from_slice(&frame).unwrap();
+                if answer["id"] == id {
+                    return match answer.get("error") {
+                        None => Ok(answer["result"].clone()),
+                        Some(error) => Err(error.clone()),
+                    };
+                }
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .unwrap_or_else(|_| panic!("{method}: no answer within 30 s"))
+    }
+
+    async fn close(&mut self) {
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.try_call(None, "Browser.close", json!({})),
+        )
+        .await;
+        let _ = self.child.kill().await;
+    }
 }

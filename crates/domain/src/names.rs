@@ -304,4 +304,36 @@ mod tests {
         let e = validate_labels("labels", &labels).unwrap_err();
         assert!(e.message.starts_with("labels[tier]: "), "{}", e.message);
     }
+
+    /// Every name and label Berth takes refuses control bytes (C0, DEL, C1) as a 400 naming the
+    /// field, and its message shows them escaped, never raw (they would reach logs and terminals).
+    #[test]
+    fn control_bytes_are_refused_in_every_name_and_label() {
+        type Validate = fn(&str, &str) -> Result<(), Status>;
+        let validators: [(&str, Validate); 5] = [
+            ("namespace", validate_dns1123_label),
+            ("name", validate_volume_name),
+            ("machine.metadata.name", |f, v| {
+                validate_dns1123_subdomain(f, v, MAX_SUBDOMAIN_LEN)
+            }),
+            ("labels key", validate_label_key),
+            ("labels[app]", validate_label_value),
+        ];
+        for c in [
+            '\0', '\u{1}', '\n', '\u{1b}', '\u{7f}', '\u{80}', '\u{85}', '\u{9b}', '\u{9f}',
+        ] {
+            for (field, validate) in validators {
+                for text in [format!("a{c}b"), format!("{c}ab"), format!("ab{c}")] {
+                    let e = validate(field, &text).unwrap_err();
+                    assert_eq!(e.code, Code::InvalidArgument, "{field} {text:?}");
+                    assert!(
+                        e.message.starts_with(field),
+                        "{field} {text:?}: {}",
+                        e.message
+                    );
+                    assert!(!e.message.contains(c), "{field} {text:?}: shown raw");
+                }
+            }
+        }
+    }
 }

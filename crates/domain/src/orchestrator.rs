@@ -524,6 +524,20 @@ pub fn is_within(path: &str, root: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/') || root.ends_with('/'))
 }
 
+/// Whether two local orchestrators' normalised base paths nest: one is the other, or inside it.
+///
+/// The local backend lays a volume out as `<basePath>/<namespace>/<name>-<uid>`, so a base path
+/// inside another's tree sits in one of that orchestrator's namespace directories, where its own
+/// directories can take a volume's name (a namespace is any DNS label, `<name>-<uid>` among them):
+/// deleting that volume deletes the other orchestrator's volumes with it, and each orchestrator's
+/// scan for objects without a row sees the other's. Registration refuses such a pair.
+pub fn base_paths_nest(a: &str, b: &str) -> bool {
+    is_within(a, b) || is_within(b, a)
+}
+
+/// Why [`base_paths_nest`] refuses a base path, after the other orchestrator's name and path.
+pub const NESTED_BASE_PATH_RULE: &str = "two local orchestrators' base paths must not nest (one the same as the other, or inside it): a volume of one would be made inside the other's directories and deleted with its volume; choose a directory outside it";
+
 fn list(items: &[String]) -> String {
     if items.is_empty() {
         "none is allowed".to_string()
@@ -533,7 +547,7 @@ fn list(items: &[String]) -> String {
 }
 
 /// Normalises an absolute directory path: `//a/./b/` becomes `/a/b`. Refuses relative paths, `..`
-/// (a base path must say where it is without climbing), NUL, and `/` itself (volumes would be made in
+/// (a base path must say where it is without climbing), control characters (NUL among them), and `/` itself (volumes would be made in
 /// the root of the host's file system).
 pub fn normalize_base_path(field: &str, text: &str) -> Result<String, Status> {
     if !text.starts_with('/') {
@@ -548,8 +562,12 @@ pub fn normalize_base_path(field: &str, text: &str) -> Result<String, Status> {
             format!("is {} bytes long; at most {MAX_PATH_LEN}", text.len()),
         ));
     }
-    if text.contains('\0') {
-        return Err(Status::invalid(field, "must not contain a NUL character"));
+    // A control byte in a path ends up in logs, error messages and terminals as-is.
+    if text.chars().any(char::is_control) {
+        return Err(Status::invalid(
+            field,
+            "must not contain control characters (C0, DEL or C1)",
+        ));
     }
     let mut parts = Vec::new();
     for part in text.split('/') {
@@ -665,6 +683,38 @@ mod tests {
             schema["properties"]["capacity"]["pattern"],
             crate::quantity::CAPACITY_PATTERN
         );
+    }
+
+    #[test]
+    fn base_paths_nest_when_one_is_the_other_or_inside_it() {
+        assert!(base_paths_nest("/srv/a", "/srv/a"));
+        assert!(base_paths_nest("/srv/a", "/srv/a/team/x"));
+        assert!(base_paths_nest("/srv/a/team/x", "/srv/a"));
+        assert!(!base_paths_nest("/srv/a", "/srv/ab"));
+        assert!(!base_paths_nest("/srv/a/b", "/srv/a/c"));
+    }
+
+    #[test]
+    fn control_characters_in_a_base_path_are_refused_naming_the_field() {
+        for bad in [
+            "/srv/a\u{1}b",
+            "/srv/\n",
+            "/srv/a\u{7f}",
+            "/srv/\u{85}x",
+            "/srv/\u{9b}31m",
+            "/a\0",
+        ] {
+            let e = normalize_base_path("config.basePath", bad).unwrap_err();
+            assert!(
+                e.message.starts_with("config.basePath: ") && e.message.contains("control"),
+                "{bad:?}: {}",
+                e.message
+            );
+            OrchestratorKind::Local
+                .validate_config(Some(&json!({"basePath": bad})))
+                .unwrap_err();
+        }
+        normalize_base_path("f", "/srv/caf\u{e9}").unwrap();
     }
 
     /// A base path inside a volume's own directory (`<name>-<uid>`) is refused, naming the field

@@ -5,7 +5,7 @@
 //! so a signing bug cannot hide by being shared between the two sides. The lines this repeats from
 //! `alicloud`'s `sign` module are repeated on purpose: do not merge the two.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use axum::http::{HeaderMap, Method};
@@ -39,36 +39,111 @@ pub(crate) struct Incoming<'a> {
     pub(crate) body: &'a [u8],
 }
 
-/// Nonces seen recently, so a replayed request is refused. Entries older than twice the allowed
-/// skew are forgotten: by then the timestamp check alone refuses a replay.
-#[derive(Debug, Default)]
+/// How many nonces a [`NonceStore`] holds at most. Each entry is a fixed 24 bytes (a timestamp and
+/// a 128-bit digest, never the caller's string), so the store's memory is bounded whatever callers
+/// send: about 2 MB with its indexes when full.
+pub(crate) const MAX_NONCES: usize = 32 * 1024;
+
+/// Nonces seen within the allowed clock skew, so a replayed request is refused.
+///
+/// A request is accepted only while its own timestamp is within the skew of now, so a nonce needs
+/// keeping only until its request's timestamp leaves that window: after that the timestamp check
+/// alone refuses a replay. Entries are ordered by that timestamp and dropped as it leaves.
+///
+/// The store never grows past [`MAX_NONCES`]: when full, the entry with the oldest timestamp is
+/// dropped and that timestamp becomes a floor; a request stamped at or before the floor is refused
+/// as expired. A replay of a dropped nonce is therefore still refused, and the only cost of a flood
+/// is a narrower window for clients whose clocks lag (a client stamping "now" is refused only if
+/// more than [`MAX_NONCES`] requests arrived within the same second).
+#[derive(Debug)]
 pub(crate) struct NonceStore {
-    seen: HashSet<String>,
-    order: VecDeque<(std::time::Instant, String)>,
+    capacity: usize,
+    seen: HashSet<u128>,
+    by_time: BTreeSet<(i64, u128)>,
+    /// Requests stamped at or before this second are refused (see above).
+    floor: Option<i64>,
+}
+
+impl Default for NonceStore {
+    fn default() -> Self {
+        NonceStore::with_capacity(MAX_NONCES)
+    }
+}
+
+/// Why [`NonceStore::insert`] refused a nonce.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum NonceRefusal {
+    /// The nonce was used before within the window.
+    Used,
+    /// The request is stamped at or before the floor a full store raised.
+    BelowFloor,
 }
 
 impl NonceStore {
-    /// Records `nonce`; `false` if it was already used.
-    pub(crate) fn insert(&mut self, nonce: String, keep: Duration) -> bool {
-        let now = std::time::Instant::now();
-        while let Some((t, _)) = self.order.front() {
-            if now.duration_since(*t) <= keep {
+    pub(crate) fn with_capacity(capacity: usize) -> Self {
+        NonceStore {
+            capacity: capacity.max(1),
+            seen: HashSet::new(),
+            by_time: BTreeSet::new(),
+            floor: None,
+        }
+    }
+
+    /// Records `nonce` of access key `key`, on a request stamped `stamped` (Unix seconds) and
+    /// received at `now` (Unix seconds), for a skew window of `skew`. The caller has checked the
+    /// stamp is within the window.
+    pub(crate) fn insert(
+        &mut self,
+        key: &str,
+        nonce: &str,
+        stamped: i64,
+        now: i64,
+        skew: Duration,
+    ) -> Result<(), NonceRefusal> {
+        let oldest_kept = now.saturating_sub(i64::try_from(skew.as_secs()).unwrap_or(i64::MAX));
+        while let Some(&(t, digest)) = self.by_time.first() {
+            if t >= oldest_kept {
                 break;
             }
-            let (_, old) = self.order.pop_front().expect("front exists");
+            self.by_time.pop_first();
+            self.seen.remove(&digest);
+        }
+        if self.floor.is_some_and(|f| stamped <= f) {
+            return Err(NonceRefusal::BelowFloor);
+        }
+        let digest = nonce_digest(key, nonce);
+        if !self.seen.insert(digest) {
+            return Err(NonceRefusal::Used);
+        }
+        self.by_time.insert((stamped, digest));
+        while self.by_time.len() > self.capacity {
+            let (t, old) = self.by_time.pop_first().expect("over capacity");
             self.seen.remove(&old);
+            self.floor = Some(self.floor.map_or(t, |f| f.max(t)));
         }
-        if !self.seen.insert(nonce.clone()) {
-            return false;
-        }
-        self.order.push_back((now, nonce));
-        true
+        Ok(())
+    }
+
+    /// How many nonces are held.
+    pub(crate) fn len(&self) -> usize {
+        self.seen.len()
     }
 
     pub(crate) fn clear(&mut self) {
         self.seen.clear();
-        self.order.clear();
+        self.by_time.clear();
+        self.floor = None;
     }
+}
+
+/// 128 bits of SHA-256 over the key id and the nonce, length-prefixed: a fixed size whatever the
+/// nonce's length, and no collision short of SHA-256's.
+fn nonce_digest(key: &str, nonce: &str) -> u128 {
+    let mut h = Sha256::new();
+    h.update((key.len() as u64).to_le_bytes());
+    h.update(key.as_bytes());
+    h.update(nonce.as_bytes());
+    u128::from_le_bytes(h.finalize()[..16].try_into().expect("32 bytes"))
 }
 
 /// The headers a V3 request must sign: all of ECS's common ones, or one could be swapped in transit.
@@ -172,16 +247,20 @@ fn parse_timestamp(s: &str) -> Result<DateTime<Utc>, EcsError> {
         })
 }
 
-fn check_skew(ts: DateTime<Utc>, max_skew: Duration) -> Result<(), EcsError> {
-    let skew = (Utc::now() - ts).num_seconds().unsigned_abs();
+fn check_skew(ts: DateTime<Utc>, now: DateTime<Utc>, max_skew: Duration) -> Result<(), EcsError> {
+    let skew = (now - ts).num_seconds().unsigned_abs();
     if skew > max_skew.as_secs() {
-        return Err(EcsError::new(
-            400,
-            "InvalidTimeStamp.Expired",
-            "Specified time stamp or date value is expired.",
-        ));
+        return Err(expired());
     }
     Ok(())
+}
+
+fn expired() -> EcsError {
+    EcsError::new(
+        400,
+        "InvalidTimeStamp.Expired",
+        "Specified time stamp or date value is expired.",
+    )
 }
 
 fn find_key<'k>(keys: &'k [AccessKey], id: &str) -> Result<&'k AccessKey, EcsError> {
@@ -229,8 +308,8 @@ pub(crate) fn authenticate(
 }
 
 /// What both signature versions check once the signature holds: the security token, the clock
-/// skew, and that the nonce is new for this key (kept twice the skew, so a replay is refused for as
-/// long as its timestamp would pass).
+/// skew, and that the nonce is new for this key (kept while the request's timestamp would pass, so
+/// a replay is refused for as long as it could be accepted).
 fn check_fresh(
     key: &AccessKey,
     token: Option<&str>,
@@ -240,15 +319,25 @@ fn check_fresh(
     nonces: &mut NonceStore,
 ) -> Result<(), EcsError> {
     check_token(key, token)?;
-    check_skew(parse_timestamp(timestamp)?, max_skew)?;
-    if !nonces.insert(format!("{}/{nonce}", key.id), max_skew * 2) {
-        return Err(EcsError::new(
-            400,
-            "SignatureNonceUsed",
-            "Specified signature nonce was used already.",
-        ));
-    }
-    Ok(())
+    let stamped = parse_timestamp(timestamp)?;
+    let now = Utc::now();
+    check_skew(stamped, now, max_skew)?;
+    nonces
+        .insert(
+            &key.id,
+            nonce,
+            stamped.timestamp(),
+            now.timestamp(),
+            max_skew,
+        )
+        .map_err(|refusal| match refusal {
+            NonceRefusal::Used => EcsError::new(
+                400,
+                "SignatureNonceUsed",
+                "Specified signature nonce was used already.",
+            ),
+            NonceRefusal::BelowFloor => expired(),
+        })
 }
 
 fn authenticate_v1(
@@ -474,14 +563,63 @@ mod tests {
         );
     }
 
+    const SKEW: Duration = Duration::from_secs(900);
+
     #[test]
-    fn nonces_are_single_use_and_forgotten_later() {
+    fn nonces_are_single_use_per_key_and_forgotten_once_their_stamp_leaves_the_window() {
         let mut n = NonceStore::default();
-        assert!(n.insert("a".into(), Duration::from_secs(60)));
-        assert!(!n.insert("a".into(), Duration::from_secs(60)));
-        assert!(n.insert("b".into(), Duration::from_secs(60)));
-        // A zero retention forgets everything older than now.
-        std::thread::sleep(Duration::from_millis(2));
-        assert!(n.insert("a".into(), Duration::ZERO));
+        let t0 = 1_700_000_000;
+        assert_eq!(n.insert("k", "a", t0, t0, SKEW), Ok(()));
+        assert_eq!(
+            n.insert("k", "a", t0, t0 + 1, SKEW),
+            Err(NonceRefusal::Used)
+        );
+        // Another key may use the same nonce.
+        assert_eq!(n.insert("k2", "a", t0, t0 + 1, SKEW), Ok(()));
+        // Still refused at the window's last second (the timestamp check would pass)...
+        assert_eq!(
+            n.insert("k", "a", t0, t0 + 900, SKEW),
+            Err(NonceRefusal::Used)
+        );
+        // ...and forgotten after it, when the timestamp check refuses a replay on its own.
+        assert_eq!(n.insert("k", "b", t0 + 901, t0 + 901, SKEW), Ok(()));
+        assert_eq!(n.len(), 1);
+    }
+
+    #[test]
+    fn a_nonce_stamped_in_the_future_is_kept_until_its_stamp_leaves_the_window() {
+        let mut n = NonceStore::default();
+        let t0 = 1_700_000_000;
+        assert_eq!(n.insert("k", "a", t0 + 900, t0, SKEW), Ok(()));
+        assert_eq!(
+            n.insert("k", "a", t0 + 900, t0 + 1700, SKEW),
+            Err(NonceRefusal::Used)
+        );
+    }
+
+    #[test]
+    fn the_store_never_holds_more_than_its_capacity_and_still_refuses_dropped_replays() {
+        let mut n = NonceStore::with_capacity(100);
+        let t0 = 1_700_000_000;
+        // 10,000 requests in 100 seconds, every one inside the window.
+        for i in 0..10_000i64 {
+            let stamped = t0 + i / 100;
+            assert_eq!(
+                n.insert("k", &format!("n{i}"), stamped, stamped, SKEW),
+                Ok(()),
+                "request {i} stamped now is accepted"
+            );
+            assert!(n.len() <= 100);
+            assert!(n.by_time.len() <= 100);
+        }
+        // The first nonce was dropped to make room; replaying it is still refused.
+        assert_eq!(
+            n.insert("k", "n0", t0, t0 + 100, SKEW),
+            Err(NonceRefusal::BelowFloor)
+        );
+        // A long nonce costs no more than a short one.
+        let long = "x".repeat(1 << 20);
+        assert_eq!(n.insert("k", &long, t0 + 100, t0 + 100, SKEW), Ok(()));
+        assert_eq!(n.len(), 100);
     }
 }

@@ -20,7 +20,7 @@
 //!
 //! | route | does |
 //! |---|---|
-//! | `GET /_emulator/state` | instances, disks and network interfaces, in ECS's JSON shapes |
+//! | `GET /_emulator/state` | instances, disks and network interfaces, in ECS's JSON shapes; how many ClientTokens and nonces are held |
 //! | `POST /_emulator/reset` | forgets every resource, client token and nonce; faults and lifecycle back to the start config |
 //! | `GET`/`PUT /_emulator/faults` | read / replace [`Faults`] (camelCase JSON) |
 //! | `GET`/`PUT /_emulator/lifecycle` | read / replace [`Lifecycle`] delays |
@@ -392,6 +392,7 @@ impl Emulator {
             "disks": s.disks.values().map(state::Disk::to_json).collect::<Vec<_>>(),
             "networkInterfaces": s.nics.values().map(state::Nic::to_json).collect::<Vec<_>>(),
             "clientTokens": s.client_tokens.len(),
+            "nonces": lock(&self.inner.nonces).len(),
         })
     }
 
@@ -523,6 +524,7 @@ impl Emulator {
         }
         let ctx = actions::Ctx {
             now: tokio::time::Instant::now(),
+            now_ms: crate::state::unix_ms_now(),
             lifecycle: &lifecycle,
             faults: &faults,
         };

@@ -9,6 +9,7 @@
 //! start ([`Instance::since`]) is a monotonic instant in memory and a wall-clock time on disk.
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
 
 use rand::Rng as _;
 use serde::{Deserialize, Serialize};
@@ -264,12 +265,45 @@ pub(crate) fn ecs_time() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%MZ").to_string()
 }
 
-/// What a ClientToken was first used with.
+/// How long a ClientToken is remembered after the RunInstances that used it: a retry of a create
+/// (a lost answer, a restarted controller) comes within minutes, and ECS itself forgets a token
+/// after a while, so its clients may not rely on one for longer either.
+pub(crate) const CLIENT_TOKEN_RETENTION: Duration = Duration::from_secs(4 * 60 * 60);
+
+/// How long a ClientToken is remembered once every instance it made has been released: long
+/// enough that a late retry of the create is still answered with the released instance rather than
+/// a new one, short enough that create/delete traffic does not pile tokens up.
+pub(crate) const RELEASED_TOKEN_RETENTION: Duration = Duration::from_secs(5 * 60);
+
+/// How many ClientTokens are remembered at most; beyond it the oldest are forgotten first.
+pub(crate) const MAX_CLIENT_TOKENS: usize = 10_000;
+
+/// What a ClientToken was first used with, and until when it is remembered.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct TokenUse {
     pub(crate) fingerprint: u64,
     pub(crate) instance_ids: Vec<String>,
+    /// When the token was used, in Unix milliseconds (a state file from before this field counts
+    /// its tokens as used when it is loaded).
+    #[serde(default = "wall_clock::unix_ms_now")]
+    pub(crate) used_ms: u64,
+    /// When the last of its instances was released, in Unix milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) released_ms: Option<u64>,
+}
+
+impl TokenUse {
+    /// When the token is forgotten, in Unix milliseconds.
+    fn expires_ms(&self) -> u64 {
+        let used = self
+            .used_ms
+            .saturating_add(CLIENT_TOKEN_RETENTION.as_millis() as u64);
+        match self.released_ms {
+            Some(r) => used.min(r.saturating_add(RELEASED_TOKEN_RETENTION.as_millis() as u64)),
+            None => used,
+        }
+    }
 }
 
 /// The whole emulated account.
@@ -283,6 +317,11 @@ pub(crate) struct State {
     sequence: u64,
 }
 
+/// Now, in Unix milliseconds (the clock ClientTokens are kept by: they outlive the process).
+pub(crate) fn unix_ms_now() -> u64 {
+    wall_clock::unix_ms_now()
+}
+
 /// [`Instance::since`] on disk: the wall-clock time (Unix milliseconds) that instant stands for, so
 /// an instance Pending for 0.5 s when the emulator stopped is Pending for 0.5 s after it starts
 /// again, and one whose delays ran out meanwhile has moved on.
@@ -292,7 +331,7 @@ mod wall_clock {
     use serde::{Deserialize, Deserializer, Serializer};
     use tokio::time::Instant;
 
-    fn unix_ms_now() -> u64 {
+    pub(crate) fn unix_ms_now() -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64)
@@ -359,6 +398,58 @@ impl State {
     pub(crate) fn clear(&mut self) {
         *self = State::default();
     }
+
+    /// What `token` was used with, unless it has been forgotten by `now_ms` (Unix milliseconds).
+    pub(crate) fn client_token(&self, token: &str, now_ms: u64) -> Option<&TokenUse> {
+        self.client_tokens
+            .get(token)
+            .filter(|used| used.expires_ms() > now_ms)
+    }
+
+    /// Remembers that `token` made `instance_ids`, forgetting expired tokens and, beyond
+    /// [`MAX_CLIENT_TOKENS`], the oldest.
+    pub(crate) fn remember_client_token(
+        &mut self,
+        token: &str,
+        fingerprint: u64,
+        instance_ids: Vec<String>,
+        now_ms: u64,
+    ) {
+        self.client_tokens
+            .retain(|_, used| used.expires_ms() > now_ms);
+        while self.client_tokens.len() >= MAX_CLIENT_TOKENS {
+            let oldest = self
+                .client_tokens
+                .iter()
+                .min_by_key(|(_, used)| used.used_ms)
+                .map(|(t, _)| t.clone())
+                .expect("not empty");
+            self.client_tokens.remove(&oldest);
+        }
+        self.client_tokens.insert(
+            token.to_owned(),
+            TokenUse {
+                fingerprint,
+                instance_ids,
+                used_ms: now_ms,
+                released_ms: None,
+            },
+        );
+    }
+
+    /// Notes that instance `id` was released at `now_ms`: a token all of whose instances are gone
+    /// is forgotten [`RELEASED_TOKEN_RETENTION`] later.
+    pub(crate) fn released(&mut self, id: &str, now_ms: u64) {
+        let instances = &self.instances;
+        for used in self.client_tokens.values_mut() {
+            if used.released_ms.is_none()
+                && used.instance_ids.iter().any(|i| i == id)
+                && used.instance_ids.iter().all(|i| !instances.contains_key(i))
+            {
+                used.released_ms = Some(now_ms);
+            }
+        }
+    }
 }
 
 /// `*` matches any run of characters; everything else literally (ECS's fuzzy `InstanceName`).
@@ -401,6 +492,58 @@ mod tests {
         sorted.sort();
         assert_eq!(ids, sorted);
         assert_eq!(ids[0].len(), 22);
+    }
+
+    const HOUR_MS: u64 = 60 * 60 * 1000;
+
+    #[test]
+    fn client_tokens_are_forgotten_after_their_retention() {
+        let t0 = 1_700_000_000_000;
+        let mut s = State::default();
+        s.remember_client_token("t", 7, vec!["i-1".into()], t0);
+        assert_eq!(
+            s.client_token("t", t0 + 4 * HOUR_MS - 1)
+                .unwrap()
+                .fingerprint,
+            7
+        );
+        assert!(s.client_token("t", t0 + 4 * HOUR_MS).is_none());
+        // An expired token is dropped from memory by the next one remembered.
+        s.remember_client_token("u", 8, vec!["i-2".into()], t0 + 4 * HOUR_MS);
+        assert_eq!(s.client_tokens.len(), 1);
+    }
+
+    #[test]
+    fn a_token_whose_instances_were_released_is_forgotten_sooner() {
+        let t0 = 1_700_000_000_000;
+        let mut s = State::default();
+        let id = s.new_id("i");
+        let other = crate::actions::tests_support::instance(&mut s, Instant::now()).id;
+        s.remember_client_token("gone", 1, vec![id.clone()], t0);
+        s.remember_client_token("kept", 2, vec![other.clone()], t0);
+        s.released(&id, t0 + 1000);
+        let retention = RELEASED_TOKEN_RETENTION.as_millis() as u64;
+        assert!(s.client_token("gone", t0 + 1000 + retention - 1).is_some());
+        assert!(s.client_token("gone", t0 + 1000 + retention).is_none());
+        assert!(s.client_token("kept", t0 + 1000 + retention).is_some());
+    }
+
+    #[test]
+    fn client_tokens_stay_bounded_and_the_oldest_go_first() {
+        let t0 = 1_700_000_000_000;
+        let mut s = State::default();
+        for n in 0..(MAX_CLIENT_TOKENS as u64 + 500) {
+            s.remember_client_token(&format!("t{n}"), n, vec![format!("i-{n}")], t0 + n);
+            assert!(s.client_tokens.len() <= MAX_CLIENT_TOKENS);
+        }
+        let now = t0 + MAX_CLIENT_TOKENS as u64 + 500;
+        assert!(s.client_token("t0", now).is_none());
+        assert!(s.client_token("t499", now).is_none());
+        assert!(s.client_token("t500", now).is_some());
+        assert!(
+            s.client_token(&format!("t{}", MAX_CLIENT_TOKENS + 499), now)
+                .is_some()
+        );
     }
 
     #[test]

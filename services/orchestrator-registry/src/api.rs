@@ -168,6 +168,7 @@ fn with_etag(o: Orchestrator, status: StatusCode) -> Response {
         (status = 200, description = "Replaced, or unchanged when the body was the same", body = Orchestrator, headers(("ETag" = String, description = "The resourceVersion, quoted"))),
         (status = 400, description = "Bad name, kind, config, label or region (code 3), naming the field", body = Problem),
         (status = 403, description = "The caller's token is not cluster-wide: registering orchestrators is cluster-wide (code 7)", body = Problem),
+        (status = 409, description = "A local basePath that nests with another local orchestrator's (the same directory, or one inside the other), naming that orchestrator (code 6); or a concurrent change (code 10)", body = Problem),
         (status = 412, description = "If-Match did not hold; or a basePath outside BERTH_LOCAL_ROOTS or a host outside BERTH_DOCKER_ENDPOINTS, naming the field and the setting that would allow it (code 9)", body = Problem),
     )
 )]

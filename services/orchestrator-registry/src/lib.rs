@@ -81,7 +81,7 @@ pub struct Config {
     /// (`BERTH_REGISTRY_DB`, default `<data dir>/registry.db`).
     pub service: SqliteServiceConfig,
     /// The `basePath` of the `local` orchestrator a first start registers (`BERTH_LOCAL_BASE_PATH`,
-    /// default `<data dir>/volumes`), made absolute and normalised.
+    /// default `<data dir>/volumes/local`), made absolute and normalised.
     pub local_base_path: String,
     /// Where registrations may point: `BERTH_LOCAL_ROOTS` (default `<data dir>/volumes` and
     /// `BERTH_LOCAL_BASE_PATH`) and `BERTH_DOCKER_ENDPOINTS` (default the local socket and
@@ -101,7 +101,9 @@ impl Config {
         let data_dir = &service.data_dir;
         let (base_var, base_text) = match env.get(env_vars::LOCAL_BASE_PATH) {
             Some(p) => (env_vars::LOCAL_BASE_PATH, PathBuf::from(p)),
-            None => (vars::DATA_DIR, data_dir.join("volumes")),
+            // In its own directory under the default root, not the root itself: so another `local`
+            // orchestrator can sit beside it under the root (two base paths may not nest).
+            None => (vars::DATA_DIR, data_dir.join("volumes").join("local")),
         };
         let local_base_path =
             absolute_base_path(base_var, &base_text).map_err(|problem| ConfigError {
@@ -248,10 +250,10 @@ mod tests {
             c.service.db_path,
             PathBuf::from("/srv/berth/./x/../registry.db")
         );
-        assert_eq!(c.local_base_path, "/srv/berth/volumes");
+        assert_eq!(c.local_base_path, "/srv/berth/volumes/local");
         let c = Config::from_env(&Env::default()).unwrap();
         assert!(c.local_base_path.starts_with('/'));
-        assert!(c.local_base_path.ends_with("/berth-data/volumes"));
+        assert!(c.local_base_path.ends_with("/berth-data/volumes/local"));
         assert_eq!(c.service.db_path, PathBuf::from("./berth-data/registry.db"));
     }
 

@@ -70,6 +70,10 @@ pub enum StoreError {
     /// The database stayed locked past the busy timeout (503, code 14).
     #[error("database busy: {0}")]
     Busy(sqlx::Error),
+    /// The registration breaks a rule about other registrations (409, code 6): the status names
+    /// the field, the other orchestrator and the rule.
+    #[error("{}", .0.message)]
+    Clash(Status),
     /// Anything else (500).
     #[error("database: {0}")]
     Db(sqlx::Error),
@@ -108,6 +112,7 @@ impl From<StoreError> for ApiError {
             StoreError::PreconditionFailed(message) => {
                 ApiError::new(Status::new(Code::FailedPrecondition, message))
             }
+            StoreError::Clash(status) => ApiError::new(status),
             StoreError::Conflict(cause) => ApiError::from_code(
                 Code::Aborted,
                 "the registration conflicted with a concurrent change; retry it",
@@ -207,6 +212,10 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let current = fetch_in(&mut tx, name).await?;
         check_precondition(name, current.as_ref(), precondition)?;
+        if want.kind == OrchestratorKind::Local {
+            // In the write transaction, so two registrations racing cannot both pass.
+            check_base_path_apart(&mut tx, name, &want.config).await?;
+        }
         let default = want
             .default
             .unwrap_or_else(|| current.as_ref().is_some_and(|c| c.default));
@@ -370,6 +379,40 @@ async fn fetch_in(
         .fetch_optional(&mut **tx)
         .await?;
     row.as_ref().map(decode).transpose()
+}
+
+/// Refuses a local orchestrator whose base path nests with another local orchestrator's
+/// ([`domain::orchestrator::base_paths_nest`]), naming the other: registrations are cluster-wide.
+async fn check_base_path_apart(
+    tx: &mut SqliteTransaction<'static>,
+    name: &str,
+    config: &Value,
+) -> Result<(), StoreError> {
+    let Some(base_path) = config.get("basePath").and_then(Value::as_str) else {
+        return Ok(());
+    };
+    let others = select("WHERE kind = ? AND name <> ? ORDER BY name")
+        .bind(OrchestratorKind::Local.as_str())
+        .bind(name)
+        .fetch_all(&mut **tx)
+        .await?;
+    for row in &others {
+        let other = decode(row)?;
+        let Some(theirs) = other.config.get("basePath").and_then(Value::as_str) else {
+            continue;
+        };
+        if domain::orchestrator::base_paths_nest(base_path, theirs) {
+            return Err(StoreError::Clash(Status::new(
+                Code::AlreadyExists,
+                format!(
+                    "config.basePath: {base_path:?} nests with the base path {theirs:?} of local orchestrator '{}'; {}",
+                    other.name,
+                    domain::orchestrator::NESTED_BASE_PATH_RULE
+                ),
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Hands out the next resourceVersion of the registry-wide sequence.

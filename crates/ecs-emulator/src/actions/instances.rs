@@ -108,7 +108,7 @@ pub(super) fn run_instances(
                 "at most 64 ASCII characters",
             ));
         }
-        if let Some(used) = state.client_tokens.get(t) {
+        if let Some(used) = state.client_token(t, ctx.now_ms) {
             if used.fingerprint != fingerprint(p) {
                 return Err(EcsError::new(
                     400,
@@ -301,13 +301,7 @@ pub(super) fn run_instances(
         ids.push(id);
     }
     if let Some(t) = token {
-        state.client_tokens.insert(
-            t.to_owned(),
-            crate::state::TokenUse {
-                fingerprint: fingerprint(p),
-                instance_ids: ids.clone(),
-            },
-        );
+        state.remember_client_token(t, fingerprint(p), ids.clone(), ctx.now_ms);
     }
     Ok(run_answer(&ids))
 }
@@ -385,6 +379,7 @@ pub(super) fn delete_instance(
     }
     let id = i.id.clone();
     state.instances.remove(&id);
+    state.released(&id, ctx.now_ms);
     let leak = ctx.faults.leak_on_delete;
     state.disks.retain(|_, d| {
         if d.instance_id != id {

@@ -75,6 +75,8 @@ pub(crate) type Params = BTreeMap<String, String>;
 /// What an action needs besides its parameters.
 pub(crate) struct Ctx<'a> {
     pub(crate) now: Instant,
+    /// The wall clock, in Unix milliseconds, for what outlives the process (ClientTokens).
+    pub(crate) now_ms: u64,
     pub(crate) lifecycle: &'a Lifecycle,
     pub(crate) faults: &'a Faults,
 }
@@ -117,6 +119,7 @@ pub(crate) mod tests_support {
         let life = Lifecycle::default();
         let ctx = Ctx {
             now,
+            now_ms: crate::state::unix_ms_now(),
             lifecycle: &life,
             faults: &faults,
         };

@@ -105,6 +105,7 @@ pub(crate) fn seed(
     let life = Lifecycle::instant();
     let ctx = Ctx {
         now,
+        now_ms: crate::state::unix_ms_now(),
         lifecycle: &life,
         faults: &faults,
     };

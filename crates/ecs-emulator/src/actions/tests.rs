@@ -29,6 +29,7 @@ impl Env {
     fn call(&mut self, action: &str, p: &[(&str, &str)]) -> Result<Value, EcsError> {
         let ctx = Ctx {
             now: self.now,
+            now_ms: crate::state::unix_ms_now(),
             lifecycle: &self.life,
             faults: &self.faults,
         };
@@ -325,6 +326,7 @@ fn seeding_ten_thousand_is_fast_and_pages_in_order() {
     let faults = Faults::default();
     let ctx = Ctx {
         now: Instant::now(),
+        now_ms: crate::state::unix_ms_now(),
         lifecycle: &life,
         faults: &faults,
     };

@@ -96,8 +96,10 @@ async function main() {
   const tokenInput = document.getElementById("token");
   tokenInput.value = sessionStorage.getItem("berth-token") || "";
   tokenInput.addEventListener("change", () => sessionStorage.setItem("berth-token", tokenInput.value));
-  // `#token=…&try=<operationId>` opens an operation and tries it: a deep link, and what a headless
-  // browser check uses. The fragment never reaches a server, and is cleared at once.
+  // `#token=…&try=<operationId>` fills the token in and opens that operation's form: a deep link.
+  // It never sends anything: a link is not a click, and a page that called the API on load would let
+  // anyone who can get a link opened make that call with the opener's token. Only "Try it out"
+  // sends. The fragment never reaches a server, and is cleared at once.
   const fragment = new URLSearchParams(location.hash.slice(1));
   if (location.hash) history.replaceState(null, "", location.pathname);
   if (fragment.get("token")) tokenInput.value = fragment.get("token");
@@ -126,7 +128,8 @@ async function main() {
     const view = main.querySelector('details[data-operation="' + CSS.escape(wanted) + '"]');
     if (view) {
       view.open = true;
-      view.querySelector("form").requestSubmit();
+      view.scrollIntoView();
+      view.querySelector("button").focus();
     }
   }
 }

@@ -63,6 +63,16 @@ async fn invalid_configs_and_fields_are_400_naming_the_field() {
         (local("relative/dir"), "config.basePath"),
         (local("/"), "config.basePath"),
         (local("/srv/../etc"), "config.basePath"),
+        // Control bytes: C0, DEL, C1 (an ANSI escape's introducer among them).
+        (local("/srv/a\u{1}b"), "config.basePath"),
+        (local("/srv/a\u{1b}[31m"), "config.basePath"),
+        (local("/srv/\u{7f}"), "config.basePath"),
+        (local("/srv/\u{9b}31m"), "config.basePath"),
+        (
+            json!({"kind": "docker", "config": {"host": "unix:///run/\u{85}d.sock"}}),
+            "config.host",
+        ),
+        (json!({"kind": "nomad", "label": "a\u{9b}b"}), "label"),
         (
             json!({"kind": "local", "config": {"basePath": 3}}),
             "config.basePath",
@@ -194,13 +204,18 @@ async fn orchestrators_may_point_only_where_the_operator_allows() {
             "{body}: nothing registered"
         );
     }
+    // Each allowed path alone (two local base paths may not nest, so one at a time).
+    app.clear().await;
     for (name, body) in [
-        ("root", local(&roots)),
         ("under", local(&at("volumes/team/./fast"))),
+        ("root", local(&roots)),
         ("engine", json!({"kind": "docker"})),
     ] {
         let r = app.put(name, body.clone()).await;
         assert_eq!(r.status, 201, "{body}: {}", r.body);
+        if name == "under" {
+            app.delete(name).await;
+        }
     }
     // An operator allows more, and only what they name.
     let other = tempfile::tempdir().unwrap();

@@ -28,7 +28,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_a_default
             kind: OrchestratorKind::Kubernetes,
             rule: DetectionRule::KubernetesServiceHost,
             registers: OrchestratorKind::Local,
-            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
+            config: |dir| json!({"basePath": dir.join("volumes/local").display().to_string()}),
         },
         Case {
             env: Env::default().with("NOMAD_ADDR", "http://127.0.0.1:4646"),
@@ -36,7 +36,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_a_default
             kind: OrchestratorKind::Nomad,
             rule: DetectionRule::NomadAddr,
             registers: OrchestratorKind::Local,
-            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
+            config: |dir| json!({"basePath": dir.join("volumes/local").display().to_string()}),
         },
         Case {
             env: Env::default().with("DOCKER_HOST", "tcp://engine:2376"),
@@ -60,7 +60,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_a_default
             kind: OrchestratorKind::Local,
             rule: DetectionRule::Fallback,
             registers: OrchestratorKind::Local,
-            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
+            config: |dir| json!({"basePath": dir.join("volumes/local").display().to_string()}),
         },
         Case {
             env: Env::default().with("BERTH_LOCAL_BASE_PATH", "/var/lib/berth/vols/"),
@@ -79,7 +79,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_a_default
             kind: OrchestratorKind::Kubernetes,
             rule: DetectionRule::KubernetesServiceHost,
             registers: OrchestratorKind::Local,
-            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
+            config: |dir| json!({"basePath": dir.join("volumes/local").display().to_string()}),
         },
         Case {
             env: Env::default().with("KUBERNETES_SERVICE_HOST", ""),
@@ -87,7 +87,7 @@ async fn detection_follows_each_variable_and_the_first_start_registers_a_default
             kind: OrchestratorKind::Local,
             rule: DetectionRule::Fallback,
             registers: OrchestratorKind::Local,
-            config: |dir| json!({"basePath": dir.join("volumes").display().to_string()}),
+            config: |dir| json!({"basePath": dir.join("volumes/local").display().to_string()}),
         },
     ];
     for case in cases {

@@ -85,7 +85,7 @@ async fn a_new_process_after_a_kill_on_the_same_database_file_keeps_every_regist
     assert_eq!(detected.kind, OrchestratorKind::Local);
     assert_eq!(
         detected.config["basePath"],
-        dir.path().join("volumes").display().to_string()
+        dir.path().join("volumes/local").display().to_string()
     );
     for i in 0..5 {
         let mut req = RegisterOrchestrator::new(OrchestratorKind::Nomad);

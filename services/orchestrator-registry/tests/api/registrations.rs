@@ -285,4 +285,83 @@ async fn registering_and_removing_orchestrators_needs_a_cluster_wide_caller_and_
         (wide.status.as_u16(), &wide.body),
         (200, &json!({"deleted": true}))
     );
+/// Two `local` orchestrators whose base paths nest (the same directory, or one inside the other's
+/// tree) would put one's volumes inside the other's directories: the second is refused, 409 naming
+/// the first and the rule, and nothing is registered.
+#[tokio::test]
+async fn local_base_paths_that_nest_are_refused_naming_the_other_orchestrator() {
+    let app = spawn_app().await;
+    app.clear().await;
+    assert_eq!(app.put("a", local("/srv/berth/a")).await.status, 201);
+    for (i, path) in [
+        "/srv/berth/a",
+        "/srv//berth/a/./",
+        "/srv/berth/a/team",
+        "/srv/berth/a/team/x-0f8fad5b/deeper",
+        "/srv/berth",
+        "/srv",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let name = format!("nested-{i}");
+        let r = app.put(&name, local(path)).await;
+        assert_eq!(r.status, 409, "{path}: {}", r.body);
+        assert_eq!(r.body["code"], 6, "{}", r.body);
+        assert!(
+            r.detail().starts_with("config.basePath: ")
+                && r.detail().contains("local orchestrator 'a'")
+                && r.detail().contains("\"/srv/berth/a\"")
+                && r.detail().contains("must not nest"),
+            "{path}: {}",
+            r.detail()
+        );
+        assert_eq!(
+            app.get(&name).await.status,
+            404,
+            "{path}: nothing registered"
+        );
+    }
+    // Beside it is fine, a name that only starts the same too; so is re-registering `a` itself.
+    assert_eq!(app.put("b", local("/srv/berth/ab")).await.status, 201);
+    assert_eq!(app.put("c", local("/srv/berth/c")).await.status, 201);
+    let relabelled = json!({"kind": "local", "label": "x", "config": {"basePath": "/srv/berth/a"}});
+    assert_eq!(app.put("a", relabelled).await.status, 200);
+    // Moving `a` inside another is refused too, naming that one; `a` stays as it was.
+    let r = app.put("a", local("/srv/berth/c/inner")).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert!(
+        r.detail().contains("local orchestrator 'c'"),
+        "{}",
+        r.detail()
+    );
+    assert_eq!(
+        app.get("a").await.body["config"]["basePath"],
+        "/srv/berth/a"
+    );
+    // Other kinds have no base path to clash.
+    assert_eq!(app.put("n", json!({"kind": "nomad"})).await.status, 201);
+    // Once `c` is gone, its directory is free.
+    app.delete("c").await;
+    assert_eq!(app.put("a2", local("/srv/berth/c/inner")).await.status, 201);
+}
+
+/// The check runs in the registration's write transaction: of two nested registrations racing,
+/// exactly one is registered.
+#[tokio::test]
+async fn of_two_nested_registrations_racing_exactly_one_wins() {
+    let app = spawn_app().await;
+    app.clear().await;
+    for round in 0..10 {
+        let (outer, inner) = (format!("outer-{round}"), format!("inner-{round}"));
+        let outer_path = format!("/srv/race/{round}");
+        let inner_path = format!("/srv/race/{round}/in");
+        let (x, y) = tokio::join!(
+            app.put(&outer, local(&outer_path)),
+            app.put(&inner, local(&inner_path)),
+        );
+        let mut statuses = [x.status.as_u16(), y.status.as_u16()];
+        statuses.sort();
+        assert_eq!(statuses, [201, 409], "{} / {}", x.body, y.body);
+    }
 }
