@@ -33,6 +33,8 @@
 //!   one), and a reqwest wrapper that also adds the internal credential, for the gateway's own calls.
 //! - [`protocol`]: problem+json in place of the bare 400/414/431 hyper writes for requests it cannot
 //!   parse, by wrapping each connection's socket.
+//! - [`connections`]: the cap on a listener's connections (oldest idle closed first), which the
+//!   services' server and the gateway's engine share.
 //! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, on
 //!   hyper's HTTP/1 connection builder with a head-read limit (`BERTH_IDLE_TIMEOUT`), or by an engine
 //!   of the service's own ([`server::Engine`]).
@@ -41,6 +43,7 @@
 
 pub mod app;
 pub mod config;
+pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod health;

@@ -17,13 +17,14 @@
 //! connections (`hyper::client::conn::http1`), whose connection tasks run on the worker's runtime too.
 //!
 //! Connections are capped ([`Settings::max_connections`], by default well under the file limit,
-//! which is raised to its hard limit at start where allowed): over the cap the oldest idle connection
-//! is closed to make room, or, with none idle, the new one is answered 503 and closed. Accept errors
-//! (out of file descriptors, usually) back off instead of spinning.
+//! which is raised to its hard limit at start where allowed) by the one mechanism every Berth
+//! listener uses ([`service_kit::connections`]): over the cap the oldest idle connection is closed
+//! to make room, or, with none idle, the new one is answered 503 and closed. Accept errors (out of
+//! file descriptors, usually) back off instead of spinning.
 //!
 //! A caller's connection that stalls (no request head completed and no answer written for the idle
 //! timeout, with no call of it being answered) is closed: that covers idle keep-alive connections and
-//! slow-loris heads alike, with one timer per connection instead of one per request ([`stalled`]).
+//! slow-loris heads alike, with one timer per connection instead of one per request ([`Activity::stalled`]).
 //!
 //! Requests hyper cannot parse get problem+json answers ([`service_kit::protocol::ProblemIo`]), and
 //! a caller may send fewer header fields than an upstream takes, leaving room for those the gateway
@@ -33,13 +34,11 @@
 //! shutdown: answers in flight complete, idle keep-alive connections close), and the engine returns
 //! once every worker has drained.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -54,6 +53,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use service_kit::ApiError;
+use service_kit::connections::{Activity, Connections};
 use service_kit::middleware::Stack;
 use service_kit::protocol::ProblemIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -75,21 +75,13 @@ pub(crate) const MAX_CALLER_HEADERS: usize = 92;
 /// The largest request head a caller may send, in bytes (see [`MAX_CALLER_HEADERS`]).
 const MAX_CALLER_HEAD: usize = 256 * 1024;
 
-/// File descriptors kept back from the connection cap: listeners, log files, the tokens file,
-/// connections the gateway opens itself (readiness, OpenAPI).
-const RESERVED_FILES: usize = 128;
-
-/// The default cap when the file limit allows more: beyond it, memory rather than descriptors is
-/// what runs out.
-const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
-
 /// How the engine runs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settings {
     /// Worker threads (at least one).
     pub(crate) workers: usize,
     /// How long a caller's connection may go without progress while none of its calls is being
-    /// answered (see [`stalled`]).
+    /// answered (see [`Activity::stalled`]).
     pub(crate) idle_timeout: Duration,
     /// Callers' connections held at once; `None` for a default from the file limit.
     pub(crate) max_connections: Option<usize>,
@@ -103,7 +95,7 @@ struct Shared {
     /// The stack proxied calls run in.
     stack: Arc<Stack>,
     idle_timeout: Duration,
-    connections: Connections,
+    connections: Arc<Connections>,
 }
 
 /// The engine for [`service_kit::server::Application::with_engine`].
@@ -113,9 +105,10 @@ pub(crate) fn engine(
     settings: Settings,
 ) -> service_kit::server::Engine {
     Box::new(move |router, listener, shutdown| {
+        // Each caller's connection may hold one upstream connection besides its own.
         let cap = settings
             .max_connections
-            .unwrap_or_else(default_max_connections);
+            .unwrap_or_else(|| service_kit::connections::default_cap(1.0, 2));
         tracing::debug!(cap, "connection cap");
         let shared = Arc::new(Shared {
             gateway,
@@ -126,104 +119,6 @@ pub(crate) fn engine(
         });
         Box::pin(serve(shared, listener, shutdown, settings.workers.max(1)))
     })
-}
-
-/// Raises the soft file limit to the hard one where allowed, and caps connections at what it then
-/// holds: each caller's connection may hold one upstream connection besides its own, so half of what
-/// is left after [`RESERVED_FILES`].
-fn default_max_connections() -> usize {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let soft = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => hard,
-            Err(_) => soft,
-        },
-        Ok((soft, _)) => soft,
-        Err(_) => 1024,
-    };
-    let soft = usize::try_from(soft).unwrap_or(usize::MAX);
-    (soft.saturating_sub(RESERVED_FILES) / 2).clamp(16, DEFAULT_MAX_CONNECTIONS)
-}
-
-/// The callers' connections, oldest first, for the cap: touched when a connection opens and closes,
-/// never per request.
-struct Connections {
-    cap: usize,
-    live: AtomicUsize,
-    next_id: AtomicU64,
-    /// By age: what it takes to find the oldest idle one and ask it to close.
-    open: Mutex<BTreeMap<u64, (Arc<CallerState>, CancellationToken)>>,
-}
-
-impl Connections {
-    fn new(cap: usize) -> Self {
-        Connections {
-            cap,
-            live: AtomicUsize::new(0),
-            next_id: AtomicU64::new(0),
-            open: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    /// Makes room for one more connection: `false` when the cap is reached and none is idle.
-    fn make_room(&self) -> bool {
-        if self.live.load(Ordering::Relaxed) < self.cap {
-            return true;
-        }
-        let open = self.open.lock().expect("connections lock");
-        let oldest_idle = open.values().find(|(caller, closing)| {
-            caller.busy.load(Ordering::Relaxed) == 0 && !closing.is_cancelled()
-        });
-        match oldest_idle {
-            Some((_, closing)) => {
-                closing.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn register(&self, caller: Arc<CallerState>, closing: CancellationToken) -> Registered<'_> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.live.fetch_add(1, Ordering::Relaxed);
-        self.open
-            .lock()
-            .expect("connections lock")
-            .insert(id, (caller, closing));
-        Registered {
-            connections: self,
-            id,
-        }
-    }
-}
-
-/// A connection counted against the cap until dropped.
-struct Registered<'a> {
-    connections: &'a Connections,
-    id: u64,
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.connections.live.fetch_sub(1, Ordering::Relaxed);
-        self.connections
-            .open
-            .lock()
-            .expect("connections lock")
-            .remove(&self.id);
-    }
-}
-
-/// What a connection over the cap is told before it is closed.
-fn over_capacity_answer() -> Vec<u8> {
-    let body = br#"{"type":"about:blank","title":"Unavailable","status":503,"detail":"the gateway holds as many connections as it may; retry shortly","code":14,"requestId":""}"#;
-    let mut out = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
 }
 
 async fn serve(
@@ -266,7 +161,7 @@ async fn serve(
                     backoff.reset();
                     if !shared.connections.make_room() {
                         // Best effort: the answer fits any socket buffer, and the caller is told why.
-                        let _ = stream.try_write(&over_capacity_answer());
+                        let _ = stream.try_write(&service_kit::connections::over_capacity_answer());
                         continue;
                     }
                     // Answers are small and written whole: Nagle's algorithm would only hold them back.
@@ -385,7 +280,7 @@ impl Worker {
             // In this order, without drawing a random one on every wake.
             biased;
             _ = connection.as_mut() => return,
-            () = stalled(&caller, idle_timeout) => {
+            () = caller.activity.stalled(idle_timeout) => {
                 tracing::debug!(%peer, "closing a stalled connection");
                 return;
             }
@@ -396,7 +291,7 @@ impl Worker {
         tokio::select! {
             biased;
             _ = connection.as_mut() => {}
-            () = stalled(&caller, idle_timeout) => {}
+            () = caller.activity.stalled(idle_timeout) => {}
         }
     }
 
@@ -492,14 +387,12 @@ impl Worker {
     }
 }
 
-/// What the engine keeps per caller connection: what shows it is alive (request heads received and
-/// answer bytes written, and how many of its calls are being answered), and the token it last
-/// presented. Written only by the connection's own task, so never contended; atomics and a lock
+/// What the engine keeps per caller connection: what shows it is alive (its [`Activity`]), and the
+/// token it last presented. Written only by the connection's own task, so never contended; locks
 /// only because the task must be `Send`.
 #[derive(Default)]
 struct CallerState {
-    progress: AtomicU64,
-    busy: AtomicU64,
+    activity: Activity,
     /// A connection's calls nearly always carry the same token: remembering it spares hashing it
     /// on every call ([`crate::auth::TokenStore::authenticate_remembering`]).
     token: std::sync::Mutex<Option<crate::auth::Remembered>>,
@@ -507,44 +400,13 @@ struct CallerState {
     timer: std::sync::Mutex<crate::proxy::CallTimer>,
 }
 
-/// One call being answered; counts as progress when it starts and when it ends.
-struct Busy(Arc<CallerState>);
-
-impl Busy {
-    fn enter(caller: &Arc<CallerState>) -> Self {
-        caller.progress.fetch_add(1, Ordering::Relaxed);
-        caller.busy.fetch_add(1, Ordering::Relaxed);
-        Busy(caller.clone())
+impl AsRef<Activity> for CallerState {
+    fn as_ref(&self) -> &Activity {
+        &self.activity
     }
 }
 
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.0.progress.fetch_add(1, Ordering::Relaxed);
-        self.0.busy.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Resolves once the connection has made no progress for a whole `period` while none of its calls
-/// was being answered: a caller that went quiet, or one sending a request head too slowly to finish
-/// (slow loris). Such a connection is closed between `period` and twice that after it stalled.
-///
-/// This replaces hyper's header-read timeout, which arms a timer of its own for every request (an
-/// allocation, and an entry added to and removed from the runtime's timer wheel); here one timer per
-/// connection fires once a period.
-async fn stalled(caller: &CallerState, period: Duration) {
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut seen = caller.progress.load(Ordering::Relaxed);
-    loop {
-        ticks.tick().await;
-        let now = caller.progress.load(Ordering::Relaxed);
-        if now == seen && caller.busy.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        seen = now;
-    }
-}
+type Busy = service_kit::connections::Busy<CallerState>;
 
 /// The caller's connection, counting each write of answer bytes as progress: a long answer read
 /// slowly is still alive.
@@ -556,7 +418,7 @@ struct Watched {
 impl Watched {
     fn wrote(&self, written: &Poll<std::io::Result<usize>>) {
         if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
-            self.caller.progress.fetch_add(1, Ordering::Relaxed);
+            self.caller.activity.progressed();
         }
     }
 }

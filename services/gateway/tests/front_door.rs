@@ -620,3 +620,37 @@ async fn an_upstream_slower_than_the_body_stall_limit_is_not_the_callers_408() {
         assert!(body.contains("orchestrator-registry"), "{body}");
     }
 }
+
+/// A caller that writes its whole body before reading anything (Python's `http.client`, most scripts)
+/// reads the 413 for a body over the limit: the gateway drains what is still coming before it
+/// closes, instead of resetting the connection under the caller's writes.
+#[tokio::test]
+async fn a_caller_that_writes_a_body_over_the_limit_before_reading_reads_the_413() {
+    let h = spawn_gateway(&[]).await;
+    let addr: SocketAddr = h.url.trim_start_matches("http://").parse().unwrap();
+    for _ in 0..3 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // A small send buffer, as a remote caller's would be: the body cannot sit in the kernel.
+        socket.set_send_buffer_size(64 * 1024).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        let len = 1_500_000;
+        let head = format!(
+            "POST /v1/volumes HTTP/1.1\r\nhost: berth\r\nauthorization: Bearer tok-writer\r\n\
+             content-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream
+            .write_all(&vec![b' '; len])
+            .await
+            .expect("the whole body is taken (no broken pipe)");
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .expect("the answer is read (no reset)");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("application/problem+json"), "{answer}");
+        assert!(answer.contains(r#""status":413"#), "{answer}");
+    }
+}
