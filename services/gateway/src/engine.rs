@@ -22,6 +22,13 @@
 //! to make room, or, with none idle, the new one is answered 503 and closed. Accept errors (out of
 //! file descriptors, usually) back off instead of spinning.
 //!
+//! An idle keep-alive connection holds no buffers ([`Worker::connection`]): once its answers are
+//! written and flushed and nothing more has come in, the connection's hyper state (its read and write
+//! buffers, the dispatcher) is dropped and the socket is only watched for readiness; the next bytes
+//! make a fresh hyper connection on the same socket. Keep-alive and pipelining are unchanged for the
+//! caller. Measured with `bench/connections.sh`, this took an idle connection from about 12.8 kB of
+//! the gateway's resident memory to what BENCHMARKS.md says.
+//!
 //! A caller's connection that stalls (no request head completed and no answer written for the idle
 //! timeout, with no call of it being answered) is closed: that covers idle keep-alive connections and
 //! slow-loris heads alike, with one timer per connection instead of one per request ([`Activity::stalled`]).
@@ -39,6 +46,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -47,9 +55,10 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use domain::Code;
 use futures::future::BoxFuture;
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use service_kit::ApiError;
@@ -96,6 +105,22 @@ struct Shared {
     stack: Arc<Stack>,
     idle_timeout: Duration,
     connections: Arc<Connections>,
+    /// hyper's settings for callers' connections, made once.
+    http1: hyper::server::conn::http1::Builder,
+}
+
+/// hyper's settings for callers' connections.
+fn caller_http1() -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        // Answers here are mostly small: one buffer (head and body copied together) costs less
+        // than a vectored write of two, as measured with bench/gateway.sh.
+        .writev(false)
+        .max_headers(MAX_CALLER_HEADERS)
+        // A request head larger than this is refused (431) here: the services take hyper's
+        // default (about 400 KiB), and the gateway's own headers must still fit beside it.
+        .max_buf_size(MAX_CALLER_HEAD);
+    builder
 }
 
 /// The engine for [`service_kit::server::Application::with_engine`].
@@ -116,6 +141,7 @@ pub(crate) fn engine(
             stack,
             idle_timeout: settings.idle_timeout,
             connections: Connections::new(cap),
+            http1: caller_http1(),
         });
         Box::pin(serve(shared, listener, shutdown, settings.workers.max(1)))
     })
@@ -243,6 +269,12 @@ impl Worker {
 
     /// Serves one caller's connection until it closes, stalls, is asked to make room, or the worker
     /// stops (`closing` is cancelled for the last two).
+    ///
+    /// While the connection is idle it is parked: no hyper connection exists for it, only the
+    /// socket, watched for readiness. When bytes arrive, a hyper connection is made on the socket and
+    /// serves until its calls are done and nothing more has come in ([`Watched`] then ends it with
+    /// what hyper takes for the caller's close, and hyper hands the socket back untouched, with any
+    /// bytes it had read but not used).
     async fn connection(
         self: Arc<Self>,
         stream: TcpStream,
@@ -254,44 +286,79 @@ impl Worker {
         let caller = Arc::new(CallerState::default());
         let shared = self.shared.clone();
         let _registered = shared.connections.register(caller.clone(), closing.clone());
-        let idle_timeout = shared.idle_timeout;
         let service = {
             let caller = caller.clone();
             service_fn(move |request: hyper::Request<Incoming>| {
+                // A request head is whole: what hyper read so far is used.
+                caller.heard.store(false, Ordering::Relaxed);
                 self.clone()
                     .answer(request, peer, peer_ip.clone(), Busy::enter(&caller))
             })
         };
-        let io = Watched {
+        let mut io = Watched {
             stream: ProblemIo::new(stream),
             caller: caller.clone(),
+            unflushed: false,
+            parked: false,
+            nudged: false,
+            unread: Bytes::new(),
         };
-        let connection = hyper::server::conn::http1::Builder::new()
-            // Answers here are mostly small: one buffer (head and body copied together) costs less
-            // than a vectored write of two, as measured with bench/gateway.sh.
-            .writev(false)
-            .max_headers(MAX_CALLER_HEADERS)
-            // A request head larger than this is refused (431) here: the services take hyper's
-            // default (about 400 KiB), and the gateway's own headers must still fit beside it.
-            .max_buf_size(MAX_CALLER_HEAD)
-            .serve_connection(TokioIo::new(io), service);
-        tokio::pin!(connection);
-        tokio::select! {
-            // In this order, without drawing a random one on every wake.
-            biased;
-            _ = connection.as_mut() => return,
-            () = caller.activity.stalled(idle_timeout) => {
-                tracing::debug!(%peer, "closing a stalled connection");
+        // One timer and one wait for the whole connection, across its parked and served spells.
+        let stalled = caller.activity.stalled(shared.idle_timeout);
+        let cancelled = closing.cancelled();
+        tokio::pin!(stalled, cancelled);
+        loop {
+            if io.unread.is_empty() {
+                tokio::select! {
+                    biased;
+                    ready = io.stream.get_ref().readable() => {
+                        if ready.is_err() {
+                            return;
+                        }
+                    }
+                    () = stalled.as_mut() => return,
+                    () = cancelled.as_mut() => return,
+                }
+            }
+            // Boxed: parked, the connection's task holds only a pointer's worth of it.
+            let mut connection = Box::new(
+                shared
+                    .http1
+                    .serve_connection(TokioIo::new(io), service.clone()),
+            );
+            tokio::select! {
+                // In this order, without drawing a random one on every wake.
+                biased;
+                _ = &mut *connection => {}
+                () = stalled.as_mut() => {
+                    tracing::debug!(%peer, "closing a stalled connection");
+                    return;
+                }
+                () = cancelled.as_mut() => {
+                    Pin::new(&mut *connection).graceful_shutdown();
+                    // Answers in flight finish; a connection that stalls (an answer nobody reads)
+                    // must not hold the shutdown up.
+                    tokio::select! {
+                        biased;
+                        _ = &mut *connection => {}
+                        () = stalled.as_mut() => {}
+                    }
+                    return;
+                }
+            }
+            let parts = connection.into_parts();
+            io = parts.io.into_inner();
+            if !io.parked {
+                // The caller closed, or hyper did (an error, `connection: close`): the end.
                 return;
             }
-            () = closing.cancelled() => connection.as_mut().graceful_shutdown(),
-        }
-        // Answers in flight finish; a connection that stalls (an answer nobody reads) must not hold
-        // the shutdown up.
-        tokio::select! {
-            biased;
-            _ = connection.as_mut() => {}
-            () = caller.activity.stalled(idle_timeout) => {}
+            io.parked = false;
+            // Copied: hyper's leftover is a view of its whole read buffer, which must go.
+            io.unread = if parts.read_buf.is_empty() {
+                Bytes::new()
+            } else {
+                Bytes::copy_from_slice(&parts.read_buf)
+            };
         }
     }
 
@@ -303,8 +370,15 @@ impl Worker {
         peer: SocketAddr,
         peer_ip: Option<HeaderValue>,
         busy: Busy,
-    ) -> impl Future<Output = Result<Response, Infallible>> + Send + 'static {
-        let mut request = request.map(Body::new);
+    ) -> impl Future<Output = Result<Response<Answered>, Infallible>> + Send + 'static {
+        let answering = Answering::start(&busy.0);
+        let mut request = request.map(|body| {
+            if body.is_end_stream() {
+                Body::new(body)
+            } else {
+                Body::new(Reading::start(body, &busy.0))
+            }
+        });
         let path = request.uri().path();
         let route = match check_path(path) {
             Ok(()) => classify(request.method(), path),
@@ -382,7 +456,7 @@ impl Worker {
                 }
             };
             drop(busy);
-            Ok(response)
+            Ok(response.map(|body| Answered { body, answering }))
         }
     }
 }
@@ -393,6 +467,13 @@ impl Worker {
 #[derive(Default)]
 struct CallerState {
     activity: Activity,
+    /// Answers hyper has not finished writing ([`Answered`]).
+    answering: AtomicU32,
+    /// Request bodies not read to their end ([`Reading`]); one dropped unfinished stays counted,
+    /// since hyper may still be draining it.
+    reading: AtomicU32,
+    /// Bytes were read since the last request head was complete: hyper may hold part of a head.
+    heard: AtomicBool,
     /// A connection's calls nearly always carry the same token: remembering it spares hashing it
     /// on every call ([`crate::auth::TokenStore::authenticate_remembering`]).
     token: std::sync::Mutex<Option<crate::auth::Remembered>>,
@@ -408,11 +489,110 @@ impl AsRef<Activity> for CallerState {
 
 type Busy = service_kit::connections::Busy<CallerState>;
 
-/// The caller's connection, counting each write of answer bytes as progress: a long answer read
-/// slowly is still alive.
+/// An answer hyper is writing, counted in [`CallerState::answering`] until hyper drops its body.
+struct Answering(Arc<CallerState>);
+
+impl Answering {
+    fn start(caller: &Arc<CallerState>) -> Self {
+        caller.answering.fetch_add(1, Ordering::Relaxed);
+        Answering(caller.clone())
+    }
+}
+
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.0.answering.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An answer's body, with what counts it as being written.
+struct Answered {
+    body: Body,
+    #[allow(dead_code)] // Held for its drop.
+    answering: Answering,
+}
+
+impl hyper::body::Body for Answered {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body being read, counted in [`CallerState::reading`] until its end is read.
+struct Reading {
+    body: Incoming,
+    caller: Option<Arc<CallerState>>,
+}
+
+impl Reading {
+    fn start(body: Incoming, caller: &Arc<CallerState>) -> Self {
+        caller.reading.fetch_add(1, Ordering::Relaxed);
+        Reading {
+            body,
+            caller: Some(caller.clone()),
+        }
+    }
+
+    fn finished(&mut self) {
+        if let Some(caller) = self.caller.take() {
+            caller.reading.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl hyper::body::Body for Reading {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.finished();
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The caller's connection as hyper sees it: it counts each write of answer bytes as progress (a
+/// long answer read slowly is still alive), and it ends hyper's connection when the caller is idle
+/// (see [`Watched::may_park`]) by reading as if the caller had closed, so the connection can be
+/// parked without hyper's buffers.
 struct Watched {
     stream: ProblemIo<TcpStream>,
     caller: Arc<CallerState>,
+    /// Bytes were handed over since the last flush that completed: hyper may hold some unwritten.
+    unflushed: bool,
+    /// The end hyper saw was this one's, not the caller's: the socket goes on.
+    parked: bool,
+    /// hyper was woken once to read after its last answer (see `poll_flush`).
+    nudged: bool,
+    /// What an earlier hyper connection had read and not used, to be read first.
+    unread: Bytes,
 }
 
 impl Watched {
@@ -420,6 +600,18 @@ impl Watched {
         if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
             self.caller.activity.progressed();
         }
+    }
+
+    /// Whether hyper may be ended here: every call answered, every answer written and flushed,
+    /// every request body read, and no part of a head read since the last whole one. Then hyper is
+    /// idle between requests, and an end read now closes it with nothing lost.
+    fn may_park(&self) -> bool {
+        let caller = &self.caller;
+        !self.unflushed
+            && caller.activity.is_idle()
+            && caller.answering.load(Ordering::Relaxed) == 0
+            && caller.reading.load(Ordering::Relaxed) == 0
+            && !caller.heard.load(Ordering::Relaxed)
     }
 }
 
@@ -429,7 +621,32 @@ impl AsyncRead for Watched {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let this = &mut *self;
+        if !this.unread.is_empty() {
+            // Left over from the hyper connection before: part of a head, which must not be
+            // parked again before the rest of it comes.
+            let n = this.unread.len().min(buf.remaining());
+            buf.put_slice(&this.unread.split_to(n));
+            this.caller.heard.store(true, Ordering::Relaxed);
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Pending if this.may_park() => {
+                // Nothing filled: hyper takes it for the caller's close between requests.
+                this.parked = true;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                this.nudged = false;
+                // Bytes of a request body being read are not part of a head.
+                if this.caller.reading.load(Ordering::Relaxed) == 0 {
+                    this.caller.heard.store(true, Ordering::Relaxed);
+                }
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
     }
 }
 
@@ -439,6 +656,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        self.unflushed = true;
         let written = Pin::new(&mut self.stream).poll_write(cx, buf);
         self.wrote(&written);
         written
@@ -449,6 +667,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        self.unflushed = true;
         let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
         self.wrote(&written);
         written
@@ -459,10 +678,25 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        // hyper flushes the socket only once its own buffer is written out.
+        let flushed = Pin::new(&mut self.stream).poll_flush(cx);
+        if matches!(flushed, Poll::Ready(Ok(()))) {
+            self.unflushed = false;
+            // hyper asked for the caller's next bytes before this answer was out, and will not
+            // ask again until they come: have it ask now, once, so the idle connection is parked.
+            if !self.nudged && self.may_park() {
+                self.nudged = true;
+                cx.waker().wake_by_ref();
+            }
+        }
+        flushed
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.parked {
+            // The caller did not close: the socket stays as it is.
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
