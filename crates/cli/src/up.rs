@@ -725,22 +725,16 @@ mod tests {
         assert!(e.contains("BERTH_REGISTRY_TIMEOUT"), "{e}");
     }
 
-    /// A base port whose eleven ports are free now (the stack binds B..B+3 and B+10).
+    /// A base port whose eleven ports are free now (the stack binds B..B+3 and B+10), below the
+    /// ephemeral range so no outgoing connection takes one meanwhile.
     fn free_port_base() -> u16 {
-        for _ in 0..50 {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let base = probe.local_addr().unwrap().port();
-            drop(probe);
-            if base > 65_000 {
-                continue;
-            }
-            let all_free =
-                (0..=10).all(|i| std::net::TcpListener::bind(("0.0.0.0", base + i)).is_ok());
-            if all_free {
-                return base;
-            }
-        }
-        panic!("no free run of ports");
+        let start = 20_000 + (std::process::id() % 500) as u16 * 20;
+        (0..1_000u16)
+            .map(|k| 20_000 + (start - 20_000 + k * 20) % 10_000)
+            .find(|&base| {
+                (0..=10).all(|i| std::net::TcpListener::bind(("0.0.0.0", base + i)).is_ok())
+            })
+            .expect("a free run of ports")
     }
 
     async fn addresses(bind: &str, expose_services: bool) -> Vec<(&'static str, SocketAddr)> {
