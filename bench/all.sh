@@ -54,6 +54,8 @@ section "Storage: AddStorage vs raw SQLite, ListStorage pages" cargo bench -q -p
 section "Machines: ListMachines over 10,000 instances, CreateMachine under an account QPS limit" \
   cargo bench -q -p machine-driver --bench driver
 section "Memory: each service idle and at peak, and berth up" bench/footprint.sh
+section "Connection memory: idle keep-alive and slow-loris connections, the gateway vs nginx" \
+  bench/connections.sh
 section "Start-up and shutdown of berth up" bench/startup.sh
 section "Instruction counts per request through the gateway (callgrind)" bench/instructions.sh
 build_title="Clean release build: what fat LTO costs and buys"

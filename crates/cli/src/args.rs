@@ -132,9 +132,14 @@ pub struct UpArgs {
     /// +3 storage-ops, +10 ECS emulator).
     #[arg(long, default_value_t = 8080)]
     pub port_base: u16,
-    /// The address every listener binds.
+    /// The address the gateway binds; the services listen on loopback unless --expose-services.
     #[arg(long, default_value = "127.0.0.1")]
     pub bind: std::net::IpAddr,
+    /// Bind the services (machine-driver, registry, storage-ops) on --bind too, not only the
+    /// gateway: for callers that must reach a service past the gateway from another host. The
+    /// embedded ECS emulator stays on loopback regardless.
+    #[arg(long)]
+    pub expose_services: bool,
 }
 
 /// Where the machine, its class and its secret come from.

@@ -112,26 +112,37 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     let stored_key = ecs_emulator::stored_access_key(&emulator_dir)?;
     let emulator_key = (stored_key.id.clone(), stored_key.secret.clone());
     let internal_token = internal_token_of(base_env)?;
-    let at = |port: u16| SocketAddr::new(args.bind, port).to_string();
-    // The emulator listens on loopback whatever --bind says: only the machine driver, in this
-    // process, needs to reach it, and its admin endpoints (`/_emulator/reset` empties the account)
-    // take no credential.
+    // Only the gateway listens on --bind: the services take no caller's token, and under one
+    // process every port shares one descriptor table, so they listen on loopback unless
+    // --expose-services says otherwise. The emulator listens on loopback whatever is said: only the
+    // machine driver, in this process, needs to reach it, and its admin endpoints
+    // (`/_emulator/reset` empties the account) take no credential.
     let loopback = if args.bind.is_ipv6() {
         std::net::IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
     } else {
         std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
     };
+    let service_ip = if args.expose_services {
+        args.bind
+    } else {
+        loopback
+    };
+    let at = |port: u16| {
+        let ip = if port == ports.gateway {
+            args.bind
+        } else {
+            service_ip
+        };
+        SocketAddr::new(ip, port).to_string()
+    };
     let emulator_addr = SocketAddr::new(loopback, ports.ecs_emulator);
     let url = |port: u16| {
-        let host = if args.bind.is_unspecified() {
-            "127.0.0.1".to_string()
+        let ip = if service_ip.is_unspecified() {
+            loopback
         } else {
-            args.bind.to_string()
+            service_ip
         };
-        format!(
-            "http://{}",
-            SocketAddr::new(host.parse().expect("an IP"), port)
-        )
+        format!("http://{}", SocketAddr::new(ip, port))
     };
     let shared = base_env
         .clone()
@@ -145,7 +156,7 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     let env_for = |port: u16| shared.clone().with(vars::LISTEN, at(port));
     // Every configuration is read before anything binds a port, so one that is refused stops the
     // start with its reason and nothing half-started.
-    let configs = configure(
+    let mut configs = configure(
         &env_for(ports.gateway),
         &env_for(ports.registry),
         &env_for(ports.storage_ops),
@@ -190,8 +201,19 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     if idle_timeout.is_zero() {
         return Err(format!("{} must be more than 0", vars::IDLE_TIMEOUT).into());
     }
+    // One process, one descriptor table: unless BERTH_MAX_CONNECTIONS says otherwise, the gateway
+    // may spend half of the file limit (two descriptors per caller: its own and an upstream one)
+    // and each of the other four listeners an eighth, so no listener's callers can take the
+    // descriptors another needs to accept.
+    let max_connections = service_kit::server::max_connections(base_env)?;
     for (_, app) in &mut apps {
         app.idle_timeout = idle_timeout;
+        app.max_connections = Some(
+            max_connections.unwrap_or_else(|| service_kit::connections::default_cap(0.125, 1)),
+        );
+    }
+    if configs.gateway.max_connections.is_none() {
+        configs.gateway.max_connections = Some(service_kit::connections::default_cap(0.5, 2));
     }
     // Bound now, built once the credentials are written ([`Built::add_gateway`]): the gateway then
     // reads a tokens file that holds the admin token already.
@@ -690,6 +712,7 @@ mod tests {
             // The gateway's port is taken: a start that got as far as binding would say so instead.
             port_base: taken.local_addr().unwrap().port(),
             bind: "127.0.0.1".parse().unwrap(),
+            expose_services: false,
         };
         let env = Env::default()
             .with("BERTH_UPSTREAM_TIMEOUT", "2s")
@@ -700,5 +723,60 @@ mod tests {
             .expect("refused")
             .to_string();
         assert!(e.contains("BERTH_REGISTRY_TIMEOUT"), "{e}");
+    }
+
+    /// A base port whose eleven ports are free now (the stack binds B..B+3 and B+10), below the
+    /// ephemeral range so no outgoing connection takes one meanwhile.
+    fn free_port_base() -> u16 {
+        let start = 20_000 + (std::process::id() % 500) as u16 * 20;
+        (0..1_000u16)
+            .map(|k| 20_000 + (start - 20_000 + k * 20) % 10_000)
+            .find(|&base| {
+                (0..=10).all(|i| std::net::TcpListener::bind(("0.0.0.0", base + i)).is_ok())
+            })
+            .expect("a free run of ports")
+    }
+
+    async fn addresses(bind: &str, expose_services: bool) -> Vec<(&'static str, SocketAddr)> {
+        let dir = tempfile::tempdir().unwrap();
+        let args = UpArgs {
+            data_dir: dir.path().to_path_buf(),
+            port_base: free_port_base(),
+            bind: bind.parse().unwrap(),
+            expose_services,
+        };
+        let built = build_stack(&args, &Env::default()).await.unwrap();
+        let mut addresses: Vec<_> = built
+            .apps
+            .iter()
+            .map(|(name, app)| (*name, app.local_addr()))
+            .collect();
+        let (_, gateway) = built.gateway.as_ref().expect("the gateway's listener");
+        addresses.push((gateway::NAME, gateway.local_addr().unwrap()));
+        addresses
+    }
+
+    #[tokio::test]
+    async fn bind_exposes_only_the_gateway_unless_the_services_are_exposed_too() {
+        let everywhere: std::net::IpAddr = "0.0.0.0".parse().unwrap();
+        let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
+        let gateway_only = addresses("0.0.0.0", false).await;
+        assert_eq!(gateway_only.len(), 5, "{gateway_only:?}");
+        for (name, addr) in &gateway_only {
+            let expected = if *name == gateway::NAME {
+                everywhere
+            } else {
+                loopback
+            };
+            assert_eq!(addr.ip(), expected, "{name} listens on {addr}");
+        }
+        for (name, addr) in addresses("0.0.0.0", true).await {
+            let expected = if name == "ecs-emulator" {
+                loopback
+            } else {
+                everywhere
+            };
+            assert_eq!(addr.ip(), expected, "{name} listens on {addr}");
+        }
     }
 }

@@ -60,6 +60,9 @@ pub mod vars {
     /// How long a connection may take to send a request head, idle time between requests included
     /// (`30s`); then it is closed.
     pub const IDLE_TIMEOUT: &str = "BERTH_IDLE_TIMEOUT";
+    /// Callers' connections a listener holds at once (default from the file limit); over it the
+    /// oldest idle one is closed to make room ([`crate::connections`]).
+    pub const MAX_CONNECTIONS: &str = "BERTH_MAX_CONNECTIONS";
     /// OTLP endpoint; when set, spans are exported there.
     pub const OTLP_ENDPOINT: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
     /// Directories `local` orchestrators may use, comma-separated (default `<data dir>/volumes`,
@@ -85,6 +88,7 @@ pub mod vars {
         LOG,
         DATA_DIR,
         IDLE_TIMEOUT,
+        MAX_CONNECTIONS,
     ];
     /// What [`crate::telemetry::init`] reads: all a program that is not a service (the emulator)
     /// takes from the kit.

@@ -33,6 +33,8 @@
 //!   one), and a reqwest wrapper that also adds the internal credential, for the gateway's own calls.
 //! - [`protocol`]: problem+json in place of the bare 400/414/431 hyper writes for requests it cannot
 //!   parse, by wrapping each connection's socket.
+//! - [`connections`]: the cap on a listener's connections (oldest idle closed first), which the
+//!   services' server and the gateway's engine share.
 //! - [`tenancy`]: the caller (its token's name and namespaces, as the gateway forwards them), the
 //!   [`tenancy::Caller`] extractor handlers check objects against, and the one audit line the stack
 //!   writes per mutating call.
@@ -44,6 +46,7 @@
 
 pub mod app;
 pub mod config;
+pub mod connections;
 pub mod error;
 pub mod extract;
 pub mod health;

@@ -7,22 +7,51 @@
 //! are written (an error status line with an empty body and no content type, which no answer of ours
 //! ever is: ours always carry a problem+json body), and writes a problem+json answer with a request
 //! id in their place. Everything else passes through untouched.
+//!
+//! It also closes as nginx's lingering close does. A request refused before its body was read (413
+//! for a body over the limit, announced by its `Content-Length`) is answered at once and the
+//! connection closed; a caller that writes its whole body before reading (Python's `http.client`,
+//! most scripts) is then still writing when the socket closes with unread bytes in it, the kernel
+//! answers with a reset, and the caller sees a broken pipe instead of the 413. So when hyper shuts
+//! the connection down after an error answer, or with request bytes still arriving, [`ProblemIo`]
+//! half-closes it (the answer is complete for the caller) and reads and discards what the caller
+//! still sends, until the caller closes, [`LINGER_BYTES`] have been thrown away, or [`LINGER_TIME`]
+//! has passed, whichever comes first; only then is the socket closed.
 
+use std::future::Future;
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use domain::Code;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::{ApiError, PROBLEM_JSON};
 
-/// A connection whose protocol-level error answers come out as problem+json.
+/// The most a lingering close reads and throws away before it closes anyway.
+pub const LINGER_BYTES: usize = 4 * 1024 * 1024;
+
+/// The longest a lingering close waits for the caller to stop sending.
+pub const LINGER_TIME: Duration = Duration::from_secs(2);
+
+/// A connection whose protocol-level error answers come out as problem+json, and whose close
+/// lingers after an error answer (see the module's documentation).
 pub struct ProblemIo<T> {
     inner: T,
     /// A replacement answer still being written, and how much of it is out.
     pending: Vec<u8>,
     written: usize,
+    /// The last answer written was an error (4xx): its request's body may be unread.
+    refused: bool,
+    /// A lingering close under way.
+    linger: Option<Linger>,
+}
+
+/// A lingering close: the write side is shut, what the caller still sends is read and dropped.
+struct Linger {
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    drained: usize,
 }
 
 impl<T> ProblemIo<T> {
@@ -32,6 +61,20 @@ impl<T> ProblemIo<T> {
             inner,
             pending: Vec::new(),
             written: 0,
+            refused: false,
+            linger: None,
+        }
+    }
+
+    /// The wrapped connection, mutably.
+    pub fn get_mut(&mut self) -> &mut T {
+        &mut self.inner
+    }
+
+    /// Notes what kind of answer a write starts, if it starts one.
+    fn note_answer(&mut self, buf: &[u8]) {
+        if buf.starts_with(b"HTTP/1.1 ") {
+            self.refused = buf.get(9) == Some(&b'4');
         }
     }
 
@@ -110,6 +153,19 @@ impl<T: AsyncWrite + Unpin> ProblemIo<T> {
     }
 }
 
+impl<T: AsyncRead + Unpin> ProblemIo<T> {
+    /// Whether the caller has sent bytes nobody read yet (read into a scratch buffer and counted
+    /// toward the linger, if so).
+    fn poll_has_data(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut scratch = [0u8; 1024];
+        let mut buf = ReadBuf::new(&mut scratch);
+        matches!(
+            Pin::new(&mut self.inner).poll_read(cx, &mut buf),
+            Poll::Ready(Ok(())) if !buf.filled().is_empty()
+        )
+    }
+}
+
 impl<T: AsyncRead + Unpin> AsyncRead for ProblemIo<T> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -120,7 +176,29 @@ impl<T: AsyncRead + Unpin> AsyncRead for ProblemIo<T> {
     }
 }
 
-impl<T: AsyncWrite + Unpin> AsyncWrite for ProblemIo<T> {
+impl<T: AsyncRead + AsyncWrite + Unpin> ProblemIo<T> {
+    /// Reads and drops what the caller still sends, until it closes or a bound is reached.
+    fn poll_linger(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(linger) = self.linger.as_mut() else {
+            return Poll::Ready(());
+        };
+        let mut scratch = [0u8; 8192];
+        loop {
+            if linger.drained >= LINGER_BYTES {
+                return Poll::Ready(());
+            }
+            let mut buf = ReadBuf::new(&mut scratch);
+            match Pin::new(&mut self.inner).poll_read(cx, &mut buf) {
+                Poll::Ready(Ok(())) if buf.filled().is_empty() => return Poll::Ready(()),
+                Poll::Ready(Ok(())) => linger.drained += buf.filled().len(),
+                Poll::Ready(Err(_)) => return Poll::Ready(()),
+                Poll::Pending => return linger.deadline.as_mut().poll(cx),
+            }
+        }
+    }
+}
+
+impl<T: AsyncRead + AsyncWrite + Unpin> AsyncWrite for ProblemIo<T> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -128,6 +206,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ProblemIo<T> {
     ) -> Poll<io::Result<usize>> {
         let this = &mut *self;
         ready!(this.poll_pending(cx))?;
+        this.note_answer(buf);
         // A cheap first test (one byte compare and a length) keeps ordinary writes on the fast path.
         if buf.starts_with(b"HTTP/1.1 4")
             && let Some(answer) = replacement(buf)
@@ -149,9 +228,12 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ProblemIo<T> {
         // A canned answer is a head alone, written in one piece: only the first slice can be one.
         match bufs.iter().find(|b| !b.is_empty()) {
             Some(first) if first.starts_with(b"HTTP/1.1 4") => self.poll_write(cx, first),
-            _ => {
+            first => {
                 let this = &mut *self;
                 ready!(this.poll_pending(cx))?;
+                if let Some(first) = first {
+                    this.note_answer(first);
+                }
                 Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
             }
         }
@@ -169,8 +251,21 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for ProblemIo<T> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        ready!(this.poll_pending(cx))?;
-        Pin::new(&mut this.inner).poll_shutdown(cx)
+        if this.linger.is_none() {
+            ready!(this.poll_pending(cx))?;
+            ready!(Pin::new(&mut this.inner).poll_shutdown(cx))?;
+            // Linger after an error answer, whose request body may be unread, or while the caller
+            // is still sending; an idle keep-alive caller closing is not kept waiting for.
+            if !this.refused && !this.poll_has_data(cx) {
+                return Poll::Ready(Ok(()));
+            }
+            this.linger = Some(Linger {
+                deadline: Box::pin(tokio::time::sleep(LINGER_TIME)),
+                drained: 0,
+            });
+        }
+        ready!(this.poll_linger(cx));
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -22,21 +22,67 @@ pub async fn serve(
     serve_with(router, listener, shutdown, DEFAULT_IDLE_TIMEOUT).await
 }
 
-/// Serves `router` on `listener` until `shutdown` completes, then lets in-flight requests finish.
-///
-/// HTTP/1.1 on hyper's connection builder rather than `axum::serve`, for one setting axum does not
-/// give: a connection that has not sent a whole request head within `idle_timeout` (idle between
-/// requests included) is closed. Without it a slow-loris caller holds a connection, and a file
-/// descriptor, for as long as it trickles bytes (the hostile-input suite held 64 per service open).
+/// How [`serve_limited`] bounds its connections.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// How long a connection may take to send a request head, idle keep-alive time included.
+    pub idle_timeout: Duration,
+    /// Connections held at once (`BERTH_MAX_CONNECTIONS`); `None` for
+    /// [`crate::connections::default_cap`] with the whole file limit.
+    pub max_connections: Option<usize>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: None,
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then lets in-flight requests finish;
+/// [`serve_limited`] with `idle_timeout` and the default connection cap.
 pub async fn serve_with(
     router: Router,
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
     idle_timeout: Duration,
 ) -> std::io::Result<()> {
+    let limits = Limits {
+        idle_timeout,
+        max_connections: None,
+    };
+    serve_limited(router, listener, shutdown, limits).await
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then lets in-flight requests finish.
+///
+/// HTTP/1.1 on hyper's connection builder rather than `axum::serve`, for what axum does not give:
+/// - a connection that has not sent a whole request head within `idle_timeout` (idle between
+///   requests included) is closed. Without it a slow-loris caller holds a connection, and a file
+///   descriptor, for as long as it trickles bytes (the hostile-input suite held 64 per service open);
+/// - connections are capped ([`crate::connections`]): over the cap the oldest idle one is closed to
+///   make room, or with none idle the new one is answered 503, so one listener cannot take every
+///   descriptor of a process it shares (`berth up`);
+/// - a request refused before its body was read (413) is answered so that a caller still sending
+///   the body reads it ([`crate::protocol::ProblemIo`]'s lingering close).
+pub async fn serve_limited(
+    router: Router,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    limits: Limits,
+) -> std::io::Result<()> {
+    use crate::connections::{Activity, Busy, Connections};
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt as _;
 
+    let idle_timeout = limits.idle_timeout;
+    let cap = limits
+        .max_connections
+        .unwrap_or_else(|| crate::connections::default_cap(1.0, 1));
+    tracing::debug!(cap, "connection cap");
+    let capped = Connections::new(cap);
     let stopping = tokio_util::sync::CancellationToken::new();
     let connections = tokio_util::task::TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -62,16 +108,30 @@ pub async fn serve_with(
                 }
             },
         };
+        if !capped.make_room() {
+            // Best effort: the answer fits any socket buffer, and the caller is told why.
+            let _ = stream.try_write(&crate::connections::over_capacity_answer());
+            continue;
+        }
+        let activity = std::sync::Arc::new(Activity::default());
+        let closing = stopping.child_token();
+        let registered = capped.register(activity.clone(), closing.clone());
         // Answers are small and written whole: Nagle's algorithm would only hold them back.
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let stopping = stopping.clone();
         connections.spawn(async move {
+            let _registered = registered;
             let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
                 request
                     .extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
-                router.clone().oneshot(request)
+                let busy = Busy::enter(&activity);
+                let answer = router.clone().oneshot(request);
+                async move {
+                    let answer = answer.await;
+                    drop(busy);
+                    answer
+                }
             });
             // hyper's own answers to requests it cannot parse come out as problem+json too.
             let io = TokioIo::new(crate::protocol::ProblemIo::new(stream));
@@ -82,7 +142,7 @@ pub async fn serve_with(
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
-                () = stopping.cancelled() => {
+                () = closing.cancelled() => {
                     connection.as_mut().graceful_shutdown();
                     let _ = connection.await;
                 }
@@ -93,6 +153,11 @@ pub async fn serve_with(
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// `BERTH_MAX_CONNECTIONS`: `None` (the default from the file limit) when unset or 0.
+pub fn max_connections(env: &crate::Env) -> Result<Option<usize>, crate::config::ConfigError> {
+    Ok(Some(env.parse_or(crate::config::vars::MAX_CONNECTIONS, 0usize)?).filter(|&n| n > 0))
 }
 
 /// Completes on SIGINT (Ctrl-C) or SIGTERM.
@@ -232,6 +297,7 @@ every service:
   BERTH_INTERNAL_TOKEN    the credential the gateway sends; when set, calls without it are refused
   BERTH_INTERNAL_TOKEN_FILE  a file holding it instead (created with a random one when missing)
   BERTH_REQUEST_TIMEOUT   per-request limit (default 30s)
+  BERTH_MAX_CONNECTIONS   connections held at once (default from the file limit; oldest idle closed first)
   BERTH_BODY_LIMIT        largest request body (default 1Mi)
   BERTH_LOG               log filter (default info); BERTH_LOG_FORMAT=json for JSON lines
 A BERTH_* variable {name} does not read, or one set to the empty string, stops it with exit code 2
@@ -265,6 +331,9 @@ pub struct Application {
     pub engine: Option<Engine>,
     /// How long [`serve`] lets a connection take to send a request head (`BERTH_IDLE_TIMEOUT`).
     pub idle_timeout: Duration,
+    /// Connections [`serve_limited`] holds at once (`BERTH_MAX_CONNECTIONS`); `None` for the
+    /// default from the file limit.
+    pub max_connections: Option<usize>,
 }
 
 impl Application {
@@ -276,6 +345,7 @@ impl Application {
             background: Vec::new(),
             engine: None,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: None,
         }
     }
 
@@ -299,7 +369,13 @@ impl Application {
     ) -> std::io::Result<()> {
         let result = match self.engine {
             Some(engine) => engine(self.router, self.listener, Box::pin(shutdown)).await,
-            None => serve_with(self.router, self.listener, shutdown, self.idle_timeout).await,
+            None => {
+                let limits = Limits {
+                    idle_timeout: self.idle_timeout,
+                    max_connections: self.max_connections,
+                };
+                serve_limited(self.router, self.listener, shutdown, limits).await
+            }
         };
         for task in self.background {
             task.abort();
@@ -410,6 +486,13 @@ where
                 return ExitCode::from(2);
             }
         };
+    let max_connections = match max_connections(&env) {
+        Ok(cap) => cap,
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let mut app = match build(env).await {
         Ok(app) => app,
         // A value the configuration refuses is a mistake in how the binary was started, as an
@@ -425,6 +508,7 @@ where
         }
     };
     app.idle_timeout = idle_timeout;
+    app.max_connections = max_connections;
     tracing::info!(addr = %app.local_addr(), "{name} listening");
     match app.run_until(shutdown_signal()).await {
         Ok(()) => {

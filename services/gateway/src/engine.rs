@@ -17,13 +17,21 @@
 //! connections (`hyper::client::conn::http1`), whose connection tasks run on the worker's runtime too.
 //!
 //! Connections are capped ([`Settings::max_connections`], by default well under the file limit,
-//! which is raised to its hard limit at start where allowed): over the cap the oldest idle connection
-//! is closed to make room, or, with none idle, the new one is answered 503 and closed. Accept errors
-//! (out of file descriptors, usually) back off instead of spinning.
+//! which is raised to its hard limit at start where allowed) by the one mechanism every Berth
+//! listener uses ([`service_kit::connections`]): over the cap the oldest idle connection is closed
+//! to make room, or, with none idle, the new one is answered 503 and closed. Accept errors (out of
+//! file descriptors, usually) back off instead of spinning.
+//!
+//! An idle keep-alive connection holds no buffers ([`Worker::connection`]): once its answers are
+//! written and flushed and nothing more has come in, the connection's hyper state (its read and write
+//! buffers, the dispatcher) is dropped and the socket is only watched for readiness; the next bytes
+//! make a fresh hyper connection on the same socket. Keep-alive and pipelining are unchanged for the
+//! caller. Measured with `bench/connections.sh`, this took an idle connection from about 12.8 kB of
+//! the gateway's resident memory to what BENCHMARKS.md says.
 //!
 //! A caller's connection that stalls (no request head completed and no answer written for the idle
 //! timeout, with no call of it being answered) is closed: that covers idle keep-alive connections and
-//! slow-loris heads alike, with one timer per connection instead of one per request ([`stalled`]).
+//! slow-loris heads alike, with one timer per connection instead of one per request ([`Activity::stalled`]).
 //!
 //! Requests hyper cannot parse get problem+json answers ([`service_kit::protocol::ProblemIo`]), and
 //! a caller may send fewer header fields than an upstream takes, leaving room for those the gateway
@@ -33,13 +41,12 @@
 //! shutdown: answers in flight complete, idle keep-alive connections close), and the engine returns
 //! once every worker has drained.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -48,12 +55,14 @@ use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
 use domain::Code;
 use futures::future::BoxFuture;
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use service_kit::ApiError;
+use service_kit::connections::{Activity, Connections};
 use service_kit::middleware::Stack;
 use service_kit::protocol::ProblemIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -75,21 +84,13 @@ pub(crate) const MAX_CALLER_HEADERS: usize = 92;
 /// The largest request head a caller may send, in bytes (see [`MAX_CALLER_HEADERS`]).
 const MAX_CALLER_HEAD: usize = 256 * 1024;
 
-/// File descriptors kept back from the connection cap: listeners, log files, the tokens file,
-/// connections the gateway opens itself (readiness, OpenAPI).
-const RESERVED_FILES: usize = 128;
-
-/// The default cap when the file limit allows more: beyond it, memory rather than descriptors is
-/// what runs out.
-const DEFAULT_MAX_CONNECTIONS: usize = 16_384;
-
 /// How the engine runs.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settings {
     /// Worker threads (at least one).
     pub(crate) workers: usize,
     /// How long a caller's connection may go without progress while none of its calls is being
-    /// answered (see [`stalled`]).
+    /// answered (see [`Activity::stalled`]).
     pub(crate) idle_timeout: Duration,
     /// Callers' connections held at once; `None` for a default from the file limit.
     pub(crate) max_connections: Option<usize>,
@@ -103,7 +104,23 @@ struct Shared {
     /// The stack proxied calls run in.
     stack: Arc<Stack>,
     idle_timeout: Duration,
-    connections: Connections,
+    connections: Arc<Connections>,
+    /// hyper's settings for callers' connections, made once.
+    http1: hyper::server::conn::http1::Builder,
+}
+
+/// hyper's settings for callers' connections.
+fn caller_http1() -> hyper::server::conn::http1::Builder {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        // Answers here are mostly small: one buffer (head and body copied together) costs less
+        // than a vectored write of two, as measured with bench/gateway.sh.
+        .writev(false)
+        .max_headers(MAX_CALLER_HEADERS)
+        // A request head larger than this is refused (431) here: the services take hyper's
+        // default (about 400 KiB), and the gateway's own headers must still fit beside it.
+        .max_buf_size(MAX_CALLER_HEAD);
+    builder
 }
 
 /// The engine for [`service_kit::server::Application::with_engine`].
@@ -113,9 +130,10 @@ pub(crate) fn engine(
     settings: Settings,
 ) -> service_kit::server::Engine {
     Box::new(move |router, listener, shutdown| {
+        // Each caller's connection may hold one upstream connection besides its own.
         let cap = settings
             .max_connections
-            .unwrap_or_else(default_max_connections);
+            .unwrap_or_else(|| service_kit::connections::default_cap(1.0, 2));
         tracing::debug!(cap, "connection cap");
         let shared = Arc::new(Shared {
             gateway,
@@ -123,107 +141,10 @@ pub(crate) fn engine(
             stack,
             idle_timeout: settings.idle_timeout,
             connections: Connections::new(cap),
+            http1: caller_http1(),
         });
         Box::pin(serve(shared, listener, shutdown, settings.workers.max(1)))
     })
-}
-
-/// Raises the soft file limit to the hard one where allowed, and caps connections at what it then
-/// holds: each caller's connection may hold one upstream connection besides its own, so half of what
-/// is left after [`RESERVED_FILES`].
-fn default_max_connections() -> usize {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let soft = match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => hard,
-            Err(_) => soft,
-        },
-        Ok((soft, _)) => soft,
-        Err(_) => 1024,
-    };
-    let soft = usize::try_from(soft).unwrap_or(usize::MAX);
-    (soft.saturating_sub(RESERVED_FILES) / 2).clamp(16, DEFAULT_MAX_CONNECTIONS)
-}
-
-/// The callers' connections, oldest first, for the cap: touched when a connection opens and closes,
-/// never per request.
-struct Connections {
-    cap: usize,
-    live: AtomicUsize,
-    next_id: AtomicU64,
-    /// By age: what it takes to find the oldest idle one and ask it to close.
-    open: Mutex<BTreeMap<u64, (Arc<CallerState>, CancellationToken)>>,
-}
-
-impl Connections {
-    fn new(cap: usize) -> Self {
-        Connections {
-            cap,
-            live: AtomicUsize::new(0),
-            next_id: AtomicU64::new(0),
-            open: Mutex::new(BTreeMap::new()),
-        }
-    }
-
-    /// Makes room for one more connection: `false` when the cap is reached and none is idle.
-    fn make_room(&self) -> bool {
-        if self.live.load(Ordering::Relaxed) < self.cap {
-            return true;
-        }
-        let open = self.open.lock().expect("connections lock");
-        let oldest_idle = open.values().find(|(caller, closing)| {
-            caller.busy.load(Ordering::Relaxed) == 0 && !closing.is_cancelled()
-        });
-        match oldest_idle {
-            Some((_, closing)) => {
-                closing.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn register(&self, caller: Arc<CallerState>, closing: CancellationToken) -> Registered<'_> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.live.fetch_add(1, Ordering::Relaxed);
-        self.open
-            .lock()
-            .expect("connections lock")
-            .insert(id, (caller, closing));
-        Registered {
-            connections: self,
-            id,
-        }
-    }
-}
-
-/// A connection counted against the cap until dropped.
-struct Registered<'a> {
-    connections: &'a Connections,
-    id: u64,
-}
-
-impl Drop for Registered<'_> {
-    fn drop(&mut self) {
-        self.connections.live.fetch_sub(1, Ordering::Relaxed);
-        self.connections
-            .open
-            .lock()
-            .expect("connections lock")
-            .remove(&self.id);
-    }
-}
-
-/// What a connection over the cap is told before it is closed.
-fn over_capacity_answer() -> Vec<u8> {
-    let body = br#"{"type":"about:blank","title":"Unavailable","status":503,"detail":"the gateway holds as many connections as it may; retry shortly","code":14,"requestId":""}"#;
-    let mut out = format!(
-        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/problem+json\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n",
-        body.len()
-    )
-    .into_bytes();
-    out.extend_from_slice(body);
-    out
 }
 
 async fn serve(
@@ -266,7 +187,7 @@ async fn serve(
                     backoff.reset();
                     if !shared.connections.make_room() {
                         // Best effort: the answer fits any socket buffer, and the caller is told why.
-                        let _ = stream.try_write(&over_capacity_answer());
+                        let _ = stream.try_write(&service_kit::connections::over_capacity_answer());
                         continue;
                     }
                     // Answers are small and written whole: Nagle's algorithm would only hold them back.
@@ -348,6 +269,12 @@ impl Worker {
 
     /// Serves one caller's connection until it closes, stalls, is asked to make room, or the worker
     /// stops (`closing` is cancelled for the last two).
+    ///
+    /// While the connection is idle it is parked: no hyper connection exists for it, only the
+    /// socket, watched for readiness. When bytes arrive, a hyper connection is made on the socket and
+    /// serves until its calls are done and nothing more has come in ([`Watched`] then ends it with
+    /// what hyper takes for the caller's close, and hyper hands the socket back untouched, with any
+    /// bytes it had read but not used).
     async fn connection(
         self: Arc<Self>,
         stream: TcpStream,
@@ -359,44 +286,79 @@ impl Worker {
         let caller = Arc::new(CallerState::default());
         let shared = self.shared.clone();
         let _registered = shared.connections.register(caller.clone(), closing.clone());
-        let idle_timeout = shared.idle_timeout;
         let service = {
             let caller = caller.clone();
             service_fn(move |request: hyper::Request<Incoming>| {
+                // A request head is whole: what hyper read so far is used.
+                caller.heard.store(false, Ordering::Relaxed);
                 self.clone()
                     .answer(request, peer, peer_ip.clone(), Busy::enter(&caller))
             })
         };
-        let io = Watched {
+        let mut io = Watched {
             stream: ProblemIo::new(stream),
             caller: caller.clone(),
+            unflushed: false,
+            parked: false,
+            nudged: false,
+            unread: Bytes::new(),
         };
-        let connection = hyper::server::conn::http1::Builder::new()
-            // Answers here are mostly small: one buffer (head and body copied together) costs less
-            // than a vectored write of two, as measured with bench/gateway.sh.
-            .writev(false)
-            .max_headers(MAX_CALLER_HEADERS)
-            // A request head larger than this is refused (431) here: the services take hyper's
-            // default (about 400 KiB), and the gateway's own headers must still fit beside it.
-            .max_buf_size(MAX_CALLER_HEAD)
-            .serve_connection(TokioIo::new(io), service);
-        tokio::pin!(connection);
-        tokio::select! {
-            // In this order, without drawing a random one on every wake.
-            biased;
-            _ = connection.as_mut() => return,
-            () = stalled(&caller, idle_timeout) => {
-                tracing::debug!(%peer, "closing a stalled connection");
+        // One timer and one wait for the whole connection, across its parked and served spells.
+        let stalled = caller.activity.stalled(shared.idle_timeout);
+        let cancelled = closing.cancelled();
+        tokio::pin!(stalled, cancelled);
+        loop {
+            if io.unread.is_empty() {
+                tokio::select! {
+                    biased;
+                    ready = io.stream.get_ref().readable() => {
+                        if ready.is_err() {
+                            return;
+                        }
+                    }
+                    () = stalled.as_mut() => return,
+                    () = cancelled.as_mut() => return,
+                }
+            }
+            // Boxed: parked, the connection's task holds only a pointer's worth of it.
+            let mut connection = Box::new(
+                shared
+                    .http1
+                    .serve_connection(TokioIo::new(io), service.clone()),
+            );
+            tokio::select! {
+                // In this order, without drawing a random one on every wake.
+                biased;
+                _ = &mut *connection => {}
+                () = stalled.as_mut() => {
+                    tracing::debug!(%peer, "closing a stalled connection");
+                    return;
+                }
+                () = cancelled.as_mut() => {
+                    Pin::new(&mut *connection).graceful_shutdown();
+                    // Answers in flight finish; a connection that stalls (an answer nobody reads)
+                    // must not hold the shutdown up.
+                    tokio::select! {
+                        biased;
+                        _ = &mut *connection => {}
+                        () = stalled.as_mut() => {}
+                    }
+                    return;
+                }
+            }
+            let parts = connection.into_parts();
+            io = parts.io.into_inner();
+            if !io.parked {
+                // The caller closed, or hyper did (an error, `connection: close`): the end.
                 return;
             }
-            () = closing.cancelled() => connection.as_mut().graceful_shutdown(),
-        }
-        // Answers in flight finish; a connection that stalls (an answer nobody reads) must not hold
-        // the shutdown up.
-        tokio::select! {
-            biased;
-            _ = connection.as_mut() => {}
-            () = stalled(&caller, idle_timeout) => {}
+            io.parked = false;
+            // Copied: hyper's leftover is a view of its whole read buffer, which must go.
+            io.unread = if parts.read_buf.is_empty() {
+                Bytes::new()
+            } else {
+                Bytes::copy_from_slice(&parts.read_buf)
+            };
         }
     }
 
@@ -408,8 +370,15 @@ impl Worker {
         peer: SocketAddr,
         peer_ip: Option<HeaderValue>,
         busy: Busy,
-    ) -> impl Future<Output = Result<Response, Infallible>> + Send + 'static {
-        let mut request = request.map(Body::new);
+    ) -> impl Future<Output = Result<Response<Answered>, Infallible>> + Send + 'static {
+        let answering = Answering::start(&busy.0);
+        let mut request = request.map(|body| {
+            if body.is_end_stream() {
+                Body::new(body)
+            } else {
+                Body::new(Reading::start(body, &busy.0))
+            }
+        });
         let path = request.uri().path();
         let route = match check_path(path) {
             Ok(()) => classify(request.method(), path),
@@ -490,19 +459,24 @@ impl Worker {
                 }
             };
             drop(busy);
-            Ok(response)
+            Ok(response.map(|body| Answered { body, answering }))
         }
     }
 }
 
-/// What the engine keeps per caller connection: what shows it is alive (request heads received and
-/// answer bytes written, and how many of its calls are being answered), and the token it last
-/// presented. Written only by the connection's own task, so never contended; atomics and a lock
+/// What the engine keeps per caller connection: what shows it is alive (its [`Activity`]), and the
+/// token it last presented. Written only by the connection's own task, so never contended; locks
 /// only because the task must be `Send`.
 #[derive(Default)]
 struct CallerState {
-    progress: AtomicU64,
-    busy: AtomicU64,
+    activity: Activity,
+    /// Answers hyper has not finished writing ([`Answered`]).
+    answering: AtomicU32,
+    /// Request bodies not read to their end ([`Reading`]); one dropped unfinished stays counted,
+    /// since hyper may still be draining it.
+    reading: AtomicU32,
+    /// Bytes were read since the last request head was complete: hyper may hold part of a head.
+    heard: AtomicBool,
     /// A connection's calls nearly always carry the same token: remembering it spares hashing it
     /// on every call ([`crate::auth::TokenStore::authenticate_remembering`]).
     token: std::sync::Mutex<Option<crate::auth::Remembered>>,
@@ -510,57 +484,137 @@ struct CallerState {
     timer: std::sync::Mutex<crate::proxy::CallTimer>,
 }
 
-/// One call being answered; counts as progress when it starts and when it ends.
-struct Busy(Arc<CallerState>);
-
-impl Busy {
-    fn enter(caller: &Arc<CallerState>) -> Self {
-        caller.progress.fetch_add(1, Ordering::Relaxed);
-        caller.busy.fetch_add(1, Ordering::Relaxed);
-        Busy(caller.clone())
+impl AsRef<Activity> for CallerState {
+    fn as_ref(&self) -> &Activity {
+        &self.activity
     }
 }
 
-impl Drop for Busy {
+type Busy = service_kit::connections::Busy<CallerState>;
+
+/// An answer hyper is writing, counted in [`CallerState::answering`] until hyper drops its body.
+struct Answering(Arc<CallerState>);
+
+impl Answering {
+    fn start(caller: &Arc<CallerState>) -> Self {
+        caller.answering.fetch_add(1, Ordering::Relaxed);
+        Answering(caller.clone())
+    }
+}
+
+impl Drop for Answering {
     fn drop(&mut self) {
-        self.0.progress.fetch_add(1, Ordering::Relaxed);
-        self.0.busy.fetch_sub(1, Ordering::Relaxed);
+        self.0.answering.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
-/// Resolves once the connection has made no progress for a whole `period` while none of its calls
-/// was being answered: a caller that went quiet, or one sending a request head too slowly to finish
-/// (slow loris). Such a connection is closed between `period` and twice that after it stalled.
-///
-/// This replaces hyper's header-read timeout, which arms a timer of its own for every request (an
-/// allocation, and an entry added to and removed from the runtime's timer wheel); here one timer per
-/// connection fires once a period.
-async fn stalled(caller: &CallerState, period: Duration) {
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut seen = caller.progress.load(Ordering::Relaxed);
-    loop {
-        ticks.tick().await;
-        let now = caller.progress.load(Ordering::Relaxed);
-        if now == seen && caller.busy.load(Ordering::Relaxed) == 0 {
-            return;
+/// An answer's body, with what counts it as being written.
+struct Answered {
+    body: Body,
+    #[allow(dead_code)] // Held for its drop.
+    answering: Answering,
+}
+
+impl hyper::body::Body for Answered {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A request body being read, counted in [`CallerState::reading`] until its end is read.
+struct Reading {
+    body: Incoming,
+    caller: Option<Arc<CallerState>>,
+}
+
+impl Reading {
+    fn start(body: Incoming, caller: &Arc<CallerState>) -> Self {
+        caller.reading.fetch_add(1, Ordering::Relaxed);
+        Reading {
+            body,
+            caller: Some(caller.clone()),
         }
-        seen = now;
+    }
+
+    fn finished(&mut self) {
+        if let Some(caller) = self.caller.take() {
+            caller.reading.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
-/// The caller's connection, counting each write of answer bytes as progress: a long answer read
-/// slowly is still alive.
+impl hyper::body::Body for Reading {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        let frame = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(frame, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.finished();
+        }
+        frame
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// The caller's connection as hyper sees it: it counts each write of answer bytes as progress (a
+/// long answer read slowly is still alive), and it ends hyper's connection when the caller is idle
+/// (see [`Watched::may_park`]) by reading as if the caller had closed, so the connection can be
+/// parked without hyper's buffers.
 struct Watched {
     stream: ProblemIo<TcpStream>,
     caller: Arc<CallerState>,
+    /// Bytes were handed over since the last flush that completed: hyper may hold some unwritten.
+    unflushed: bool,
+    /// The end hyper saw was this one's, not the caller's: the socket goes on.
+    parked: bool,
+    /// hyper was woken once to read after its last answer (see `poll_flush`).
+    nudged: bool,
+    /// What an earlier hyper connection had read and not used, to be read first.
+    unread: Bytes,
 }
 
 impl Watched {
     fn wrote(&self, written: &Poll<std::io::Result<usize>>) {
         if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
-            self.caller.progress.fetch_add(1, Ordering::Relaxed);
+            self.caller.activity.progressed();
         }
+    }
+
+    /// Whether hyper may be ended here: every call answered, every answer written and flushed,
+    /// every request body read, and no part of a head read since the last whole one. Then hyper is
+    /// idle between requests, and an end read now closes it with nothing lost.
+    fn may_park(&self) -> bool {
+        let caller = &self.caller;
+        !self.unflushed
+            && caller.activity.is_idle()
+            && caller.answering.load(Ordering::Relaxed) == 0
+            && caller.reading.load(Ordering::Relaxed) == 0
+            && !caller.heard.load(Ordering::Relaxed)
     }
 }
 
@@ -570,7 +624,32 @@ impl AsyncRead for Watched {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        let this = &mut *self;
+        if !this.unread.is_empty() {
+            // Left over from the hyper connection before: part of a head, which must not be
+            // parked again before the rest of it comes.
+            let n = this.unread.len().min(buf.remaining());
+            buf.put_slice(&this.unread.split_to(n));
+            this.caller.heard.store(true, Ordering::Relaxed);
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        match Pin::new(&mut this.stream).poll_read(cx, buf) {
+            Poll::Pending if this.may_park() => {
+                // Nothing filled: hyper takes it for the caller's close between requests.
+                this.parked = true;
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                this.nudged = false;
+                // Bytes of a request body being read are not part of a head.
+                if this.caller.reading.load(Ordering::Relaxed) == 0 {
+                    this.caller.heard.store(true, Ordering::Relaxed);
+                }
+                Poll::Ready(Ok(()))
+            }
+            other => other,
+        }
     }
 }
 
@@ -580,6 +659,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        self.unflushed = true;
         let written = Pin::new(&mut self.stream).poll_write(cx, buf);
         self.wrote(&written);
         written
@@ -590,6 +670,7 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
+        self.unflushed = true;
         let written = Pin::new(&mut self.stream).poll_write_vectored(cx, bufs);
         self.wrote(&written);
         written
@@ -600,10 +681,25 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        // hyper flushes the socket only once its own buffer is written out.
+        let flushed = Pin::new(&mut self.stream).poll_flush(cx);
+        if matches!(flushed, Poll::Ready(Ok(()))) {
+            self.unflushed = false;
+            // hyper asked for the caller's next bytes before this answer was out, and will not
+            // ask again until they come: have it ask now, once, so the idle connection is parked.
+            if !self.nudged && self.may_park() {
+                self.nudged = true;
+                cx.waker().wake_by_ref();
+            }
+        }
+        flushed
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.parked {
+            // The caller did not close: the socket stays as it is.
+            return Poll::Ready(Ok(()));
+        }
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }

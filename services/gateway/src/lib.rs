@@ -128,7 +128,7 @@ pub mod env_vars {
     /// Failed authentications allowed from one address at once.
     pub const AUTH_FAILURE_BURST: &str = "BERTH_AUTH_FAILURE_BURST";
     /// Callers' connections held at once; over it the oldest idle one is closed.
-    pub const MAX_CONNECTIONS: &str = "BERTH_MAX_CONNECTIONS";
+    pub const MAX_CONNECTIONS: &str = service_kit::config::vars::MAX_CONNECTIONS;
 }
 
 /// The gateway's settings.

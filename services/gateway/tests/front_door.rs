@@ -738,3 +738,80 @@ async fn an_expired_token_and_a_second_line_under_a_taken_name_are_refused_as_un
         "the first line under the name stands"
     );
 }
+
+/// A caller that writes its whole body before reading anything (Python's `http.client`, most scripts)
+/// reads the 413 for a body over the limit: the gateway drains what is still coming before it
+/// closes, instead of resetting the connection under the caller's writes.
+#[tokio::test]
+async fn a_caller_that_writes_a_body_over_the_limit_before_reading_reads_the_413() {
+    let h = spawn_gateway(&[]).await;
+    let addr: SocketAddr = h.url.trim_start_matches("http://").parse().unwrap();
+    for _ in 0..3 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        // A small send buffer, as a remote caller's would be: the body cannot sit in the kernel.
+        socket.set_send_buffer_size(64 * 1024).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        let len = 1_500_000;
+        let head = format!(
+            "POST /v1/volumes HTTP/1.1\r\nhost: berth\r\nauthorization: Bearer tok-writer\r\n\
+             content-type: application/json\r\ncontent-length: {len}\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream
+            .write_all(&vec![b' '; len])
+            .await
+            .expect("the whole body is taken (no broken pipe)");
+        let mut answer = Vec::new();
+        stream
+            .read_to_end(&mut answer)
+            .await
+            .expect("the answer is read (no reset)");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert!(answer.contains("application/problem+json"), "{answer}");
+        assert!(answer.contains(r#""status":413"#), "{answer}");
+    }
+}
+
+/// An idle connection holds none of hyper's state between calls (the engine parks it): keep-alive
+/// and pipelining must look to a caller exactly as before, whichever way the bytes are split.
+#[tokio::test]
+async fn keep_alive_and_pipelining_hold_across_parked_connections() {
+    let h = spawn_gateway(&[]).await;
+    let target = h.url.trim_start_matches("http://").to_string();
+    let mut stream = TcpStream::connect(&target).await.unwrap();
+    let kinds = b"GET /v1/kinds HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-reader\r\n\r\n";
+    let health = b"GET /healthz HTTP/1.1\r\nhost: g\r\n\r\n";
+    let post = b"POST /v1/volumes HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-writer\r\n\
+                 content-type: application/json\r\ncontent-length: 13\r\n\r\n{\"name\":\"v1\"}";
+    // One call, then another on the same connection once it has gone idle.
+    stream.write_all(health).await.unwrap();
+    assert_eq!(status_of(&read_answer(&mut stream).await.0), 200);
+    stream.write_all(kinds).await.unwrap();
+    assert_eq!(status_of(&read_answer(&mut stream).await.0), 200);
+    // Three requests in one write: three answers, in order.
+    let mut three = Vec::new();
+    three.extend_from_slice(health);
+    three.extend_from_slice(post);
+    three.extend_from_slice(kinds);
+    stream.write_all(&three).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(status_of(&read_answer(&mut stream).await.0), 200);
+    }
+    // A whole request and half of the next; the rest of it once the first is answered.
+    let mut split = health.to_vec();
+    split.extend_from_slice(&kinds[..20]);
+    stream.write_all(&split).await.unwrap();
+    assert_eq!(status_of(&read_answer(&mut stream).await.0), 200);
+    stream.write_all(&kinds[20..]).await.unwrap();
+    assert_eq!(status_of(&read_answer(&mut stream).await.0), 200);
+    // A body sent after its head, in a second write, once the head has been read.
+    stream.write_all(&post[..post.len() - 13]).await.unwrap();
+    tokio::task::yield_now().await;
+    stream.write_all(&post[post.len() - 13..]).await.unwrap();
+    assert_eq!(status_of(&read_answer(&mut stream).await.0), 200);
+    stream.write_all(kinds).await.unwrap();
+    let (head, body) = read_answer(&mut stream).await;
+    assert_eq!(status_of(&head), 200, "{head}");
+    assert!(!body.is_empty());
+}

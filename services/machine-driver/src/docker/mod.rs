@@ -1682,9 +1682,7 @@ fn listed_machine(labels: &HashMap<String, String>) -> Option<Listed> {
 fn name_taken(name: &str) -> Status {
     Status::new(
         Code::AlreadyExists,
-        format!(
-            "the name {name:?} is taken on the Docker Engine; one name is one machine"
-        ),
+        format!("the name {name:?} is taken on the Docker Engine; one name is one machine"),
     )
 }
 
