@@ -285,6 +285,8 @@ async fn registering_and_removing_orchestrators_needs_a_cluster_wide_caller_and_
         (wide.status.as_u16(), &wide.body),
         (200, &json!({"deleted": true}))
     );
+}
+
 /// Two `local` orchestrators whose base paths nest (the same directory, or one inside the other's
 /// tree) would put one's volumes inside the other's directories: the second is refused, 409 naming
 /// the first and the rule, and nothing is registered.
