@@ -199,7 +199,9 @@ fn machine_request(req: &MachineRequest, keys: &[String]) {
             if let (Ok((name, owner)), Ok(data)) = (&owner, &user_data)
                 && spec.validate_for_create(&policies[0]).is_ok()
             {
-                let _ = spec.run_instances(name, owner, data.clone());
+                let namespace =
+                    service_kit::tenancy::effective_namespace(&req.machine.metadata.namespace);
+                let _ = spec.run_instances(name, owner, namespace, data.clone());
                 let _ = spec.cluster_tags();
                 let _ = spec.list_tags();
             }

@@ -156,7 +156,9 @@ async fn provider_registry_honours_the_storage_ops_pact() {
             let register = |name: &str, default: bool| {
                 http.put(format!("{url}/v1/orchestrators/{name}"))
                     .bearer_auth(INTERNAL_TOKEN)
-                    .json(&json!({"kind": "local", "config": {"basePath": volumes}, "default": default}))
+                    // Each in its own directory beside the first start's default: local base paths
+                    // may not nest.
+                    .json(&json!({"kind": "local", "config": {"basePath": format!("{volumes}/{name}")}, "default": default}))
                     .send()
             };
             let answer = match name.as_str() {
