@@ -4,17 +4,27 @@
 //! Each tenant makes its objects; then the other walks every route of [`probes`] at them, and every
 //! answer must be what a caller gets for objects that do not exist (404, `{deleted:false}`, empty
 //! lists), or a refusal, never a uid or a label of the owner's. A route is one [`Probe`] in the
-//! table: `{ns}` and `{name}` in its path and body stand for the owner's namespace and object.
+//! table: `{ns}` and `{name}` in its path and body stand for the owner's namespace and object,
+//! `{own}` for the intruder's own namespace, and `{uid}` and `{pid}` for the UID and providerID of
+//! the owner's machine (which an intruder might learn elsewhere: a UID or an instance id is no
+//! secret to count on, so only the namespace may keep the intruder out).
+//!
+//! Machines are Alicloud ones on the stack's ECS emulator. Their names are one per cluster, so each
+//! tenant's machine has a name of its own (`m-{ns}`) and [`machine_probes`] is walked at that name
+//! only. `/v1/volume-ids` is left out: it maps the persistent volume specs in its request to disk
+//! ids and reads no machine, volume or namespace, so there is nothing of another tenant's to reach.
 
-use berth_tests::{Stack, TENANT_TOKENS};
+use berth_tests::{AlicloudMachine, ECS_KEY_ID, ECS_KEY_SECRET, Stack, TENANT_TOKENS};
 use serde_json::{Value, json};
 
 /// What an intruder must get.
 enum Expect {
     /// This status (the body is checked for leaks either way).
     Status(u16),
-    /// This status and exactly this body.
+    /// This status and exactly this body (with the placeholders of [`Probe`] in its strings).
     Body(u16, Value),
+    /// This status and a problem whose `detail` is exactly this (with the placeholders of [`Probe`]).
+    Detail(u16, &'static str),
 }
 
 /// One call an intruder makes at the owner's objects.
@@ -36,8 +46,7 @@ fn probe(method: &'static str, path: &'static str, body: Option<Value>, expect: 
     }
 }
 
-/// Every volume and orchestrator route, as an intruder calls it at the owner's objects. The machine
-/// routes join this table once the machine driver stamps namespaces.
+/// Every volume and orchestrator route, as an intruder calls it at the owner's objects.
 fn probes() -> Vec<Probe> {
     use Expect::{Body, Status};
     let empty = json!({"items": []});
@@ -117,12 +126,215 @@ fn probes() -> Vec<Probe> {
     ]
 }
 
-fn fill(text: &str, ns: &str, name: &str) -> String {
-    text.replace("{ns}", ns).replace("{name}", name)
+/// An Alicloud machine request for the emulator: machine `name` in namespace `ns`, of a class
+/// whose cluster tag is `shoot--{cluster}` and which tags its VMs with `label`.
+fn machine(name: &str, ns: &str, uid: &str, cluster: &str, label: &str) -> Value {
+    let mut req = berth_tests::alicloud_machine_request(&AlicloudMachine {
+        name,
+        uid,
+        cluster: &format!("shoot--{cluster}"),
+        class: &format!("class-{cluster}"),
+        key_id: ECS_KEY_ID,
+        key_secret: ECS_KEY_SECRET,
+        user_data: "#!/bin/sh\necho hi\n",
+    });
+    req["machine"]["metadata"]["namespace"] = json!(ns);
+    req["machineClass"]["providerSpec"]["tags"]["owner"] = json!(label);
+    req
 }
 
-fn fill_json(value: &Value, ns: &str, name: &str) -> Value {
-    serde_json::from_str(&fill(&value.to_string(), ns, name)).unwrap()
+/// The class and secret of [`machine`]'s request: a ListMachines body.
+fn machine_class(cluster: &str) -> Value {
+    let mut req = machine("-", "-", "-", cluster, "intruder");
+    req.as_object_mut().unwrap().remove("machine");
+    req
+}
+
+/// The 409 of a machine name another machine's VM has (in the class's cluster).
+const TAKEN: &str = "machine name \"{name}\" is taken: another machine's VM has it in this cluster; one name is one VM";
+
+/// The intruder's UID: it does not know the owner's.
+const INTRUDER_UID: &str = "uid-intruder";
+
+/// Every machine route, as an intruder calls it at the owner's machine `{name}`: named in the
+/// owner's namespace (turned away before any provider call), and named in the intruder's own (the
+/// provider finds the owner's VM by name and must not take it as the intruder's).
+fn machine_probes() -> Vec<Probe> {
+    use Expect::{Body, Detail, Status};
+    let missing = "VM instance not found backing this machine object \"{name}\"";
+    let nothing =
+        json!({"lastKnownState": "no ECS instance backs machine {name}; nothing to release"});
+    let empty = json!({"machineList": {}});
+    let at = |ns: &str, cluster: &str| machine("{name}", ns, INTRUDER_UID, cluster, "intruder");
+    // In namespace `ns`, of the owner's cluster, with the owner's UID (and providerID).
+    let known = |ns: &str, with_provider_id: bool| {
+        let mut req = machine("{name}", ns, "{uid}", "{ns}", "intruder");
+        if with_provider_id {
+            req["machine"]["spec"] = json!({"providerID": "{pid}"});
+        }
+        req
+    };
+    vec![
+        // In the owner's namespace: as if the machine did not exist.
+        probe(
+            "POST",
+            "/v1/machines:status",
+            Some(at("{ns}", "{ns}")),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:initialize",
+            Some(at("{ns}", "{ns}")),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:delete",
+            Some(at("{ns}", "{ns}")),
+            Body(200, nothing.clone()),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:create",
+            Some(at("{ns}", "{ns}")),
+            Detail(404, missing),
+        ),
+        // In the intruder's own namespace, of the owner's cluster (its class's cluster tag): the
+        // VM found by name is another tenant's, so it is missing, and the name is taken (saying
+        // only that). Of the intruder's own cluster: nothing by that name there.
+        probe(
+            "POST",
+            "/v1/machines:status",
+            Some(at("{own}", "{ns}")),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:status",
+            Some(at("{own}", "{own}")),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:initialize",
+            Some(at("{own}", "{ns}")),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:initialize",
+            Some(at("{own}", "{own}")),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:delete",
+            Some(at("{own}", "{ns}")),
+            Body(200, nothing.clone()),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:delete",
+            Some(at("{own}", "{own}")),
+            Body(200, nothing.clone()),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:create",
+            Some(at("{own}", "{ns}")),
+            Detail(409, TAKEN),
+        ),
+        // Even knowing the owner's UID, and its providerID too: only the namespace stamp stands
+        // between the intruder and the VM.
+        probe(
+            "POST",
+            "/v1/machines:status",
+            Some(known("{own}", false)),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:status",
+            Some(known("{own}", true)),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:status",
+            Some(known("{ns}", true)),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:initialize",
+            Some(known("{own}", false)),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:initialize",
+            Some(known("{own}", true)),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:initialize",
+            Some(known("{ns}", true)),
+            Detail(404, missing),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:delete",
+            Some(known("{own}", false)),
+            Body(200, nothing.clone()),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:delete",
+            Some(known("{own}", true)),
+            Body(200, nothing.clone()),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:delete",
+            Some(known("{ns}", true)),
+            Body(200, nothing.clone()),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:create",
+            Some(known("{own}", false)),
+            Detail(409, TAKEN),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:create",
+            Some(known("{own}", true)),
+            Detail(409, TAKEN),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:create",
+            Some(known("{ns}", true)),
+            Detail(404, missing),
+        ),
+        // (Creating the name in the intruder's own cluster is no clash, names being one per
+        // cluster: the test does it after the walk, as it makes a VM.)
+        // Listing the owner's cluster: none of its VMs; the intruder's own: only its own.
+        probe(
+            "POST",
+            "/v1/machines:list",
+            Some(machine_class("{ns}")),
+            Body(200, empty),
+        ),
+        probe(
+            "POST",
+            "/v1/machines:list",
+            Some(machine_class("{own}")),
+            Status(200),
+        ),
+    ]
 }
 
 /// What a tenant made: its volume as it read it back.
@@ -145,6 +357,103 @@ async fn send(
     let response = request.send().await.unwrap();
     let status = response.status().as_u16();
     (status, response.text().await.unwrap())
+}
+
+/// A request body for a failure message: a machine request by its machine and class tags (not its
+/// secret), anything else as it is.
+fn described(body: &Value) -> String {
+    match body.get("machineClass") {
+        Some(class) => {
+            json!({"machine": body.get("machine"), "tags": class["providerSpec"]["tags"]})
+                .to_string()
+        }
+        None => body.to_string(),
+    }
+}
+
+/// Who walks the probes at whom.
+struct Walk<'a> {
+    intruder: &'a str,
+    /// The intruder's own namespace.
+    own: &'a str,
+    owner_ns: &'a str,
+    /// The owner's machine's UID and providerID, which an intruder may have learnt elsewhere.
+    uid: &'a str,
+    pid: &'a str,
+    /// What no answer may contain.
+    secrets: &'a [String],
+}
+
+impl Walk<'_> {
+    /// `text` with the placeholders filled in, at the owner's object `name`.
+    fn fill(&self, text: &str, name: &str) -> String {
+        text.replace("{ns}", self.owner_ns)
+            .replace("{name}", name)
+            .replace("{own}", self.own)
+            .replace("{uid}", self.uid)
+            .replace("{pid}", self.pid)
+    }
+
+    fn fill_json(&self, value: &Value, name: &str) -> Value {
+        serde_json::from_str(&self.fill(&value.to_string(), name)).unwrap()
+    }
+
+    /// Makes `probes` at the owner's object `name` and checks every answer.
+    async fn walk(&self, stack: &Stack, name: &str, probes: Vec<Probe>) {
+        let ns = self.owner_ns;
+        for p in probes {
+            let path = self.fill(p.path, name);
+            let body = p.body.as_ref().map(|b| self.fill_json(b, name));
+            let what = format!(
+                "{} {} {path} {}",
+                self.intruder,
+                p.method,
+                body.as_ref().map(described).unwrap_or_default()
+            );
+            let (status, text) = send(stack, p.method, &path, self.intruder, body.as_ref()).await;
+            match &p.expect {
+                Expect::Status(want) => assert_eq!(status, *want, "{what}: {text}"),
+                Expect::Body(want, value) => {
+                    assert_eq!(status, *want, "{what}: {text}");
+                    assert_eq!(
+                        serde_json::from_str::<Value>(&text).unwrap(),
+                        self.fill_json(value, name),
+                        "{what}"
+                    );
+                }
+                Expect::Detail(want, detail) => {
+                    assert_eq!(status, *want, "{what}: {text}");
+                    let problem: Value = serde_json::from_str(&text).unwrap();
+                    assert_eq!(
+                        problem["detail"],
+                        json!(self.fill(detail, name)),
+                        "{what}: {text}"
+                    );
+                }
+            }
+            for secret in self.secrets {
+                assert!(
+                    !text.contains(secret.as_str()),
+                    "{what} disclosed {secret}: {text}"
+                );
+            }
+            // Lists of everything the intruder may see hold nothing of the owner's namespace.
+            if p.method == "GET" && path.starts_with("/v1/volumes") && !path.contains(ns) {
+                assert!(!text.contains(ns), "{what}: {text}");
+            }
+        }
+    }
+}
+
+/// The owner's machine `m-{ns}`'s request, as the owner makes it.
+fn owners_machine(ns: &str) -> Value {
+    machine(
+        &format!("m-{ns}"),
+        ns,
+        &format!("uid-{ns}-secret-machine"),
+        ns,
+        &format!("{ns}-secret-label"),
+    )
 }
 
 #[tokio::test]
@@ -187,11 +496,29 @@ async fn two_tenants_cannot_see_change_or_learn_anything_of_each_others_objects(
         }
     }
 
+    // And a machine, initialised, as it reads its status back.
+    let mut machines = Vec::new();
+    for (token, namespace) in TENANT_TOKENS {
+        let req = owners_machine(namespace);
+        for route in ["/v1/machines:create", "/v1/machines:initialize"] {
+            let (status, body) = send(&stack, "POST", route, token, Some(&req)).await;
+            assert_eq!(status, 200, "{token} {route}: {body}");
+        }
+        let (status, body) = send(&stack, "POST", "/v1/machines:status", token, Some(&req)).await;
+        assert_eq!(status, 200, "{token}: {body}");
+        let vm: Value = serde_json::from_str(&body).unwrap();
+        machines.push((token, namespace, req, vm));
+    }
+
     for (owner_token, owner_ns) in TENANT_TOKENS {
-        let (intruder, _) = TENANT_TOKENS
+        let (intruder, own) = TENANT_TOKENS
             .iter()
             .find(|(t, _)| *t != owner_token)
             .unwrap();
+        let (_, _, req, vm) = machines.iter().find(|(t, ..)| *t == owner_token).unwrap();
+        let provider_id = vm["providerID"].as_str().unwrap();
+        let instance_id = provider_id.rsplit(['.', '/']).next().unwrap();
+        assert!(instance_id.starts_with("i-"), "{provider_id}");
         let secrets: Vec<String> = owned
             .iter()
             .filter(|(t, _)| *t == owner_token)
@@ -201,40 +528,65 @@ async fn two_tenants_cannot_see_change_or_learn_anything_of_each_others_objects(
                     format!("{}-secret-label", o.namespace),
                 ]
             })
+            .chain([
+                req["machine"]["metadata"]["uid"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                instance_id.to_string(),
+                vm["nodeName"].as_str().unwrap().to_string(),
+                format!("kubernetes.io/cluster/shoot--{owner_ns}"),
+            ])
             .collect();
+        let walk = Walk {
+            intruder,
+            own,
+            owner_ns,
+            uid: req["machine"]["metadata"]["uid"].as_str().unwrap(),
+            pid: provider_id,
+            secrets: &secrets,
+        };
         for name in ["data", &format!("only-{owner_ns}")] {
-            for p in probes() {
-                let path = fill(p.path, owner_ns, name);
-                let body = p.body.as_ref().map(|b| fill_json(b, owner_ns, name));
-                let what = format!("{intruder} {} {path}", p.method);
-                let (status, text) = send(&stack, p.method, &path, intruder, body.as_ref()).await;
-                match &p.expect {
-                    Expect::Status(want) => assert_eq!(status, *want, "{what}: {text}"),
-                    Expect::Body(want, value) => {
-                        assert_eq!(status, *want, "{what}: {text}");
-                        assert_eq!(
-                            serde_json::from_str::<Value>(&text).unwrap(),
-                            *value,
-                            "{what}"
-                        );
-                    }
-                }
-                for secret in &secrets {
-                    assert!(
-                        !text.contains(secret.as_str()),
-                        "{what} disclosed {secret}: {text}"
-                    );
-                }
-                // Lists of everything the intruder may see hold nothing of the owner's namespace.
-                if p.method == "GET" && path.starts_with("/v1/volumes") && !path.contains(owner_ns)
-                {
-                    assert!(!text.contains(owner_ns), "{what}: {text}");
-                }
-            }
+            walk.walk(&stack, name, probes()).await;
         }
+        walk.walk(&stack, &format!("m-{owner_ns}"), machine_probes())
+            .await;
+
+        // The owner's machine name in the intruder's own cluster is free: a VM of the intruder's,
+        // never the owner's adopted; the intruder then releases it, and only it.
+        let theirs = machine(&format!("m-{owner_ns}"), own, INTRUDER_UID, own, "intruder");
+        let (status, body) = send(
+            &stack,
+            "POST",
+            "/v1/machines:create",
+            intruder,
+            Some(&theirs),
+        )
+        .await;
+        assert_eq!(status, 200, "{intruder}: {body}");
+        for secret in &secrets {
+            assert!(
+                !body.contains(secret.as_str()),
+                "{intruder} got {secret}: {body}"
+            );
+        }
+        let (status, body) = send(
+            &stack,
+            "POST",
+            "/v1/machines:delete",
+            intruder,
+            Some(&theirs),
+        )
+        .await;
+        assert_eq!(status, 200, "{intruder}: {body}");
+        assert!(
+            !body.contains(instance_id),
+            "{intruder} released {instance_id}: {body}"
+        );
     }
 
-    // Nothing changed: each tenant reads its volumes exactly as it made them.
+    // Nothing changed: each tenant reads its volumes exactly as it made them, its machine's status
+    // as before, and lists its machine, the only one of its cluster.
     for (token, o) in &owned {
         let name = o.volume["metadata"]["name"].as_str().unwrap();
         let (status, body) = send(
@@ -250,6 +602,29 @@ async fn two_tenants_cannot_see_change_or_learn_anything_of_each_others_objects(
             serde_json::from_str::<Value>(&body).unwrap(),
             o.volume,
             "{token} {name}"
+        );
+    }
+    for (token, namespace, req, vm) in &machines {
+        let (status, body) = send(&stack, "POST", "/v1/machines:status", token, Some(req)).await;
+        assert_eq!(status, 200, "{token}: {body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            *vm,
+            "{token}"
+        );
+        let (status, body) = send(
+            &stack,
+            "POST",
+            "/v1/machines:list",
+            token,
+            Some(&machine_class(namespace)),
+        )
+        .await;
+        assert_eq!(status, 200, "{token}: {body}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({"machineList": {vm["providerID"].as_str().unwrap(): format!("m-{namespace}")}}),
+            "{token}"
         );
     }
     let (_, orchestrator) = send(
