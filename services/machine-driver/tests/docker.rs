@@ -1225,7 +1225,9 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
         "{e}"
     );
 
-    // Machine 0 may write the shared directory; machine 1 reads the data directory inside it.
+    // Machine 0 may write the shared directory; machine 1 reads the data directory inside it: the
+    // same rule across machines, whichever is created first (else machine 0 could swap the data
+    // directory for a link while machine 1 is checked and started).
     let writer = app.class(
         json!({"mounts": [{"hostPath": format!("{r}/shared"), "containerPath": "/shared"}]}),
     );
@@ -1239,7 +1241,46 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
         .create(&app.req(0, &writer, None))
         .await
         .unwrap();
+    let e = app.machines.create(&reading).await.unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(
+        e.status.message.contains(&format!(
+            "machineClass.providerSpec.mounts: hostPath \"{r}/shared/data\" lies inside another machine's writable mount"
+        )),
+        "{e}"
+    );
+    app.machines
+        .delete(&app.req(0, &writer, None))
+        .await
+        .unwrap();
     app.machines.create(&reading).await.unwrap();
+    let e = app
+        .machines
+        .create(&app.req(0, &writer, None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(
+        e.status
+            .message
+            .contains("is writable and holds another machine's mount"),
+        "{e}"
+    );
+    assert_eq!(
+        app.containers().await.len(),
+        1,
+        "a refused create made a container"
+    );
+    // Two of one writable source are fine: neither can replace the other's root.
+    let lone = app
+        .class(json!({"mounts": [{"hostPath": format!("{r}/lone"), "containerPath": "/shared"}]}));
+    std::fs::create_dir_all(root.join("lone")).unwrap();
+    app.machines.create(&app.req(3, &lone, None)).await.unwrap();
+    app.machines.create(&app.req(4, &lone, None)).await.unwrap();
+    for n in [3, 4] {
+        app.machines.delete(&app.req(n, &lone, None)).await.unwrap();
+    }
+
     app.until_running(&reading).await;
     assert_eq!(
         app.file(1, "/data/inside").await.as_deref(),
@@ -1265,20 +1306,10 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
     app.machines.create(&reading).await.unwrap();
     assert_eq!(app.running(1).await, (true, "no".to_owned()));
 
-    app.run_in(
-        0,
-        &format!(
-            "remove /shared/data\nsymlink {} /shared/data\n",
-            outside.display()
-        ),
-    )
-    .await;
-    assert!(
-        std::fs::symlink_metadata(root.join("shared/data"))
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
+    // Someone on the host (no machine may now) swaps the data directory for a link while the
+    // machine is down.
+    std::fs::remove_dir_all(root.join("shared/data")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("shared/data")).unwrap();
     app.start_in(1, "end-machine\n").await;
     eventually("machine 1 has ended", WAIT, || async {
         (!app.running(1).await.0).then_some(())
@@ -1301,11 +1332,9 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
     assert_eq!(c.restart_count, Some(0), "the Engine restarted it");
 
     // The directory put back, it starts again, still inside.
-    app.run_in(
-        0,
-        "remove /shared/data\nappend /shared/data/inside inside\n",
-    )
-    .await;
+    std::fs::remove_file(root.join("shared/data")).unwrap();
+    std::fs::create_dir_all(root.join("shared/data")).unwrap();
+    std::fs::write(root.join("shared/data/inside"), "inside\n").unwrap();
     app.machines.create(&reading).await.unwrap();
     assert!(app.running(1).await.0);
     assert_eq!(
@@ -1313,12 +1342,7 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
         Some("inside\n")
     );
     assert_eq!(app.file(1, "/data/secret").await, None);
-    for n in [0, 1] {
-        app.machines
-            .delete(&app.req(n, &reader, Some(&user_data)))
-            .await
-            .unwrap();
-    }
+    app.machines.delete(&reading).await.unwrap();
     std::fs::remove_dir_all(&base).unwrap();
 }
 

@@ -291,6 +291,39 @@ pub struct Docker {
     engines: Mutex<HashMap<String, Arc<OnceCell<Engine>>>>,
     /// One lock per container whose bootstrap is being looked after.
     bootstrap_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Held from the check of a container's mounts against every other machine's
+    /// ([`Docker::check_neighbours`]) until the Engine has made or started it, so two creates or
+    /// starts cannot both pass the check before either container shows.
+    mount_gate: tokio::sync::Mutex<()>,
+}
+
+/// A bind mount: its host source and whether it is writable.
+type Bind = (String, bool);
+
+/// Why machine mounts `own` may not sit beside another machine's mounts `other` on one Engine, if
+/// they may not: a machine with a writable mount could replace a directory on the way to a mount
+/// source strictly inside it with a symbolic link, and the Engine would follow that link when it
+/// next starts the other machine (the check before a start and the start itself are two steps, so
+/// the link can win the race between them). Equal sources are fine: nobody can replace a mount's
+/// own root from inside it.
+fn crossing(own: &[Bind], other: &[Bind]) -> Option<String> {
+    own.iter().find_map(|(mine, mine_writable)| {
+        other.iter().find_map(|(theirs, theirs_writable)| {
+            if mine == theirs {
+                None
+            } else if *theirs_writable && settings::is_within(mine, theirs) {
+                Some(format!(
+                    "hostPath {mine:?} lies inside another machine's writable mount on this Docker Engine"
+                ))
+            } else if *mine_writable && settings::is_within(theirs, mine) {
+                Some(format!(
+                    "hostPath {mine:?} is writable and holds another machine's mount on this Docker Engine"
+                ))
+            } else {
+                None
+            }
+        })
+    })
 }
 
 impl std::fmt::Debug for Docker {
@@ -321,8 +354,8 @@ struct Container {
     exit_code: Option<i64>,
     hostname: String,
     addresses: Vec<NodeAddress>,
-    /// The host directories it mounts (bind mounts' sources).
-    bind_sources: Vec<String>,
+    /// The host directories it mounts (bind mounts' sources), each with whether it is writable.
+    binds: Vec<Bind>,
     /// Whether the Engine restarts it by itself (any restart policy but `no`).
     engine_restarts: bool,
 }
@@ -343,12 +376,12 @@ impl Container {
             .is_some_and(|p| {
                 !matches!(p, RestartPolicyNameEnum::NO | RestartPolicyNameEnum::EMPTY)
             });
-        let bind_sources = host_config
+        let binds = host_config
             .mounts
             .unwrap_or_default()
             .into_iter()
             .filter(|m| m.typ == Some(MountType::BIND))
-            .filter_map(|m| m.source)
+            .filter_map(|m| Some((m.source?, !m.read_only.unwrap_or(false))))
             .collect();
         let state = c.state.unwrap_or_default();
         let hostname = config
@@ -389,7 +422,7 @@ impl Container {
             exit_code: state.exit_code,
             hostname,
             addresses,
-            bind_sources,
+            binds,
             engine_restarts,
         }
     }
@@ -696,6 +729,7 @@ impl Docker {
             operation_timeout,
             engines: Mutex::default(),
             bootstrap_locks: Mutex::default(),
+            mount_gate: tokio::sync::Mutex::default(),
         }
     }
 
@@ -899,6 +933,19 @@ impl Docker {
             return Ok((c, false));
         }
         self.check_network(t, plan).await?;
+        let own: Vec<Bind> = plan
+            .mounts
+            .iter()
+            .map(|m| (m.host_path.clone(), !m.read_only))
+            .collect();
+        // Held until the container exists, so the next create's check sees it.
+        let _gate = if own.is_empty() {
+            None
+        } else {
+            let gate = self.mount_gate.lock().await;
+            self.check_neighbours(t, None, &own).await?;
+            Some(gate)
+        };
         let mut body = plan.container(name, uid);
         body.labels
             .get_or_insert_default()
@@ -1060,7 +1107,7 @@ impl Docker {
     /// ([`Settings::recheck_mount`]): the machine may have planted a symbolic link on the way to one
     /// since it last started (see [`Plan::restart_policy`]).
     async fn ensure_running(&self, t: &Target, c: &Container) -> Result<(), Status> {
-        if !c.bind_sources.is_empty() && c.engine_restarts {
+        if !c.binds.is_empty() && c.engine_restarts {
             // Made by an earlier driver, which let the Engine restart every machine: from now on
             // only the driver starts this one, after its checks.
             t.engine
@@ -1086,8 +1133,17 @@ impl Docker {
         if c.running {
             return Ok(());
         }
+        // Held until the Engine has started it, so no other create or start passes its own check
+        // in between.
+        let _gate = if c.binds.is_empty() {
+            None
+        } else {
+            let gate = self.mount_gate.lock().await;
+            self.check_neighbours(t, Some(&c.id), &c.binds).await?;
+            Some(gate)
+        };
         let local = t.host.starts_with("unix://");
-        for source in &c.bind_sources {
+        for (source, _) in &c.binds {
             if let Err(rule) = self.settings.recheck_mount(source, local) {
                 tracing::warn!(container = %c.name, %rule, "a mount source failed its check; the machine is not started");
                 return Err(Status::new(
@@ -1121,6 +1177,52 @@ impl Docker {
                 c.name
             ))),
         }
+    }
+
+    /// Refuses mounts `own` (of container `own_id`, when it exists) that cross another Berth
+    /// container's on the Engine ([`crossing`]), whatever its cluster or namespace: a host
+    /// directory is shared by every machine of the Engine. The caller holds the mount gate.
+    async fn check_neighbours(
+        &self,
+        t: &Target,
+        own_id: Option<&str>,
+        own: &[Bind],
+    ) -> Result<(), Status> {
+        let listed = t
+            .engine
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([(
+                    "label".to_owned(),
+                    vec![LABEL_MACHINE.to_owned()],
+                )])),
+                ..ListContainersOptions::default()
+            }))
+            .await
+            .map_err(|e| {
+                EngineError::new("listing the machines' containers to check mounts", e).to_status()
+            })?;
+        for c in listed {
+            if own_id.is_some_and(|id| c.id.as_deref() == Some(id)) {
+                continue;
+            }
+            let other: Vec<Bind> = c
+                .mounts
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.typ.as_deref() == Some("bind"))
+                .filter_map(|m| Some((m.source?, m.rw.unwrap_or(true))))
+                .collect();
+            if let Some(rule) = crossing(own, &other) {
+                return Err(Status::new(
+                    Code::FailedPrecondition,
+                    format!(
+                        "{SPEC}.mounts: {rule}: a machine could replace the way to the other's source with a symbolic link; use separate directories, or mount the outer one read-only"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The container holding `name` after a create was refused because the name is taken. The
@@ -1742,6 +1844,27 @@ mod tests {
         assert_eq!(s.code, Code::Unavailable);
         assert!(!s.message.contains("/secret/path"), "{}", s.message);
         assert!(s.message.contains("does not answer"));
+    }
+
+    #[test]
+    fn a_mount_may_not_lie_strictly_inside_another_machines_writable_one() {
+        let w = |p: &str| (p.to_owned(), true);
+        let r = |p: &str| (p.to_owned(), false);
+        // Inside another's writable mount, or writable around another's: refused either way.
+        assert!(crossing(&[r("/m/root/w")], &[w("/m/root")]).is_some());
+        assert!(crossing(&[w("/m/root")], &[r("/m/root/w")]).is_some());
+        assert!(crossing(&[w("/m/root/w")], &[w("/m/root")]).is_some());
+        // Equal sources, read-only outer ones, and neighbours are fine.
+        assert_eq!(crossing(&[w("/m/root")], &[w("/m/root")]), None);
+        assert_eq!(crossing(&[r("/m/root/w")], &[r("/m/root")]), None);
+        assert_eq!(crossing(&[r("/m/root")], &[r("/m/root/w")]), None);
+        assert_eq!(crossing(&[w("/m/root")], &[w("/m/rooted")]), None);
+        assert_eq!(crossing(&[w("/m/a")], &[]), None);
+        let e = crossing(&[r("/m/root/w")], &[w("/m/root")]).unwrap();
+        assert!(
+            e.contains("lies inside another machine's writable mount"),
+            "{e}"
+        );
     }
 
     #[test]
