@@ -75,6 +75,8 @@ pub const SECRET_USER_DATA: &str = "userData";
 
 /// The directory in the container where the driver keeps the user data and the bootstrap's state.
 pub const STATE_DIR: &str = "/var/lib/berth";
+/// Container paths the Engine mounts itself; a mount there fails only when the container starts.
+const ENGINE_PATHS: [&str; 3] = ["/proc", "/sys", "/dev"];
 /// Where the user data is written in the container.
 pub const USER_DATA_PATH: &str = "/var/lib/berth/user-data";
 /// Where drivers before the bootstrap records ([`LABEL_RECORDS`]) wrote the bootstrap's exec id,
@@ -745,10 +747,23 @@ impl ProviderSpec {
             };
             let field = format!("mounts[{i}].containerPath");
             let target = match normalize_base_path(&field, &m.container_path) {
-                Ok(p) if p == STATE_DIR || p.starts_with(&format!("{STATE_DIR}/")) => {
+                // At the state directory, inside it, or at one of its ancestors (`/var/lib`,
+                // `/var`, `/`): each puts the secret user data into a host directory.
+                Ok(p) if is_within(&p, STATE_DIR) || is_within(STATE_DIR, &p) => {
                     v.add(
                         &field,
-                        format!("must not cover {STATE_DIR}, where the driver keeps the user data"),
+                        format!(
+                            "must not be {STATE_DIR}, inside it or above it: the driver keeps the user data there"
+                        ),
+                    );
+                    None
+                }
+                // The Engine makes these itself and refuses a mount there only when it starts the
+                // container (a 500, after the container was created).
+                Ok(p) if ENGINE_PATHS.contains(&p.as_str()) => {
+                    v.add(
+                        &field,
+                        format!("must not be {p}: the Docker Engine provides it"),
                     );
                     None
                 }
@@ -1606,7 +1621,31 @@ mod tests {
             ),
             (
                 json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/lib/berth"}]}),
-                "machineClass.providerSpec.mounts[0].containerPath: must not cover /var/lib/berth",
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/lib/berth/x"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/lib"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/proc"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /proc: the Docker Engine provides it",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/sys"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /sys: the Docker Engine provides it",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/dev/"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /dev: the Docker Engine provides it",
             ),
             (
                 json!({"mounts": [{"hostPath": "/x", "containerPath": "rel"}]}),
