@@ -474,6 +474,58 @@ async fn a_machine_is_created_adopted_bootstrapped_once_listed_and_deleted() {
     assert!(list.machine_list.is_empty());
 }
 
+/// A container is found only for its own cluster, role, machine name and UID: another role's class,
+/// or a request naming the container by providerID for another machine, gets the 404 of a missing
+/// machine and changes nothing.
+#[tokio::test]
+async fn a_provider_id_or_another_role_never_reaches_another_machines_container() {
+    let Some(app) = spawn_app("scope", &[]).await else {
+        return;
+    };
+    let class = app.class(json!({}));
+    let made = app
+        .machines
+        .create(&app.req(0, &class, None))
+        .await
+        .unwrap();
+    let mut other_role = class.clone();
+    other_role.provider_spec["tags"] = json!({
+        format!("kubernetes.io/cluster/{}", app.run): "1", "kubernetes.io/role/control-plane": "1"
+    });
+    let mut strangers = vec![app.req(0, &other_role, None)];
+    let mut by_id = app.req(0, &other_role, None);
+    by_id.machine.spec.provider_id = made.provider_id.clone();
+    strangers.push(by_id);
+    // Another machine's name, or this name with another UID, naming the container by providerID.
+    let mut other_name = app.req(1, &class, None);
+    other_name.machine.spec.provider_id = made.provider_id.clone();
+    strangers.push(other_name);
+    let mut other_uid = app.req(0, &class, None);
+    other_uid.machine.metadata.uid = "uid-someone-else".into();
+    other_uid.machine.spec.provider_id = made.provider_id.clone();
+    strangers.push(other_uid);
+    for req in &strangers {
+        let e = app.machines.status(req).await.unwrap_err();
+        assert_code(&e, Code::NotFound, 404);
+        let e = app.machines.initialize(req).await.unwrap_err();
+        assert_code(&e, Code::NotFound, 404);
+        let deleted = app.machines.delete(req).await.unwrap();
+        assert!(
+            deleted.last_known_state.contains("nothing to delete"),
+            "{deleted:?}"
+        );
+        assert_eq!(app.containers().await.len(), 1, "{req:?}");
+    }
+    // The machine itself, by providerID and without its UID (as the orphan collector asks), is
+    // still found.
+    let mut own = app.req(0, &class, None);
+    own.machine.spec.provider_id = made.provider_id.clone();
+    app.machines.status(&own).await.unwrap();
+    own.machine.metadata.uid.clear();
+    app.machines.delete(&own).await.unwrap();
+    assert!(app.containers().await.is_empty());
+}
+
 #[tokio::test]
 async fn a_failing_bootstrap_leaves_the_machine_uninitialized_and_is_not_rerun() {
     let Some(app) = spawn_app("fail", &[]).await else {

@@ -896,23 +896,26 @@ impl Docker {
         uid: &str,
         by_owner_too: bool,
     ) -> Result<Option<Container>, Status> {
-        // Another namespace's container is answered as one that does not exist.
+        // Another namespace's, role's or machine's container is answered as one that does not
+        // exist: a providerID only says where to look, never whose the container is.
         let namespace = request_namespace(req);
+        let label = |c: &Container, key: &str| c.labels.get(key).cloned().unwrap_or_default();
+        let ours = |c: &Container| {
+            t.scope.holds(&c.labels)
+                && label(c, LABEL_ROLE) == t.scope.role
+                && label(c, LABEL_MACHINE) == name
+                && (uid.is_empty() || label(c, LABEL_UID) == uid)
+                && c.namespace() == namespace
+        };
         let provider_id = req.machine.spec.provider_id.as_str();
         if !provider_id.is_empty() {
             let named = spec::decode_provider_id(provider_id)?;
-            let found = self
-                .by_name(t, named)
-                .await?
-                .filter(|c| t.scope.holds(&c.labels) && c.namespace() == namespace);
+            let found = self.by_name(t, named).await?.filter(ours);
             if found.is_some() || !by_owner_too {
                 return Ok(found);
             }
         }
-        Ok(self
-            .by_owner(t, name, uid)
-            .await?
-            .filter(|c| c.namespace() == namespace))
+        Ok(self.by_owner(t, name, uid).await?.filter(ours))
     }
 
     /// Makes the machine's container, or adopts the one made for it already (found by its UID, or
