@@ -526,6 +526,84 @@ async fn a_provider_id_or_another_role_never_reaches_another_machines_container(
     assert!(app.containers().await.is_empty());
 }
 
+/// An image whose labels the Engine would copy onto the container under a reserved prefix
+/// (`com.docker.*`, `berth.io/*` but the driver's own) is refused before any container is made.
+#[tokio::test]
+async fn an_image_with_reserved_labels_is_refused() {
+    let Some(app) = spawn_app("imglabels", &[]).await else {
+        return;
+    };
+    let base = app
+        .engine
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(format!("{}-base", app.run)),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(app.image.clone()),
+                labels: Some(HashMap::from([(RUN_LABEL.to_owned(), app.run.clone())])),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut refused = Vec::new();
+    for (n, label) in [
+        "com.docker.compose.project=evil",
+        "berth.io/bootstrap-exec=evil",
+        "Berth.IO/cluster=evil",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let tag = format!("{}-{n}", app.run);
+        app.engine
+            .commit_container(
+                bollard::query_parameters::CommitContainerOptions {
+                    container: Some(base.id.clone()),
+                    repo: Some("berth-test-labelled".into()),
+                    tag: Some(tag.clone()),
+                    changes: Some(format!("LABEL {label}")),
+                    ..Default::default()
+                },
+                bollard::models::ContainerConfig::default(),
+            )
+            .await
+            .unwrap();
+        let image = format!("berth-test-labelled:{tag}");
+        let e = app
+            .machines
+            .create(&app.req(n, &app.class(json!({"image": image})), None))
+            .await
+            .unwrap_err();
+        let _ = app
+            .engine
+            .remove_image(
+                &image,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await;
+        refused.push((label, e));
+    }
+    for (label, e) in refused {
+        assert_code(&e, Code::FailedPrecondition, 412);
+        let key = label.split('=').next().unwrap();
+        assert!(
+            e.status.message.contains(&format!(
+                "machineClass.providerSpec.image: image \"berth-test-labelled:"
+            )) && e.status.message.contains(&format!("carries label {key:?}")),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        app.containers().await,
+        vec![base.id],
+        "a refused create made a container"
+    );
+}
+
 #[tokio::test]
 async fn a_failing_bootstrap_leaves_the_machine_uninitialized_and_is_not_rerun() {
     let Some(app) = spawn_app("fail", &[]).await else {

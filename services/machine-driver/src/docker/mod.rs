@@ -22,8 +22,12 @@
 //!   believed only if the Engine says it belongs to the container, and the one read from a
 //!   container left (an earlier driver's exit-code file, for containers it made) is stat-checked
 //!   and bounded to a few bytes.
-//! - Every lookup is scoped to the class's cluster label; a providerID names its container
-//!   directly (`docker:///<name>`).
+//! - Every lookup is scoped to the class's cluster and role labels and to the machine's name (and
+//!   UID when given); a providerID only says where to look (`docker:///<name>`): a container it
+//!   names for another machine, role or namespace is answered as a missing one.
+//! - The Engine copies an image's labels onto its containers, so an image carrying a key under a
+//!   reserved prefix (`com.docker.*`, `berth.io/*` but the labels the driver sets over it) is
+//!   refused (412) rather than trusted; the driver reads no label it did not set itself.
 //! - The Engine is the one the secret's `dockerHost` names, if the operator allows it
 //!   ([`settings::Settings`]), else `DOCKER_HOST`, else the local socket. An Engine that does not answer
 //!   is Unavailable; its other refusals keep their meaning (a missing image is FailedPrecondition
@@ -955,6 +959,7 @@ impl Docker {
             .insert(NAMESPACE_STAMP.to_owned(), namespace.to_owned());
         let mut pulled = false;
         loop {
+            self.check_image_labels(t, &plan.image).await?;
             let made = t
                 .engine
                 .create_container(
@@ -1032,6 +1037,34 @@ impl Docker {
                 }
                 _ => return Err(e.to_status()),
             }
+        }
+    }
+
+    /// Refuses an image carrying a label the driver or the Docker tools read as theirs
+    /// ([`spec::foreign_image_label`]): the Engine would copy it onto the machine's container. A
+    /// missing image passes (the create that follows says so, or pulls it and looks again).
+    async fn check_image_labels(&self, t: &Target, image: &ImageRef) -> Result<(), Status> {
+        let labels = match t.engine.inspect_image(&image.reference).await {
+            Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(()),
+            Err(e) => {
+                return Err(
+                    EngineError::new(format!("inspecting image {:?}", image.reference), e)
+                        .to_status(),
+                );
+            }
+        };
+        match spec::foreign_image_label(&labels) {
+            None => Ok(()),
+            Some(key) => Err(Status::new(
+                Code::FailedPrecondition,
+                format!(
+                    "{SPEC}.image: image {:?} carries label {key:?}, whose prefix is reserved for the driver and the Docker tools; build the image without it",
+                    image.reference
+                ),
+            )),
         }
     }
 

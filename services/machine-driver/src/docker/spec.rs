@@ -45,6 +45,36 @@ pub const RESERVED_LABEL_PREFIX: &str = "berth.io/";
 /// Desktop read them as instructions) besides the driver's.
 pub const RESERVED_LABEL_PREFIXES: [&str; 2] = [RESERVED_LABEL_PREFIX, "com.docker."];
 
+/// The reserved prefix `key` falls under, if any ([`RESERVED_LABEL_PREFIXES`]), read without case
+/// (label keys are compared by tools that fold case, and `Berth.io/x` only looks different), the
+/// bare prefix (`berth.io`, `com.docker`) included.
+pub fn reserved_prefix(key: &str) -> Option<&'static str> {
+    let key = key.to_ascii_lowercase();
+    RESERVED_LABEL_PREFIXES
+        .into_iter()
+        .find(|p| key.starts_with(p) || key == p.trim_end_matches(|c| c == '/' || c == '.'))
+}
+
+/// The first label of an image (sorted by key) under a reserved prefix that the driver does not
+/// overwrite when it creates a container: the Engine copies an image's labels onto its containers,
+/// and neither the driver nor the Docker tools may take one of those from whoever built the image.
+/// The driver's own labels (scope, machine, UID, namespace, records) are set at create over
+/// whatever the image says, so they are harmless.
+pub fn foreign_image_label(labels: &HashMap<String, String>) -> Option<&str> {
+    let overwritten = [
+        LABEL_CLUSTER,
+        LABEL_ROLE,
+        LABEL_MACHINE,
+        LABEL_UID,
+        LABEL_RECORDS,
+        crate::provider::NAMESPACE_STAMP,
+    ];
+    let mut keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    keys.into_iter()
+        .find(|k| reserved_prefix(k).is_some() && !overwritten.contains(k))
+}
+
 /// The capabilities a machine keeps: every other is dropped (`CapDrop: ALL`). What a root init and a
 /// bootstrap need to own, change and serve files and run programs as other users; not NET_RAW
 /// (forged packets on the shared bridge), MKNOD, SYS_CHROOT, AUDIT_WRITE, SETFCAP or SETPCAP, which
@@ -581,12 +611,10 @@ impl ProviderSpec {
             }
             if let Err(e) = names::validate_label_key("labels key", key) {
                 v.add("labels", e.message.trim_start_matches("labels key: "));
-            } else if let Some(prefix) =
-                RESERVED_LABEL_PREFIXES.iter().find(|p| key.starts_with(*p))
-            {
+            } else if let Some(prefix) = reserved_prefix(key) {
                 v.add(
                     &format!("labels[{key}]"),
-                    if *prefix == RESERVED_LABEL_PREFIX {
+                    if prefix == RESERVED_LABEL_PREFIX {
                         format!("keys under {RESERVED_LABEL_PREFIX} are the driver's own")
                     } else {
                         format!("keys under {prefix} are reserved: the Docker tools read them as instructions")
@@ -1588,6 +1616,18 @@ mod tests {
                 "machineClass.providerSpec.labels[com.docker.compose.project]: keys under com.docker. are reserved",
             ),
             (
+                json!({"labels": {"berth.io": "x"}}),
+                "machineClass.providerSpec.labels[berth.io]: keys under berth.io/ are the driver's own",
+            ),
+            (
+                json!({"labels": {"COM.Docker.compose.project": "x"}}),
+                "machineClass.providerSpec.labels[COM.Docker.compose.project]: keys under com.docker. are reserved",
+            ),
+            (
+                json!({"labels": {"com.docker": "x"}}),
+                "machineClass.providerSpec.labels[com.docker]: keys under com.docker. are reserved",
+            ),
+            (
                 json!({"labels": {"a b": "x"}}),
                 "machineClass.providerSpec.labels: \"a b\" is not a valid label key",
             ),
@@ -1757,6 +1797,33 @@ mod tests {
             "a:b:c/d",
         ] {
             assert!(parse_image(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_images_reserved_labels_are_foreign_unless_the_driver_sets_them() {
+        let labels = |keys: &[&str]| -> HashMap<String, String> {
+            keys.iter()
+                .map(|k| ((*k).to_owned(), "v".to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            foreign_image_label(&labels(&[
+                "org.opencontainers.image.title",
+                LABEL_CLUSTER,
+                LABEL_RECORDS,
+                "berth.io/namespace"
+            ])),
+            None
+        );
+        for key in [
+            "com.docker.compose.project",
+            "berth.io/bootstrap-exec",
+            "Berth.io/cluster",
+            "berth.io",
+            "COM.DOCKER",
+        ] {
+            assert_eq!(foreign_image_label(&labels(&[key, "zz.other"])), Some(key));
         }
     }
 
