@@ -591,9 +591,10 @@ async fn an_image_with_reserved_labels_is_refused() {
         assert_code(&e, Code::FailedPrecondition, 412);
         let key = label.split('=').next().unwrap();
         assert!(
-            e.status.message.contains(&format!(
-                "machineClass.providerSpec.image: image \"berth-test-labelled:"
-            )) && e.status.message.contains(&format!("carries label {key:?}")),
+            e.status
+                .message
+                .contains("machineClass.providerSpec.image: image \"berth-test-labelled:")
+                && e.status.message.contains(&format!("carries label {key:?}")),
             "{e}"
         );
     }

@@ -52,7 +52,7 @@ pub fn reserved_prefix(key: &str) -> Option<&'static str> {
     let key = key.to_ascii_lowercase();
     RESERVED_LABEL_PREFIXES
         .into_iter()
-        .find(|p| key.starts_with(p) || key == p.trim_end_matches(|c| c == '/' || c == '.'))
+        .find(|p| key.starts_with(p) || key == p.trim_end_matches(['/', '.']))
 }
 
 /// The first label of an image (sorted by key) under a reserved prefix that the driver does not
