@@ -1478,8 +1478,8 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
 }
 
 /// A container an earlier driver made (no bootstrap records) keeps the result that driver wrote in
-/// it: its exit-code file is read as a small number and nothing else; its exec file only says a run
-/// began, and its id is never used.
+/// it: its exit-code file is read as a small number and nothing else; without one readable (none,
+/// only an exec file, a word, a link), its bootstrap is unknown and never run by this driver.
 #[tokio::test]
 async fn an_earlier_drivers_container_keeps_its_recorded_result_read_as_data_only() {
     let Some(app) = spawn_app("legacy", &[]).await else {
@@ -1510,46 +1510,68 @@ async fn an_earlier_drivers_container_keeps_its_recorded_result_read_as_data_onl
         .unwrap()
         .id;
     app.engine.start_container(&id, None).await.unwrap();
-    let req = app.req(0, &app.class(json!({"bootstrap": "exec"})), Some(SHEBANG));
+    let req = app.req(
+        0,
+        &app.class(json!({"bootstrap": "exec"})),
+        Some(&format!("{SHEBANG}append /var/lib/berth/runs ran\n")),
+    );
     let status = || async { app.machines.status(&req).await };
-    let e = status().await.unwrap_err();
-    assert!(e.status.message.contains("has not run yet"), "{e}");
+    // Nothing readable says how its bootstrap ended (no file, an exec file only, a word, too many
+    // digits, a link): unknown, and never run (again) by this driver.
+    let unknown = |e: ClientError| {
+        assert_code(&e, Code::FailedPrecondition, 412);
+        assert!(
+            e.status.message.contains("left by an earlier driver")
+                && e.status.message.contains("never run again"),
+            "{e}"
+        );
+    };
+    let never_ran = || async {
+        assert_eq!(app.record(0, Record::Started).await, None);
+        assert_eq!(app.file(0, "/var/lib/berth/runs").await, None);
+    };
+    unknown(status().await.unwrap_err());
+    unknown(app.machines.initialize(&req).await.unwrap_err());
+    never_ran().await;
     app.plant(
         0,
         "/var/lib/berth/bootstrap.exec",
         b"../containers/x/export?",
     )
     .await;
-    let e = status().await.unwrap_err();
-    assert_code(&e, Code::Uninitialized, 409);
-    assert!(
-        e.status
-            .message
-            .contains("ended without a recorded exit code"),
-        "{e}"
-    );
+    unknown(status().await.unwrap_err());
     for (exit, answer) in [
         ("3", Some("failed with exit code 3")),
-        ("not a number", Some("ended without a recorded exit code")),
-        (
-            &"7".repeat(100)[..],
-            Some("ended without a recorded exit code"),
-        ),
-        ("0\n", None),
+        ("not a number", None),
+        (&"7".repeat(100)[..], None),
+        ("0\n", Some("")),
     ] {
         app.plant(0, "/var/lib/berth/bootstrap.exit", exit.as_bytes())
             .await;
         match answer {
+            None => unknown(status().await.unwrap_err()),
+            Some("") => {
+                status().await.unwrap();
+            }
             Some(words) => {
                 let e = status().await.unwrap_err();
                 assert_code(&e, Code::Uninitialized, 409);
                 assert!(e.status.message.contains(words), "{exit:?}: {e}");
             }
-            None => {
-                status().await.unwrap();
-            }
         }
     }
+    // The machine swaps its recorded 0 for a link: unknown again, not "not run yet".
+    app.run_in(
+        0,
+        "remove /var/lib/berth/bootstrap.exit\nsymlink /berth-machine /var/lib/berth/bootstrap.exit\n",
+    )
+    .await;
+    unknown(status().await.unwrap_err());
+    unknown(app.machines.initialize(&req).await.unwrap_err());
+    app.run_in(0, "remove /var/lib/berth/bootstrap.exit\n")
+        .await;
+    unknown(app.machines.initialize(&req).await.unwrap_err());
+    never_ran().await;
     app.machines.delete(&req).await.unwrap();
     assert!(app.containers().await.is_empty());
 }

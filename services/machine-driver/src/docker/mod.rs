@@ -79,8 +79,8 @@ use crate::provider::{Listed, NAMESPACE_STAMP, Provider, request_namespace, stam
 use settings::Settings;
 use spec::{
     Bootstrap, ImageRef, LABEL_CLUSTER, LABEL_MACHINE, LABEL_RECORD_EXEC, LABEL_RECORD_EXIT,
-    LABEL_RECORD_OF, LABEL_RECORDS, LABEL_ROLE, LABEL_UID, LEGACY_EXEC_PATH, LEGACY_EXIT_PATH,
-    Plan, ProviderSpec, Pull, Record, SPEC, Scope, USER_DATA_PATH,
+    LABEL_RECORD_OF, LABEL_RECORDS, LABEL_ROLE, LABEL_UID, LEGACY_EXIT_PATH, Plan, ProviderSpec,
+    Pull, Record, SPEC, Scope, USER_DATA_PATH,
 };
 
 /// The provider's name (`MachineClass.provider`).
@@ -247,6 +247,9 @@ pub enum BootstrapState {
     Failed(i64),
     /// Started as this exec, whose result the Engine no longer knows and nobody recorded.
     Lost(String),
+    /// Left by an earlier driver (no [`LABEL_RECORDS`]) without an exit code it wrote that can be
+    /// read: whether it ran is not known, so it is never run.
+    Unknown,
 }
 
 impl BootstrapState {
@@ -270,7 +273,21 @@ impl BootstrapState {
                 "the bootstrap of machine {name:?} (exec {}) ended without a recorded exit code; it runs only once: delete the machine to try again",
                 short(exec)
             ),
+            BootstrapState::Unknown => format!(
+                "the bootstrap of machine {name:?} was left by an earlier driver without a result this driver can read; it is never run again: delete the machine and create it anew"
+            ),
         }
+    }
+
+    /// The answer for a machine in this state that is not initialised: Uninitialized while the
+    /// driver knows where the bootstrap got to; FailedPrecondition when it cannot know (only the
+    /// operator can settle it, by recreating the machine).
+    fn refusal(&self, name: &str) -> Status {
+        let code = match self {
+            BootstrapState::Unknown => Code::FailedPrecondition,
+            _ => Code::Uninitialized,
+        };
+        Status::new(code, self.reason(name))
     }
 
     fn is_done(&self) -> bool {
@@ -670,29 +687,26 @@ async fn bootstrap_state(
 }
 
 /// The bootstrap state of a container without records: Pending for one this driver made; for one an
-/// earlier driver made (no [`LABEL_RECORDS`]), what its files say, read as data only: an exit code
-/// of at most a few digits, else (the exec file exists) an unknown end, else Pending.
+/// earlier driver made (no [`LABEL_RECORDS`]), the exit code that driver wrote in it, read as data
+/// only (a regular file of a few digits), else Unknown, never Pending: the file is in the machine's
+/// hands, and a machine that removed it or replaced it with a link must not get its bootstrap run
+/// again. The code read is the machine's own word (it could have written a 0); that fakes nothing
+/// a machine could not fake anyway, since its bootstrap runs inside it, as root.
 async fn legacy_state(engine: &Engine, c: &Container) -> Result<BootstrapState, Status> {
     if c.labels.contains_key(LABEL_RECORDS) {
         return Ok(BootstrapState::Pending);
     }
-    let read = |path: &'static str| async move {
-        read_small_file(engine, &c.id, path)
-            .await
-            .map_err(|e| e.to_status())
-    };
-    if let Some(exit) = read(LEGACY_EXIT_PATH).await? {
-        let code = std::str::from_utf8(&exit)
+    let exit = read_small_file(engine, &c.id, LEGACY_EXIT_PATH)
+        .await
+        .map_err(|e| e.to_status())?;
+    let code: Option<i64> = exit.and_then(|exit| {
+        std::str::from_utf8(&exit)
             .ok()
             .map(str::trim)
             .filter(|t| t.len() <= 20)
-            .and_then(|t| t.parse().ok());
-        return Ok(finished(code));
-    }
-    match read(LEGACY_EXEC_PATH).await? {
-        Some(_) => Ok(BootstrapState::Lost(String::new())),
-        None => Ok(BootstrapState::Pending),
-    }
+            .and_then(|t| t.parse().ok())
+    });
+    Ok(code.map_or(BootstrapState::Unknown, |code| finished(Some(code))))
 }
 
 /// Follows a bootstrap this driver started until it ends, and records its exit code, so the result
@@ -1611,7 +1625,7 @@ impl Provider for Docker {
                 state = bootstrap_state(&t.engine, &c, false).await?;
             }
             if !state.is_done() {
-                return Err(Status::new(Code::Uninitialized, state.reason(&name)));
+                return Err(state.refusal(&name));
             }
             tracing::info!("bootstrap completed");
             Ok(answer(&c))
@@ -1701,7 +1715,7 @@ impl Provider for Docker {
                 Bootstrap::Exec => bootstrap_state(&t.engine, &c, true).await?,
             };
             if !state.is_done() {
-                return Err(Status::new(Code::Uninitialized, state.reason(&name)));
+                return Err(state.refusal(&name));
             }
             Ok(GetMachineStatusResponse {
                 provider_id: c.provider_id(),
@@ -1913,9 +1927,16 @@ mod tests {
             BootstrapState::Running("0123456789abcdef".into()),
             BootstrapState::Failed(3),
             BootstrapState::Lost("e".into()),
+            BootstrapState::Unknown,
         ] {
             assert!(!s.is_done());
             assert!(s.reason("m-1").contains("\"m-1\""), "{s:?}");
+            let code = if s == BootstrapState::Unknown {
+                Code::FailedPrecondition
+            } else {
+                Code::Uninitialized
+            };
+            assert_eq!(s.refusal("m").code, code, "{s:?}");
         }
         assert!(
             BootstrapState::Failed(3)

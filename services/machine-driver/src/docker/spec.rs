@@ -109,10 +109,8 @@ pub const STATE_DIR: &str = "/var/lib/berth";
 const ENGINE_PATHS: [&str; 3] = ["/proc", "/sys", "/dev"];
 /// Where the user data is written in the container.
 pub const USER_DATA_PATH: &str = "/var/lib/berth/user-data";
-/// Where drivers before the bootstrap records ([`LABEL_RECORDS`]) wrote the bootstrap's exec id,
-/// inside the container. Only its existence is looked at now, and only for containers made before.
-pub const LEGACY_EXEC_PATH: &str = "/var/lib/berth/bootstrap.exec";
-/// Where those drivers wrote the bootstrap's exit code (read bounded, as a number, for them only).
+/// Where drivers before the bootstrap records ([`LABEL_RECORDS`]) wrote the bootstrap's exit code,
+/// inside the container (read bounded, as a number, for their containers only).
 pub const LEGACY_EXIT_PATH: &str = "/var/lib/berth/bootstrap.exit";
 
 /// Container label: set on every container this driver makes; its bootstrap is recorded in Docker
