@@ -605,6 +605,34 @@ async fn an_image_with_reserved_labels_is_refused() {
     );
 }
 
+/// A container whose first start fails is removed with the failed create, so the next create,
+/// with a corrected spec, makes a fresh one instead of adopting the broken one.
+#[tokio::test]
+async fn a_failed_first_start_leaves_no_container_behind() {
+    let Some(app) = spawn_app("firststart", &[]).await else {
+        return;
+    };
+    let broken = app.class(json!({"args": ["/nonexistent"]}));
+    let e = app
+        .machines
+        .create(&app.req(0, &broken, None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(e.status.message.contains("/nonexistent"), "{e}");
+    assert!(app.containers().await.is_empty(), "{e}");
+    let fixed = app.req(0, &app.class(json!({})), None);
+    app.machines.create(&fixed).await.unwrap();
+    let c = app
+        .engine
+        .inspect_container(&fixed.machine.metadata.name, None)
+        .await
+        .unwrap();
+    assert_ne!(c.args, Some(vec!["/nonexistent".to_owned()]));
+    app.until_running(&fixed).await;
+    app.machines.delete(&fixed).await.unwrap();
+}
+
 #[tokio::test]
 async fn a_failing_bootstrap_leaves_the_machine_uninitialized_and_is_not_rerun() {
     let Some(app) = spawn_app("fail", &[]).await else {

@@ -1229,6 +1229,32 @@ impl Docker {
         }
     }
 
+    /// Removes a container this call created and could not start (with its records, if any). A
+    /// failure here is only logged: the caller answers the start's error, and the container, made
+    /// for the machine's UID, is adopted (and removed by DeleteMachine) like any other.
+    async fn undo_create(&self, t: &Target, c: &Container) {
+        let removed = t
+            .engine
+            .remove_container(
+                &c.id,
+                Some(RemoveContainerOptions {
+                    v: true,
+                    force: true,
+                    ..RemoveContainerOptions::default()
+                }),
+            )
+            .await;
+        let outcome = gone_is_done(removed, || format!("removing container {}", c.name));
+        match outcome.and(remove_records(&t.engine, &c.id).await) {
+            Ok(()) => {
+                tracing::info!(container = %short(&c.id), "container removed: its first start failed");
+            }
+            Err(e) => {
+                tracing::warn!(container = %short(&c.id), error = %e.message, "a container whose first start failed was not removed");
+            }
+        }
+    }
+
     /// Refuses mounts `own` (of container `own_id`, when it exists) that cross another Berth
     /// container's on the Engine ([`crossing`]), whatever its cluster or namespace: a host
     /// directory is shared by every machine of the Engine. The caller holds the mount gate.
@@ -1549,7 +1575,14 @@ impl Provider for Docker {
                     self.ensure_user_data(&t, &c, data).await?;
                 }
             }
-            self.ensure_running(&t, &c).await?;
+            if let Err(e) = self.ensure_running(&t, &c).await {
+                // A container that never ran is undone with its create, so a corrected spec
+                // makes a fresh one rather than adopting this one.
+                if created {
+                    self.undo_create(&t, &c).await;
+                }
+                return Err(e);
+            }
             let bootstrap = match plan.bootstrap {
                 Bootstrap::None => BootstrapState::NotRequested,
                 Bootstrap::Exec => self.run_bootstrap(&t, &c).await?,
