@@ -633,6 +633,34 @@ async fn a_failed_first_start_leaves_no_container_behind() {
     app.machines.delete(&fixed).await.unwrap();
 }
 
+/// A stopped machine with mounts and no bootstrap is started again by InitializeMachine (after the
+/// mount checks), as by CreateMachine.
+#[tokio::test]
+async fn initialize_restarts_a_stopped_machine_with_mounts_without_a_bootstrap() {
+    let root = std::env::temp_dir().join(format!("berth-docker-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let r = root.display().to_string();
+    let Some(app) = spawn_app("restart", &[("BERTH_DOCKER_MOUNT_PATHS", &r)]).await else {
+        std::fs::remove_dir_all(&root).unwrap();
+        return;
+    };
+    let class = app.class(json!({
+        "mounts": [{"hostPath": r, "containerPath": "/data", "readOnly": true}]
+    }));
+    let req = app.req(0, &class, None);
+    app.machines.create(&req).await.unwrap();
+    app.until_running(&req).await;
+    app.start_in(0, "end-machine\n").await;
+    eventually("machine 0 has ended", WAIT, || async {
+        (!app.running(0).await.0).then_some(())
+    })
+    .await;
+    app.machines.initialize(&req).await.unwrap();
+    assert_eq!(app.running(0).await, (true, "no".to_owned()));
+    app.machines.delete(&req).await.unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[tokio::test]
 async fn a_failing_bootstrap_leaves_the_machine_uninitialized_and_is_not_rerun() {
     let Some(app) = spawn_app("fail", &[]).await else {

@@ -1640,13 +1640,15 @@ impl Provider for Docker {
                 node_name: c.hostname.clone(),
                 addresses: c.addresses.clone(),
             };
-            if bootstrap == Bootstrap::None {
-                return Ok(answer(&c));
-            }
             if let Some(data) = &user_data {
                 self.ensure_user_data(&t, &c, data).await?;
             }
+            // Also without a bootstrap: a machine with mounts is started by the driver only
+            // (after its checks), and this is one of the two calls that start it.
             self.ensure_running(&t, &c).await?;
+            if bootstrap == Bootstrap::None {
+                return Ok(answer(&c));
+            }
             let mut state = self.run_bootstrap(&t, &c).await?;
             // Wait for it while there is time to answer; MCM asks again soon otherwise.
             let mut pause = Duration::from_millis(20);
