@@ -146,12 +146,12 @@ impl EngineError {
             } => EngineError::Answered {
                 doing,
                 status: status_code,
-                message,
+                message: printable(&message),
             },
             BollardError::DockerStreamError { error } => EngineError::Answered {
                 doing,
                 status: 500,
-                message: error,
+                message: printable(&error),
             },
             e @ (BollardError::JsonDataError { .. }
             | BollardError::JsonSerdeError { .. }
@@ -216,6 +216,14 @@ impl EngineError {
             },
         }
     }
+}
+
+/// The Engine's words without control characters (C0, DEL, C1), each replaced by a space: they
+/// may repeat what a spec or a machine wrote (a path, an argument), and reach callers and logs.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// An error with its causes, for logs.
@@ -787,6 +795,7 @@ impl Docker {
         secret: &Secret,
         extra: impl FnOnce(&ProviderSpec) -> Result<(), Status>,
     ) -> Result<(Target, ProviderSpec), Status> {
+        spec::check_class_name(class)?;
         let spec = ProviderSpec::decode(&class.provider_spec)?;
         let scope = spec.scope()?;
         spec.bootstrap()?;
@@ -1530,6 +1539,7 @@ impl Provider for Docker {
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         let span = tracing::info_span!("docker.create_machine", machine = %name);
         let call = async {
             let spec = ProviderSpec::decode(&req.machine_class.provider_spec)?;
@@ -1619,6 +1629,7 @@ impl Provider for Docker {
     ) -> Result<InitializeMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         // Read by the lookup after the Engine is chosen; its shape is checked first.
         spec::check_provider_id(&req.machine)?;
         let deadline = Instant::now() + self.operation_timeout;
@@ -1673,6 +1684,7 @@ impl Provider for Docker {
     async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         // Read by the lookup after the Engine is chosen; its shape is checked first.
         spec::check_provider_id(&req.machine)?;
         let span = tracing::info_span!("docker.delete_machine", machine = %name);
@@ -1733,6 +1745,7 @@ impl Provider for Docker {
     ) -> Result<GetMachineStatusResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         // Read by the lookup after the Engine is chosen; its shape is checked first.
         spec::check_provider_id(&req.machine)?;
         let span = tracing::debug_span!("docker.get_machine_status", machine = %name);
@@ -1908,6 +1921,10 @@ mod tests {
         let s = answered(400, "invalid mount config");
         assert_eq!(s.code, Code::InvalidArgument);
         assert!(s.message.contains("invalid mount config"));
+        // The Engine's words may repeat a spec's bytes: no control character reaches the caller.
+        let s = answered(400, "bad path \"/x\u{1b}[31m\n\u{85}y\"");
+        assert!(!s.message.chars().any(char::is_control), "{s:?}");
+        assert!(s.message.contains("/x [31m  y"), "{s:?}");
         assert_eq!(answered(404, "no such container").code, Code::NotFound);
         assert_eq!(answered(409, "removal in progress").code, Code::Unavailable);
         let s = answered(
