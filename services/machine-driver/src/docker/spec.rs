@@ -1078,7 +1078,7 @@ pub mod schema {
     use super::{
         CLUSTER_TAG, MAX_ARG_CHARS, MAX_ENV_VALUE_CHARS, MAX_LABEL_VALUE_CHARS, MAX_MACHINE_NAME,
         MAX_PIDS, MAX_STOP_GRACE, MAX_UID_LEN, MIN_PIDS, PROVIDER_ID_PREFIX, ROLE_TAG,
-        SECRET_DOCKER_HOST, SECRET_USER_DATA, STATE_DIR,
+        SECRET_DOCKER_HOST, SECRET_USER_DATA,
     };
     use super::{
         MAX_INFO_CHARS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS, RESERVED_LABEL_PREFIXES,
@@ -1096,6 +1096,10 @@ pub mod schema {
     const REGISTRY: &str = "(localhost|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))";
     /// A tag and a digest.
     const TAG_AND_DIGEST: &str = "(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?";
+    /// The container paths a mount may not take: the state directory, inside it or above it, and
+    /// the Engine's own `/proc`, `/sys` and `/dev` (the driver also reads `.` components).
+    pub const RESERVED_CONTAINER_PATH: &str =
+        "^/+(var/*|var/+lib/*|var/+lib/+berth(/.*)?|proc/*|sys/*|dev/*)$";
     /// No control character (C0, DEL or C1), as [`super::has_control`] says.
     pub const NO_CONTROL: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
     /// An environment variable's name ([`super::is_env_name`]).
@@ -1263,7 +1267,7 @@ pub mod schema {
                         "type": "string",
                         "maxLength": 4096,
                         "pattern": BASE_PATH_PATTERN,
-                        "not": {"pattern": format!("^/+{}(/|$)", STATE_DIR.trim_start_matches('/').replace('/', "/+"))}
+                        "not": {"pattern": RESERVED_CONTAINER_PATH}
                     },
                     "readOnly": {"type": "boolean"}
                 }
@@ -2061,6 +2065,33 @@ mod tests {
             assert!(pattern.is_match(&long) && parse_image(&long).is_ok());
             let too_long = format!("a:{}", "t".repeat(129));
             assert!(!pattern.is_match(&too_long) && parse_image(&too_long).is_err());
+        }
+
+        #[test]
+        fn reserved_container_paths() {
+            let reserved = re(RESERVED_CONTAINER_PATH);
+            for path in [
+                "/var",
+                "/var/",
+                "//var/lib",
+                "/var/lib/berth",
+                "/var/lib/berth/x",
+                "/proc",
+                "/sys/",
+                "/dev",
+                "/data",
+                "/var/log",
+                "/variable",
+                "/proc/x",
+                "/devices",
+                "/var/lib/berthx",
+            ] {
+                let refused = plan(json!({"mounts": [{"hostPath": "/x", "containerPath": path}]}))
+                    .unwrap_err()
+                    .message
+                    .contains("containerPath");
+                assert_eq!(reserved.is_match(path), refused, "{path}");
+            }
         }
 
         #[test]
