@@ -474,6 +474,193 @@ async fn a_machine_is_created_adopted_bootstrapped_once_listed_and_deleted() {
     assert!(list.machine_list.is_empty());
 }
 
+/// A container is found only for its own cluster, role, machine name and UID: another role's class,
+/// or a request naming the container by providerID for another machine, gets the 404 of a missing
+/// machine and changes nothing.
+#[tokio::test]
+async fn a_provider_id_or_another_role_never_reaches_another_machines_container() {
+    let Some(app) = spawn_app("scope", &[]).await else {
+        return;
+    };
+    let class = app.class(json!({}));
+    let made = app
+        .machines
+        .create(&app.req(0, &class, None))
+        .await
+        .unwrap();
+    let mut other_role = class.clone();
+    other_role.provider_spec["tags"] = json!({
+        format!("kubernetes.io/cluster/{}", app.run): "1", "kubernetes.io/role/control-plane": "1"
+    });
+    let mut strangers = vec![app.req(0, &other_role, None)];
+    let mut by_id = app.req(0, &other_role, None);
+    by_id.machine.spec.provider_id = made.provider_id.clone();
+    strangers.push(by_id);
+    // Another machine's name, or this name with another UID, naming the container by providerID.
+    let mut other_name = app.req(1, &class, None);
+    other_name.machine.spec.provider_id = made.provider_id.clone();
+    strangers.push(other_name);
+    let mut other_uid = app.req(0, &class, None);
+    other_uid.machine.metadata.uid = "uid-someone-else".into();
+    other_uid.machine.spec.provider_id = made.provider_id.clone();
+    strangers.push(other_uid);
+    for req in &strangers {
+        let e = app.machines.status(req).await.unwrap_err();
+        assert_code(&e, Code::NotFound, 404);
+        let e = app.machines.initialize(req).await.unwrap_err();
+        assert_code(&e, Code::NotFound, 404);
+        let deleted = app.machines.delete(req).await.unwrap();
+        assert!(
+            deleted.last_known_state.contains("nothing to delete"),
+            "{deleted:?}"
+        );
+        assert_eq!(app.containers().await.len(), 1, "{req:?}");
+    }
+    // The machine itself, by providerID and without its UID (as the orphan collector asks), is
+    // still found.
+    let mut own = app.req(0, &class, None);
+    own.machine.spec.provider_id = made.provider_id.clone();
+    app.machines.status(&own).await.unwrap();
+    own.machine.metadata.uid.clear();
+    app.machines.delete(&own).await.unwrap();
+    assert!(app.containers().await.is_empty());
+}
+
+/// An image whose labels the Engine would copy onto the container under a reserved prefix
+/// (`com.docker.*`, `berth.io/*` but the driver's own) is refused before any container is made.
+#[tokio::test]
+async fn an_image_with_reserved_labels_is_refused() {
+    let Some(app) = spawn_app("imglabels", &[]).await else {
+        return;
+    };
+    let base = app
+        .engine
+        .create_container(
+            Some(bollard::query_parameters::CreateContainerOptions {
+                name: Some(format!("{}-base", app.run)),
+                ..Default::default()
+            }),
+            bollard::models::ContainerCreateBody {
+                image: Some(app.image.clone()),
+                labels: Some(HashMap::from([(RUN_LABEL.to_owned(), app.run.clone())])),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let mut refused = Vec::new();
+    for (n, label) in [
+        "com.docker.compose.project=evil",
+        "berth.io/bootstrap-exec=evil",
+        "Berth.IO/cluster=evil",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let tag = format!("{}-{n}", app.run);
+        app.engine
+            .commit_container(
+                bollard::query_parameters::CommitContainerOptions {
+                    container: Some(base.id.clone()),
+                    repo: Some("berth-test-labelled".into()),
+                    tag: Some(tag.clone()),
+                    changes: Some(format!("LABEL {label}")),
+                    ..Default::default()
+                },
+                bollard::models::ContainerConfig::default(),
+            )
+            .await
+            .unwrap();
+        let image = format!("berth-test-labelled:{tag}");
+        let e = app
+            .machines
+            .create(&app.req(n, &app.class(json!({"image": image})), None))
+            .await
+            .unwrap_err();
+        let _ = app
+            .engine
+            .remove_image(
+                &image,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await;
+        refused.push((label, e));
+    }
+    for (label, e) in refused {
+        assert_code(&e, Code::FailedPrecondition, 412);
+        let key = label.split('=').next().unwrap();
+        assert!(
+            e.status
+                .message
+                .contains("machineClass.providerSpec.image: image \"berth-test-labelled:")
+                && e.status.message.contains(&format!("carries label {key:?}")),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        app.containers().await,
+        vec![base.id],
+        "a refused create made a container"
+    );
+}
+
+/// A container whose first start fails is removed with the failed create, so the next create,
+/// with a corrected spec, makes a fresh one instead of adopting the broken one.
+#[tokio::test]
+async fn a_failed_first_start_leaves_no_container_behind() {
+    let Some(app) = spawn_app("firststart", &[]).await else {
+        return;
+    };
+    let broken = app.class(json!({"args": ["/nonexistent"]}));
+    let e = app
+        .machines
+        .create(&app.req(0, &broken, None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(e.status.message.contains("/nonexistent"), "{e}");
+    assert!(app.containers().await.is_empty(), "{e}");
+    let fixed = app.req(0, &app.class(json!({})), None);
+    app.machines.create(&fixed).await.unwrap();
+    let c = app
+        .engine
+        .inspect_container(&fixed.machine.metadata.name, None)
+        .await
+        .unwrap();
+    assert_ne!(c.args, Some(vec!["/nonexistent".to_owned()]));
+    app.until_running(&fixed).await;
+    app.machines.delete(&fixed).await.unwrap();
+}
+
+/// A stopped machine with mounts and no bootstrap is started again by InitializeMachine (after the
+/// mount checks), as by CreateMachine.
+#[tokio::test]
+async fn initialize_restarts_a_stopped_machine_with_mounts_without_a_bootstrap() {
+    let root = std::env::temp_dir().join(format!("berth-docker-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&root).unwrap();
+    let r = root.display().to_string();
+    let Some(app) = spawn_app("restart", &[("BERTH_DOCKER_MOUNT_PATHS", &r)]).await else {
+        std::fs::remove_dir_all(&root).unwrap();
+        return;
+    };
+    let class = app.class(json!({
+        "mounts": [{"hostPath": r, "containerPath": "/data", "readOnly": true}]
+    }));
+    let req = app.req(0, &class, None);
+    app.machines.create(&req).await.unwrap();
+    app.until_running(&req).await;
+    app.start_in(0, "end-machine\n").await;
+    eventually("machine 0 has ended", WAIT, || async {
+        (!app.running(0).await.0).then_some(())
+    })
+    .await;
+    app.machines.initialize(&req).await.unwrap();
+    assert_eq!(app.running(0).await, (true, "no".to_owned()));
+    app.machines.delete(&req).await.unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
 #[tokio::test]
 async fn a_failing_bootstrap_leaves_the_machine_uninitialized_and_is_not_rerun() {
     let Some(app) = spawn_app("fail", &[]).await else {
@@ -1225,7 +1412,9 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
         "{e}"
     );
 
-    // Machine 0 may write the shared directory; machine 1 reads the data directory inside it.
+    // Machine 0 may write the shared directory; machine 1 reads the data directory inside it: the
+    // same rule across machines, whichever is created first (else machine 0 could swap the data
+    // directory for a link while machine 1 is checked and started).
     let writer = app.class(
         json!({"mounts": [{"hostPath": format!("{r}/shared"), "containerPath": "/shared"}]}),
     );
@@ -1239,7 +1428,46 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
         .create(&app.req(0, &writer, None))
         .await
         .unwrap();
+    let e = app.machines.create(&reading).await.unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(
+        e.status.message.contains(&format!(
+            "machineClass.providerSpec.mounts: hostPath \"{r}/shared/data\" lies inside another machine's writable mount"
+        )),
+        "{e}"
+    );
+    app.machines
+        .delete(&app.req(0, &writer, None))
+        .await
+        .unwrap();
     app.machines.create(&reading).await.unwrap();
+    let e = app
+        .machines
+        .create(&app.req(0, &writer, None))
+        .await
+        .unwrap_err();
+    assert_code(&e, Code::FailedPrecondition, 412);
+    assert!(
+        e.status
+            .message
+            .contains("is writable and holds another machine's mount"),
+        "{e}"
+    );
+    assert_eq!(
+        app.containers().await.len(),
+        1,
+        "a refused create made a container"
+    );
+    // Two of one writable source are fine: neither can replace the other's root.
+    let lone = app
+        .class(json!({"mounts": [{"hostPath": format!("{r}/lone"), "containerPath": "/shared"}]}));
+    std::fs::create_dir_all(root.join("lone")).unwrap();
+    app.machines.create(&app.req(3, &lone, None)).await.unwrap();
+    app.machines.create(&app.req(4, &lone, None)).await.unwrap();
+    for n in [3, 4] {
+        app.machines.delete(&app.req(n, &lone, None)).await.unwrap();
+    }
+
     app.until_running(&reading).await;
     assert_eq!(
         app.file(1, "/data/inside").await.as_deref(),
@@ -1265,20 +1493,10 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
     app.machines.create(&reading).await.unwrap();
     assert_eq!(app.running(1).await, (true, "no".to_owned()));
 
-    app.run_in(
-        0,
-        &format!(
-            "remove /shared/data\nsymlink {} /shared/data\n",
-            outside.display()
-        ),
-    )
-    .await;
-    assert!(
-        std::fs::symlink_metadata(root.join("shared/data"))
-            .unwrap()
-            .file_type()
-            .is_symlink()
-    );
+    // Someone on the host (no machine may now) swaps the data directory for a link while the
+    // machine is down.
+    std::fs::remove_dir_all(root.join("shared/data")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("shared/data")).unwrap();
     app.start_in(1, "end-machine\n").await;
     eventually("machine 1 has ended", WAIT, || async {
         (!app.running(1).await.0).then_some(())
@@ -1301,11 +1519,9 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
     assert_eq!(c.restart_count, Some(0), "the Engine restarted it");
 
     // The directory put back, it starts again, still inside.
-    app.run_in(
-        0,
-        "remove /shared/data\nappend /shared/data/inside inside\n",
-    )
-    .await;
+    std::fs::remove_file(root.join("shared/data")).unwrap();
+    std::fs::create_dir_all(root.join("shared/data")).unwrap();
+    std::fs::write(root.join("shared/data/inside"), "inside\n").unwrap();
     app.machines.create(&reading).await.unwrap();
     assert!(app.running(1).await.0);
     assert_eq!(
@@ -1313,18 +1529,13 @@ async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
         Some("inside\n")
     );
     assert_eq!(app.file(1, "/data/secret").await, None);
-    for n in [0, 1] {
-        app.machines
-            .delete(&app.req(n, &reader, Some(&user_data)))
-            .await
-            .unwrap();
-    }
+    app.machines.delete(&reading).await.unwrap();
     std::fs::remove_dir_all(&base).unwrap();
 }
 
 /// A container an earlier driver made (no bootstrap records) keeps the result that driver wrote in
-/// it: its exit-code file is read as a small number and nothing else; its exec file only says a run
-/// began, and its id is never used.
+/// it: its exit-code file is read as a small number and nothing else; without one readable (none,
+/// only an exec file, a word, a link), its bootstrap is unknown and never run by this driver.
 #[tokio::test]
 async fn an_earlier_drivers_container_keeps_its_recorded_result_read_as_data_only() {
     let Some(app) = spawn_app("legacy", &[]).await else {
@@ -1355,46 +1566,68 @@ async fn an_earlier_drivers_container_keeps_its_recorded_result_read_as_data_onl
         .unwrap()
         .id;
     app.engine.start_container(&id, None).await.unwrap();
-    let req = app.req(0, &app.class(json!({"bootstrap": "exec"})), Some(SHEBANG));
+    let req = app.req(
+        0,
+        &app.class(json!({"bootstrap": "exec"})),
+        Some(&format!("{SHEBANG}append /var/lib/berth/runs ran\n")),
+    );
     let status = || async { app.machines.status(&req).await };
-    let e = status().await.unwrap_err();
-    assert!(e.status.message.contains("has not run yet"), "{e}");
+    // Nothing readable says how its bootstrap ended (no file, an exec file only, a word, too many
+    // digits, a link): unknown, and never run (again) by this driver.
+    let unknown = |e: ClientError| {
+        assert_code(&e, Code::FailedPrecondition, 412);
+        assert!(
+            e.status.message.contains("left by an earlier driver")
+                && e.status.message.contains("never run again"),
+            "{e}"
+        );
+    };
+    let never_ran = || async {
+        assert_eq!(app.record(0, Record::Started).await, None);
+        assert_eq!(app.file(0, "/var/lib/berth/runs").await, None);
+    };
+    unknown(status().await.unwrap_err());
+    unknown(app.machines.initialize(&req).await.unwrap_err());
+    never_ran().await;
     app.plant(
         0,
         "/var/lib/berth/bootstrap.exec",
         b"../containers/x/export?",
     )
     .await;
-    let e = status().await.unwrap_err();
-    assert_code(&e, Code::Uninitialized, 409);
-    assert!(
-        e.status
-            .message
-            .contains("ended without a recorded exit code"),
-        "{e}"
-    );
+    unknown(status().await.unwrap_err());
     for (exit, answer) in [
         ("3", Some("failed with exit code 3")),
-        ("not a number", Some("ended without a recorded exit code")),
-        (
-            &"7".repeat(100)[..],
-            Some("ended without a recorded exit code"),
-        ),
-        ("0\n", None),
+        ("not a number", None),
+        (&"7".repeat(100)[..], None),
+        ("0\n", Some("")),
     ] {
         app.plant(0, "/var/lib/berth/bootstrap.exit", exit.as_bytes())
             .await;
         match answer {
+            None => unknown(status().await.unwrap_err()),
+            Some("") => {
+                status().await.unwrap();
+            }
             Some(words) => {
                 let e = status().await.unwrap_err();
                 assert_code(&e, Code::Uninitialized, 409);
                 assert!(e.status.message.contains(words), "{exit:?}: {e}");
             }
-            None => {
-                status().await.unwrap();
-            }
         }
     }
+    // The machine swaps its recorded 0 for a link: unknown again, not "not run yet".
+    app.run_in(
+        0,
+        "remove /var/lib/berth/bootstrap.exit\nsymlink /berth-machine /var/lib/berth/bootstrap.exit\n",
+    )
+    .await;
+    unknown(status().await.unwrap_err());
+    unknown(app.machines.initialize(&req).await.unwrap_err());
+    app.run_in(0, "remove /var/lib/berth/bootstrap.exit\n")
+        .await;
+    unknown(app.machines.initialize(&req).await.unwrap_err());
+    never_ran().await;
     app.machines.delete(&req).await.unwrap();
     assert!(app.containers().await.is_empty());
 }

@@ -22,8 +22,12 @@
 //!   believed only if the Engine says it belongs to the container, and the one read from a
 //!   container left (an earlier driver's exit-code file, for containers it made) is stat-checked
 //!   and bounded to a few bytes.
-//! - Every lookup is scoped to the class's cluster label; a providerID names its container
-//!   directly (`docker:///<name>`).
+//! - Every lookup is scoped to the class's cluster and role labels and to the machine's name (and
+//!   UID when given); a providerID only says where to look (`docker:///<name>`): a container it
+//!   names for another machine, role or namespace is answered as a missing one.
+//! - The Engine copies an image's labels onto its containers, so an image carrying a key under a
+//!   reserved prefix (`com.docker.*`, `berth.io/*` but the labels the driver sets over it) is
+//!   refused (412) rather than trusted; the driver reads no label it did not set itself.
 //! - The Engine is the one the secret's `dockerHost` names, if the operator allows it
 //!   ([`settings::Settings`]), else `DOCKER_HOST`, else the local socket. An Engine that does not answer
 //!   is Unavailable; its other refusals keep their meaning (a missing image is FailedPrecondition
@@ -75,8 +79,8 @@ use crate::provider::{Listed, NAMESPACE_STAMP, Provider, request_namespace, stam
 use settings::Settings;
 use spec::{
     Bootstrap, ImageRef, LABEL_CLUSTER, LABEL_MACHINE, LABEL_RECORD_EXEC, LABEL_RECORD_EXIT,
-    LABEL_RECORD_OF, LABEL_RECORDS, LABEL_ROLE, LABEL_UID, LEGACY_EXEC_PATH, LEGACY_EXIT_PATH,
-    Plan, ProviderSpec, Pull, Record, SPEC, Scope, USER_DATA_PATH,
+    LABEL_RECORD_OF, LABEL_RECORDS, LABEL_ROLE, LABEL_UID, LEGACY_EXIT_PATH, Plan, ProviderSpec,
+    Pull, Record, SPEC, Scope, USER_DATA_PATH,
 };
 
 /// The provider's name (`MachineClass.provider`).
@@ -142,12 +146,12 @@ impl EngineError {
             } => EngineError::Answered {
                 doing,
                 status: status_code,
-                message,
+                message: printable(&message),
             },
             BollardError::DockerStreamError { error } => EngineError::Answered {
                 doing,
                 status: 500,
-                message: error,
+                message: printable(&error),
             },
             e @ (BollardError::JsonDataError { .. }
             | BollardError::JsonSerdeError { .. }
@@ -214,6 +218,14 @@ impl EngineError {
     }
 }
 
+/// The Engine's words without control characters (C0, DEL, C1), each replaced by a space: they
+/// may repeat what a spec or a machine wrote (a path, an argument), and reach callers and logs.
+fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 /// An error with its causes, for logs.
 fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
@@ -243,6 +255,9 @@ pub enum BootstrapState {
     Failed(i64),
     /// Started as this exec, whose result the Engine no longer knows and nobody recorded.
     Lost(String),
+    /// Left by an earlier driver (no [`LABEL_RECORDS`]) without an exit code it wrote that can be
+    /// read: whether it ran is not known, so it is never run.
+    Unknown,
 }
 
 impl BootstrapState {
@@ -266,7 +281,21 @@ impl BootstrapState {
                 "the bootstrap of machine {name:?} (exec {}) ended without a recorded exit code; it runs only once: delete the machine to try again",
                 short(exec)
             ),
+            BootstrapState::Unknown => format!(
+                "the bootstrap of machine {name:?} was left by an earlier driver without a result this driver can read; it is never run again: delete the machine and create it anew"
+            ),
         }
+    }
+
+    /// The answer for a machine in this state that is not initialised: Uninitialized while the
+    /// driver knows where the bootstrap got to; FailedPrecondition when it cannot know (only the
+    /// operator can settle it, by recreating the machine).
+    fn refusal(&self, name: &str) -> Status {
+        let code = match self {
+            BootstrapState::Unknown => Code::FailedPrecondition,
+            _ => Code::Uninitialized,
+        };
+        Status::new(code, self.reason(name))
     }
 
     fn is_done(&self) -> bool {
@@ -291,6 +320,39 @@ pub struct Docker {
     engines: Mutex<HashMap<String, Arc<OnceCell<Engine>>>>,
     /// One lock per container whose bootstrap is being looked after.
     bootstrap_locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// Held from the check of a container's mounts against every other machine's
+    /// ([`Docker::check_neighbours`]) until the Engine has made or started it, so two creates or
+    /// starts cannot both pass the check before either container shows.
+    mount_gate: tokio::sync::Mutex<()>,
+}
+
+/// A bind mount: its host source and whether it is writable.
+type Bind = (String, bool);
+
+/// Why machine mounts `own` may not sit beside another machine's mounts `other` on one Engine, if
+/// they may not: a machine with a writable mount could replace a directory on the way to a mount
+/// source strictly inside it with a symbolic link, and the Engine would follow that link when it
+/// next starts the other machine (the check before a start and the start itself are two steps, so
+/// the link can win the race between them). Equal sources are fine: nobody can replace a mount's
+/// own root from inside it.
+fn crossing(own: &[Bind], other: &[Bind]) -> Option<String> {
+    own.iter().find_map(|(mine, mine_writable)| {
+        other.iter().find_map(|(theirs, theirs_writable)| {
+            if mine == theirs {
+                None
+            } else if *theirs_writable && settings::is_within(mine, theirs) {
+                Some(format!(
+                    "hostPath {mine:?} lies inside another machine's writable mount on this Docker Engine"
+                ))
+            } else if *mine_writable && settings::is_within(theirs, mine) {
+                Some(format!(
+                    "hostPath {mine:?} is writable and holds another machine's mount on this Docker Engine"
+                ))
+            } else {
+                None
+            }
+        })
+    })
 }
 
 impl std::fmt::Debug for Docker {
@@ -321,8 +383,8 @@ struct Container {
     exit_code: Option<i64>,
     hostname: String,
     addresses: Vec<NodeAddress>,
-    /// The host directories it mounts (bind mounts' sources).
-    bind_sources: Vec<String>,
+    /// The host directories it mounts (bind mounts' sources), each with whether it is writable.
+    binds: Vec<Bind>,
     /// Whether the Engine restarts it by itself (any restart policy but `no`).
     engine_restarts: bool,
 }
@@ -343,12 +405,12 @@ impl Container {
             .is_some_and(|p| {
                 !matches!(p, RestartPolicyNameEnum::NO | RestartPolicyNameEnum::EMPTY)
             });
-        let bind_sources = host_config
+        let binds = host_config
             .mounts
             .unwrap_or_default()
             .into_iter()
             .filter(|m| m.typ == Some(MountType::BIND))
-            .filter_map(|m| m.source)
+            .filter_map(|m| Some((m.source?, !m.read_only.unwrap_or(false))))
             .collect();
         let state = c.state.unwrap_or_default();
         let hostname = config
@@ -389,7 +451,7 @@ impl Container {
             exit_code: state.exit_code,
             hostname,
             addresses,
-            bind_sources,
+            binds,
             engine_restarts,
         }
     }
@@ -633,29 +695,26 @@ async fn bootstrap_state(
 }
 
 /// The bootstrap state of a container without records: Pending for one this driver made; for one an
-/// earlier driver made (no [`LABEL_RECORDS`]), what its files say, read as data only: an exit code
-/// of at most a few digits, else (the exec file exists) an unknown end, else Pending.
+/// earlier driver made (no [`LABEL_RECORDS`]), the exit code that driver wrote in it, read as data
+/// only (a regular file of a few digits), else Unknown, never Pending: the file is in the machine's
+/// hands, and a machine that removed it or replaced it with a link must not get its bootstrap run
+/// again. The code read is the machine's own word (it could have written a 0); that fakes nothing
+/// a machine could not fake anyway, since its bootstrap runs inside it, as root.
 async fn legacy_state(engine: &Engine, c: &Container) -> Result<BootstrapState, Status> {
     if c.labels.contains_key(LABEL_RECORDS) {
         return Ok(BootstrapState::Pending);
     }
-    let read = |path: &'static str| async move {
-        read_small_file(engine, &c.id, path)
-            .await
-            .map_err(|e| e.to_status())
-    };
-    if let Some(exit) = read(LEGACY_EXIT_PATH).await? {
-        let code = std::str::from_utf8(&exit)
+    let exit = read_small_file(engine, &c.id, LEGACY_EXIT_PATH)
+        .await
+        .map_err(|e| e.to_status())?;
+    let code: Option<i64> = exit.and_then(|exit| {
+        std::str::from_utf8(&exit)
             .ok()
             .map(str::trim)
             .filter(|t| t.len() <= 20)
-            .and_then(|t| t.parse().ok());
-        return Ok(finished(code));
-    }
-    match read(LEGACY_EXEC_PATH).await? {
-        Some(_) => Ok(BootstrapState::Lost(String::new())),
-        None => Ok(BootstrapState::Pending),
-    }
+            .and_then(|t| t.parse().ok())
+    });
+    Ok(code.map_or(BootstrapState::Unknown, |code| finished(Some(code))))
 }
 
 /// Follows a bootstrap this driver started until it ends, and records its exit code, so the result
@@ -696,6 +755,7 @@ impl Docker {
             operation_timeout,
             engines: Mutex::default(),
             bootstrap_locks: Mutex::default(),
+            mount_gate: tokio::sync::Mutex::default(),
         }
     }
 
@@ -735,6 +795,7 @@ impl Docker {
         secret: &Secret,
         extra: impl FnOnce(&ProviderSpec) -> Result<(), Status>,
     ) -> Result<(Target, ProviderSpec), Status> {
+        spec::check_class_name(class)?;
         let spec = ProviderSpec::decode(&class.provider_spec)?;
         let scope = spec.scope()?;
         spec.bootstrap()?;
@@ -862,23 +923,26 @@ impl Docker {
         uid: &str,
         by_owner_too: bool,
     ) -> Result<Option<Container>, Status> {
-        // Another namespace's container is answered as one that does not exist.
+        // Another namespace's, role's or machine's container is answered as one that does not
+        // exist: a providerID only says where to look, never whose the container is.
         let namespace = request_namespace(req);
+        let label = |c: &Container, key: &str| c.labels.get(key).cloned().unwrap_or_default();
+        let ours = |c: &Container| {
+            t.scope.holds(&c.labels)
+                && label(c, LABEL_ROLE) == t.scope.role
+                && label(c, LABEL_MACHINE) == name
+                && (uid.is_empty() || label(c, LABEL_UID) == uid)
+                && c.namespace() == namespace
+        };
         let provider_id = req.machine.spec.provider_id.as_str();
         if !provider_id.is_empty() {
             let named = spec::decode_provider_id(provider_id)?;
-            let found = self
-                .by_name(t, named)
-                .await?
-                .filter(|c| t.scope.holds(&c.labels) && c.namespace() == namespace);
+            let found = self.by_name(t, named).await?.filter(ours);
             if found.is_some() || !by_owner_too {
                 return Ok(found);
             }
         }
-        Ok(self
-            .by_owner(t, name, uid)
-            .await?
-            .filter(|c| c.namespace() == namespace))
+        Ok(self.by_owner(t, name, uid).await?.filter(ours))
     }
 
     /// Makes the machine's container, or adopts the one made for it already (found by its UID, or
@@ -899,12 +963,26 @@ impl Docker {
             return Ok((c, false));
         }
         self.check_network(t, plan).await?;
+        let own: Vec<Bind> = plan
+            .mounts
+            .iter()
+            .map(|m| (m.host_path.clone(), !m.read_only))
+            .collect();
+        // Held until the container exists, so the next create's check sees it.
+        let _gate = if own.is_empty() {
+            None
+        } else {
+            let gate = self.mount_gate.lock().await;
+            self.check_neighbours(t, None, &own).await?;
+            Some(gate)
+        };
         let mut body = plan.container(name, uid);
         body.labels
             .get_or_insert_default()
             .insert(NAMESPACE_STAMP.to_owned(), namespace.to_owned());
         let mut pulled = false;
         loop {
+            self.check_image_labels(t, &plan.image).await?;
             let made = t
                 .engine
                 .create_container(
@@ -985,6 +1063,34 @@ impl Docker {
         }
     }
 
+    /// Refuses an image carrying a label the driver or the Docker tools read as theirs
+    /// ([`spec::foreign_image_label`]): the Engine would copy it onto the machine's container. A
+    /// missing image passes (the create that follows says so, or pulls it and looks again).
+    async fn check_image_labels(&self, t: &Target, image: &ImageRef) -> Result<(), Status> {
+        let labels = match t.engine.inspect_image(&image.reference).await {
+            Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
+            Err(BollardError::DockerResponseServerError {
+                status_code: 404, ..
+            }) => return Ok(()),
+            Err(e) => {
+                return Err(
+                    EngineError::new(format!("inspecting image {:?}", image.reference), e)
+                        .to_status(),
+                );
+            }
+        };
+        match spec::foreign_image_label(&labels) {
+            None => Ok(()),
+            Some(key) => Err(Status::new(
+                Code::FailedPrecondition,
+                format!(
+                    "{SPEC}.image: image {:?} carries label {key:?}, whose prefix is reserved for the driver and the Docker tools; build the image without it",
+                    image.reference
+                ),
+            )),
+        }
+    }
+
     async fn image_exists(&self, t: &Target, image: &ImageRef) -> Result<bool, Status> {
         match t.engine.inspect_image(&image.reference).await {
             Ok(_) => Ok(true),
@@ -1060,7 +1166,7 @@ impl Docker {
     /// ([`Settings::recheck_mount`]): the machine may have planted a symbolic link on the way to one
     /// since it last started (see [`Plan::restart_policy`]).
     async fn ensure_running(&self, t: &Target, c: &Container) -> Result<(), Status> {
-        if !c.bind_sources.is_empty() && c.engine_restarts {
+        if !c.binds.is_empty() && c.engine_restarts {
             // Made by an earlier driver, which let the Engine restart every machine: from now on
             // only the driver starts this one, after its checks.
             t.engine
@@ -1086,8 +1192,17 @@ impl Docker {
         if c.running {
             return Ok(());
         }
+        // Held until the Engine has started it, so no other create or start passes its own check
+        // in between.
+        let _gate = if c.binds.is_empty() {
+            None
+        } else {
+            let gate = self.mount_gate.lock().await;
+            self.check_neighbours(t, Some(&c.id), &c.binds).await?;
+            Some(gate)
+        };
         let local = t.host.starts_with("unix://");
-        for source in &c.bind_sources {
+        for (source, _) in &c.binds {
             if let Err(rule) = self.settings.recheck_mount(source, local) {
                 tracing::warn!(container = %c.name, %rule, "a mount source failed its check; the machine is not started");
                 return Err(Status::new(
@@ -1121,6 +1236,78 @@ impl Docker {
                 c.name
             ))),
         }
+    }
+
+    /// Removes a container this call created and could not start (with its records, if any). A
+    /// failure here is only logged: the caller answers the start's error, and the container, made
+    /// for the machine's UID, is adopted (and removed by DeleteMachine) like any other.
+    async fn undo_create(&self, t: &Target, c: &Container) {
+        let removed = t
+            .engine
+            .remove_container(
+                &c.id,
+                Some(RemoveContainerOptions {
+                    v: true,
+                    force: true,
+                    ..RemoveContainerOptions::default()
+                }),
+            )
+            .await;
+        let outcome = gone_is_done(removed, || format!("removing container {}", c.name));
+        match outcome.and(remove_records(&t.engine, &c.id).await) {
+            Ok(()) => {
+                tracing::info!(container = %short(&c.id), "container removed: its first start failed");
+            }
+            Err(e) => {
+                tracing::warn!(container = %short(&c.id), error = %e.message, "a container whose first start failed was not removed");
+            }
+        }
+    }
+
+    /// Refuses mounts `own` (of container `own_id`, when it exists) that cross another Berth
+    /// container's on the Engine ([`crossing`]), whatever its cluster or namespace: a host
+    /// directory is shared by every machine of the Engine. The caller holds the mount gate.
+    async fn check_neighbours(
+        &self,
+        t: &Target,
+        own_id: Option<&str>,
+        own: &[Bind],
+    ) -> Result<(), Status> {
+        let listed = t
+            .engine
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([(
+                    "label".to_owned(),
+                    vec![LABEL_MACHINE.to_owned()],
+                )])),
+                ..ListContainersOptions::default()
+            }))
+            .await
+            .map_err(|e| {
+                EngineError::new("listing the machines' containers to check mounts", e).to_status()
+            })?;
+        for c in listed {
+            if own_id.is_some_and(|id| c.id.as_deref() == Some(id)) {
+                continue;
+            }
+            let other: Vec<Bind> = c
+                .mounts
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|m| m.typ.as_deref() == Some("bind"))
+                .filter_map(|m| Some((m.source?, m.rw.unwrap_or(true))))
+                .collect();
+            if let Some(rule) = crossing(own, &other) {
+                return Err(Status::new(
+                    Code::FailedPrecondition,
+                    format!(
+                        "{SPEC}.mounts: {rule}: a machine could replace the way to the other's source with a symbolic link; use separate directories, or mount the outer one read-only"
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The container holding `name` after a create was refused because the name is taken. The
@@ -1352,6 +1539,7 @@ impl Provider for Docker {
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         let span = tracing::info_span!("docker.create_machine", machine = %name);
         let call = async {
             let spec = ProviderSpec::decode(&req.machine_class.provider_spec)?;
@@ -1397,7 +1585,14 @@ impl Provider for Docker {
                     self.ensure_user_data(&t, &c, data).await?;
                 }
             }
-            self.ensure_running(&t, &c).await?;
+            if let Err(e) = self.ensure_running(&t, &c).await {
+                // A container that never ran is undone with its create, so a corrected spec
+                // makes a fresh one rather than adopting this one.
+                if created {
+                    self.undo_create(&t, &c).await;
+                }
+                return Err(e);
+            }
             let bootstrap = match plan.bootstrap {
                 Bootstrap::None => BootstrapState::NotRequested,
                 Bootstrap::Exec => self.run_bootstrap(&t, &c).await?,
@@ -1434,6 +1629,7 @@ impl Provider for Docker {
     ) -> Result<InitializeMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         // Read by the lookup after the Engine is chosen; its shape is checked first.
         spec::check_provider_id(&req.machine)?;
         let deadline = Instant::now() + self.operation_timeout;
@@ -1455,13 +1651,15 @@ impl Provider for Docker {
                 node_name: c.hostname.clone(),
                 addresses: c.addresses.clone(),
             };
-            if bootstrap == Bootstrap::None {
-                return Ok(answer(&c));
-            }
             if let Some(data) = &user_data {
                 self.ensure_user_data(&t, &c, data).await?;
             }
+            // Also without a bootstrap: a machine with mounts is started by the driver only
+            // (after its checks), and this is one of the two calls that start it.
             self.ensure_running(&t, &c).await?;
+            if bootstrap == Bootstrap::None {
+                return Ok(answer(&c));
+            }
             let mut state = self.run_bootstrap(&t, &c).await?;
             // Wait for it while there is time to answer; MCM asks again soon otherwise.
             let mut pause = Duration::from_millis(20);
@@ -1473,7 +1671,7 @@ impl Provider for Docker {
                 state = bootstrap_state(&t.engine, &c, false).await?;
             }
             if !state.is_done() {
-                return Err(Status::new(Code::Uninitialized, state.reason(&name)));
+                return Err(state.refusal(&name));
             }
             tracing::info!("bootstrap completed");
             Ok(answer(&c))
@@ -1486,6 +1684,7 @@ impl Provider for Docker {
     async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         // Read by the lookup after the Engine is chosen; its shape is checked first.
         spec::check_provider_id(&req.machine)?;
         let span = tracing::info_span!("docker.delete_machine", machine = %name);
@@ -1546,6 +1745,7 @@ impl Provider for Docker {
     ) -> Result<GetMachineStatusResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
         // Read by the lookup after the Engine is chosen; its shape is checked first.
         spec::check_provider_id(&req.machine)?;
         let span = tracing::debug_span!("docker.get_machine_status", machine = %name);
@@ -1563,7 +1763,7 @@ impl Provider for Docker {
                 Bootstrap::Exec => bootstrap_state(&t.engine, &c, true).await?,
             };
             if !state.is_done() {
-                return Err(Status::new(Code::Uninitialized, state.reason(&name)));
+                return Err(state.refusal(&name));
             }
             Ok(GetMachineStatusResponse {
                 provider_id: c.provider_id(),
@@ -1721,6 +1921,10 @@ mod tests {
         let s = answered(400, "invalid mount config");
         assert_eq!(s.code, Code::InvalidArgument);
         assert!(s.message.contains("invalid mount config"));
+        // The Engine's words may repeat a spec's bytes: no control character reaches the caller.
+        let s = answered(400, "bad path \"/x\u{1b}[31m\n\u{85}y\"");
+        assert!(!s.message.chars().any(char::is_control), "{s:?}");
+        assert!(s.message.contains("/x [31m  y"), "{s:?}");
         assert_eq!(answered(404, "no such container").code, Code::NotFound);
         assert_eq!(answered(409, "removal in progress").code, Code::Unavailable);
         let s = answered(
@@ -1745,6 +1949,27 @@ mod tests {
     }
 
     #[test]
+    fn a_mount_may_not_lie_strictly_inside_another_machines_writable_one() {
+        let w = |p: &str| (p.to_owned(), true);
+        let r = |p: &str| (p.to_owned(), false);
+        // Inside another's writable mount, or writable around another's: refused either way.
+        assert!(crossing(&[r("/m/root/w")], &[w("/m/root")]).is_some());
+        assert!(crossing(&[w("/m/root")], &[r("/m/root/w")]).is_some());
+        assert!(crossing(&[w("/m/root/w")], &[w("/m/root")]).is_some());
+        // Equal sources, read-only outer ones, and neighbours are fine.
+        assert_eq!(crossing(&[w("/m/root")], &[w("/m/root")]), None);
+        assert_eq!(crossing(&[r("/m/root/w")], &[r("/m/root")]), None);
+        assert_eq!(crossing(&[r("/m/root")], &[r("/m/root/w")]), None);
+        assert_eq!(crossing(&[w("/m/root")], &[w("/m/rooted")]), None);
+        assert_eq!(crossing(&[w("/m/a")], &[]), None);
+        let e = crossing(&[r("/m/root/w")], &[w("/m/root")]).unwrap();
+        assert!(
+            e.contains("lies inside another machine's writable mount"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn bootstrap_states_explain_themselves() {
         assert!(BootstrapState::Completed.is_done());
         assert!(BootstrapState::NotRequested.is_done());
@@ -1754,9 +1979,16 @@ mod tests {
             BootstrapState::Running("0123456789abcdef".into()),
             BootstrapState::Failed(3),
             BootstrapState::Lost("e".into()),
+            BootstrapState::Unknown,
         ] {
             assert!(!s.is_done());
             assert!(s.reason("m-1").contains("\"m-1\""), "{s:?}");
+            let code = if s == BootstrapState::Unknown {
+                Code::FailedPrecondition
+            } else {
+                Code::Uninitialized
+            };
+            assert_eq!(s.refusal("m").code, code, "{s:?}");
         }
         assert!(
             BootstrapState::Failed(3)

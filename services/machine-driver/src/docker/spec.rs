@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use bollard::models::{
     ContainerCreateBody, HostConfig, Mount, MountType, RestartPolicy, RestartPolicyNameEnum,
 };
-use domain::machine::{Machine, Secret};
+use domain::machine::{Machine, MachineClass, MachineRequest, Secret};
 use domain::orchestrator::normalize_base_path;
 use domain::{Quantity, Status, names};
 use serde::Deserialize;
@@ -45,6 +45,36 @@ pub const RESERVED_LABEL_PREFIX: &str = "berth.io/";
 /// Desktop read them as instructions) besides the driver's.
 pub const RESERVED_LABEL_PREFIXES: [&str; 2] = [RESERVED_LABEL_PREFIX, "com.docker."];
 
+/// The reserved prefix `key` falls under, if any ([`RESERVED_LABEL_PREFIXES`]), read without case
+/// (label keys are compared by tools that fold case, and `Berth.io/x` only looks different), the
+/// bare prefix (`berth.io`, `com.docker`) included.
+pub fn reserved_prefix(key: &str) -> Option<&'static str> {
+    let key = key.to_ascii_lowercase();
+    RESERVED_LABEL_PREFIXES
+        .into_iter()
+        .find(|p| key.starts_with(p) || key == p.trim_end_matches(['/', '.']))
+}
+
+/// The first label of an image (sorted by key) under a reserved prefix that the driver does not
+/// overwrite when it creates a container: the Engine copies an image's labels onto its containers,
+/// and neither the driver nor the Docker tools may take one of those from whoever built the image.
+/// The driver's own labels (scope, machine, UID, namespace, records) are set at create over
+/// whatever the image says, so they are harmless.
+pub fn foreign_image_label(labels: &HashMap<String, String>) -> Option<&str> {
+    let overwritten = [
+        LABEL_CLUSTER,
+        LABEL_ROLE,
+        LABEL_MACHINE,
+        LABEL_UID,
+        LABEL_RECORDS,
+        crate::provider::NAMESPACE_STAMP,
+    ];
+    let mut keys: Vec<&str> = labels.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    keys.into_iter()
+        .find(|k| reserved_prefix(k).is_some() && !overwritten.contains(k))
+}
+
 /// The capabilities a machine keeps: every other is dropped (`CapDrop: ALL`). What a root init and a
 /// bootstrap need to own, change and serve files and run programs as other users; not NET_RAW
 /// (forged packets on the shared bridge), MKNOD, SYS_CHROOT, AUDIT_WRITE, SETFCAP or SETPCAP, which
@@ -75,12 +105,12 @@ pub const SECRET_USER_DATA: &str = "userData";
 
 /// The directory in the container where the driver keeps the user data and the bootstrap's state.
 pub const STATE_DIR: &str = "/var/lib/berth";
+/// Container paths the Engine mounts itself; a mount there fails only when the container starts.
+const ENGINE_PATHS: [&str; 3] = ["/proc", "/sys", "/dev"];
 /// Where the user data is written in the container.
 pub const USER_DATA_PATH: &str = "/var/lib/berth/user-data";
-/// Where drivers before the bootstrap records ([`LABEL_RECORDS`]) wrote the bootstrap's exec id,
-/// inside the container. Only its existence is looked at now, and only for containers made before.
-pub const LEGACY_EXEC_PATH: &str = "/var/lib/berth/bootstrap.exec";
-/// Where those drivers wrote the bootstrap's exit code (read bounded, as a number, for them only).
+/// Where drivers before the bootstrap records ([`LABEL_RECORDS`]) wrote the bootstrap's exit code,
+/// inside the container (read bounded, as a number, for their containers only).
 pub const LEGACY_EXIT_PATH: &str = "/var/lib/berth/bootstrap.exit";
 
 /// Container label: set on every container this driver makes; its bootstrap is recorded in Docker
@@ -411,13 +441,31 @@ impl ProviderSpec {
                 .keys()
                 .filter_map(|k| k.strip_prefix(prefix))
                 .collect();
+            // Names go into label filters (`key=value`) and messages: Kubernetes' own grammar
+            // keeps separators, spaces and paths out (a cluster is a subdomain, a role a label).
+            let grammar = |name: &str| {
+                if prefix == CLUSTER_TAG {
+                    names::validate_dns1123_subdomain("", name, MAX_SCOPE_NAME).is_ok()
+                } else {
+                    names::validate_dns1123_label("", name).is_ok()
+                }
+            };
             match found.as_slice() {
+                [one] if grammar(one) => Some((*one).to_owned()),
                 [one]
                     if !one.is_empty()
                         && one.chars().count() <= MAX_SCOPE_NAME
                         && !has_control(one) =>
                 {
-                    Some((*one).to_owned())
+                    v.add(
+                        "tags",
+                        if prefix == CLUSTER_TAG {
+                            format!("the <name> of {prefix}<name> must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most {MAX_SCOPE_NAME} characters)")
+                        } else {
+                            format!("the <name> of {prefix}<name> must be a DNS-1123 label (lower-case letters, digits and '-', at most 63 characters)")
+                        },
+                    );
+                    None
                 }
                 [] | [_] => {
                     v.add(
@@ -533,10 +581,10 @@ impl ProviderSpec {
                 v.add(field, "must have at most 256 entries");
             }
             for (i, s) in list.iter().enumerate() {
-                if s.chars().count() > MAX_ARG_CHARS || s.contains('\0') {
+                if s.chars().count() > MAX_ARG_CHARS || has_control(s) {
                     v.add(
                         &format!("{field}[{i}]"),
-                        "must be at most 4096 characters without NUL",
+                        "must be at most 4096 characters without control characters (C0, DEL or C1)",
                     );
                 }
             }
@@ -559,10 +607,10 @@ impl ProviderSpec {
                     format!("{name:?} is not a variable name: letters, digits and '_', not starting with a digit"),
                 );
             }
-            if value.chars().count() > MAX_ENV_VALUE_CHARS || value.contains('\0') {
+            if value.chars().count() > MAX_ENV_VALUE_CHARS || has_control(value) {
                 v.add(
                     &format!("env[{name}]"),
-                    "must be at most 32768 characters without NUL",
+                    "must be at most 32768 characters without control characters (C0, DEL or C1)",
                 );
             }
         }
@@ -579,12 +627,10 @@ impl ProviderSpec {
             }
             if let Err(e) = names::validate_label_key("labels key", key) {
                 v.add("labels", e.message.trim_start_matches("labels key: "));
-            } else if let Some(prefix) =
-                RESERVED_LABEL_PREFIXES.iter().find(|p| key.starts_with(*p))
-            {
+            } else if let Some(prefix) = reserved_prefix(key) {
                 v.add(
                     &format!("labels[{key}]"),
-                    if *prefix == RESERVED_LABEL_PREFIX {
+                    if prefix == RESERVED_LABEL_PREFIX {
                         format!("keys under {RESERVED_LABEL_PREFIX} are the driver's own")
                     } else {
                         format!("keys under {prefix} are reserved: the Docker tools read them as instructions")
@@ -745,10 +791,23 @@ impl ProviderSpec {
             };
             let field = format!("mounts[{i}].containerPath");
             let target = match normalize_base_path(&field, &m.container_path) {
-                Ok(p) if p == STATE_DIR || p.starts_with(&format!("{STATE_DIR}/")) => {
+                // At the state directory, inside it, or at one of its ancestors (`/var/lib`,
+                // `/var`, `/`): each puts the secret user data into a host directory.
+                Ok(p) if is_within(&p, STATE_DIR) || is_within(STATE_DIR, &p) => {
                     v.add(
                         &field,
-                        format!("must not cover {STATE_DIR}, where the driver keeps the user data"),
+                        format!(
+                            "must not be {STATE_DIR}, inside it or above it: the driver keeps the user data there"
+                        ),
+                    );
+                    None
+                }
+                // The Engine makes these itself and refuses a mount there only when it starts the
+                // container (a 500, after the container was created).
+                Ok(p) if ENGINE_PATHS.contains(&p.as_str()) => {
+                    v.add(
+                        &field,
+                        format!("must not be {p}: the Docker Engine provides it"),
                     );
                     None
                 }
@@ -918,6 +977,25 @@ pub fn machine_name(machine: &Machine) -> Result<String, Status> {
     Ok(name.to_owned())
 }
 
+/// The request's other names: the machine's namespace (empty: `default`) a DNS-1123 label, the
+/// class's name (possibly empty) a DNS-1123 subdomain. Both reach labels, logs and messages.
+pub fn check_names(req: &MachineRequest) -> Result<(), Status> {
+    let namespace = req.machine.metadata.namespace.as_str();
+    if !namespace.is_empty() {
+        names::validate_dns1123_label("machine.metadata.namespace", namespace)?;
+    }
+    check_class_name(&req.machine_class)
+}
+
+/// The class's name (possibly empty): a DNS-1123 subdomain of at most 253 characters.
+pub fn check_class_name(class: &MachineClass) -> Result<(), Status> {
+    let name = class.metadata.name.as_str();
+    if name.is_empty() {
+        return Ok(());
+    }
+    names::validate_dns1123_subdomain("machineClass.metadata.name", name, 253)
+}
+
 /// The machine's UID (possibly empty): at most 128 ASCII letters, digits, `-`, `_` and `.`.
 pub fn machine_uid(machine: &Machine) -> Result<String, Status> {
     let uid = machine.metadata.uid.as_str();
@@ -999,8 +1077,8 @@ pub mod schema {
 
     use super::{
         CLUSTER_TAG, MAX_ARG_CHARS, MAX_ENV_VALUE_CHARS, MAX_LABEL_VALUE_CHARS, MAX_MACHINE_NAME,
-        MAX_PIDS, MAX_SCOPE_NAME, MAX_STOP_GRACE, MAX_UID_LEN, MIN_PIDS, PROVIDER_ID_PREFIX,
-        ROLE_TAG, SECRET_DOCKER_HOST, SECRET_USER_DATA, STATE_DIR,
+        MAX_PIDS, MAX_STOP_GRACE, MAX_UID_LEN, MIN_PIDS, PROVIDER_ID_PREFIX, ROLE_TAG,
+        SECRET_DOCKER_HOST, SECRET_USER_DATA,
     };
     use super::{
         MAX_INFO_CHARS, MAX_TAG_KEY_CHARS, MAX_TAG_VALUE_CHARS, MAX_TAGS, RESERVED_LABEL_PREFIXES,
@@ -1018,8 +1096,10 @@ pub mod schema {
     const REGISTRY: &str = "(localhost|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)+|[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3}))";
     /// A tag and a digest.
     const TAG_AND_DIGEST: &str = "(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@(sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?";
-    /// No NUL character.
-    pub const NO_NUL: &str = "^[^\\u0000]*$";
+    /// The container paths a mount may not take: the state directory, inside it or above it, and
+    /// the Engine's own `/proc`, `/sys` and `/dev` (the driver also reads `.` components).
+    pub const RESERVED_CONTAINER_PATH: &str =
+        "^/+(var/*|var/+lib/*|var/+lib/+berth(/.*)?|proc/*|sys/*|dev/*)$";
     /// No control character (C0, DEL or C1), as [`super::has_control`] says.
     pub const NO_CONTROL: &str = "^[^\\u0000-\\u001f\\u007f-\\u009f]*$";
     /// An environment variable's name ([`super::is_env_name`]).
@@ -1046,11 +1126,15 @@ pub mod schema {
     }
 
     /// A tag key starting with `prefix`, then a name of 1 to 253 characters without control ones.
+    /// A scope key: the cluster's name a DNS-1123 subdomain (its length, at most
+    /// [`super::MAX_SCOPE_NAME`], the driver checks), the role's a DNS-1123 label.
     fn scope_key(prefix: &str) -> String {
-        format!(
-            "^{}[^\\u0000-\\u001f\\u007f-\\u009f]{{1,{MAX_SCOPE_NAME}}}$",
-            prefix.replace('.', "\\.")
-        )
+        let name = if prefix == CLUSTER_TAG {
+            domain::schema::DNS1123_SUBDOMAIN
+        } else {
+            domain::schema::DNS1123_LABEL
+        };
+        format!("^{}{}", prefix.replace('.', "\\."), &name[1..])
     }
 
     fn scope_prefix(prefix: &str) -> String {
@@ -1117,20 +1201,21 @@ pub mod schema {
         p["image"] = json!({"type": "string", "maxLength": 512, "pattern": image_pattern()});
         p["pull"] = json!({"type": "string", "enum": ["", "Never", "IfNotPresent"], "description": "Never (the default: a missing image is 412) or IfNotPresent (from a registry BERTH_DOCKER_REGISTRIES allows, else 412)"});
         // `items` holds for the entries after `prefixItems`, so the first entry says it all again.
-        let mut first = text(MAX_ARG_CHARS, NO_NUL);
+        let mut first = text(MAX_ARG_CHARS, NO_CONTROL);
         first["minLength"] = json!(1);
         p["command"] = json!({
             "type": "array",
             "maxItems": 256,
-            "items": text(MAX_ARG_CHARS, NO_NUL),
+            "items": text(MAX_ARG_CHARS, NO_CONTROL),
             "prefixItems": [first]
         });
-        p["args"] = json!({"type": "array", "maxItems": 256, "items": text(MAX_ARG_CHARS, NO_NUL)});
+        p["args"] =
+            json!({"type": "array", "maxItems": 256, "items": text(MAX_ARG_CHARS, NO_CONTROL)});
         p["env"] = json!({
             "type": "object",
             "maxProperties": 256,
             "propertyNames": {"type": "string", "maxLength": 256, "pattern": ENV_NAME},
-            "additionalProperties": text(MAX_ENV_VALUE_CHARS, NO_NUL)
+            "additionalProperties": text(MAX_ENV_VALUE_CHARS, NO_CONTROL)
         });
         p["labels"] = json!({
             "type": "object",
@@ -1182,7 +1267,7 @@ pub mod schema {
                         "type": "string",
                         "maxLength": 4096,
                         "pattern": BASE_PATH_PATTERN,
-                        "not": {"pattern": format!("^/+{}(/|$)", STATE_DIR.trim_start_matches('/').replace('/', "/+"))}
+                        "not": {"pattern": RESERVED_CONTAINER_PATH}
                     },
                     "readOnly": {"type": "boolean"}
                 }
@@ -1558,7 +1643,7 @@ mod tests {
             ),
             (
                 json!({"args": ["a\u{0}b"]}),
-                "machineClass.providerSpec.args[0]: must be at most 4096 characters without NUL",
+                "machineClass.providerSpec.args[0]: must be at most 4096 characters without control characters (C0, DEL or C1)",
             ),
             (
                 json!({"env": {"1X": "v"}}),
@@ -1571,6 +1656,18 @@ mod tests {
             (
                 json!({"labels": {"com.docker.compose.project": "x"}}),
                 "machineClass.providerSpec.labels[com.docker.compose.project]: keys under com.docker. are reserved",
+            ),
+            (
+                json!({"labels": {"berth.io": "x"}}),
+                "machineClass.providerSpec.labels[berth.io]: keys under berth.io/ are the driver's own",
+            ),
+            (
+                json!({"labels": {"COM.Docker.compose.project": "x"}}),
+                "machineClass.providerSpec.labels[COM.Docker.compose.project]: keys under com.docker. are reserved",
+            ),
+            (
+                json!({"labels": {"com.docker": "x"}}),
+                "machineClass.providerSpec.labels[com.docker]: keys under com.docker. are reserved",
             ),
             (
                 json!({"labels": {"a b": "x"}}),
@@ -1606,7 +1703,31 @@ mod tests {
             ),
             (
                 json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/lib/berth"}]}),
-                "machineClass.providerSpec.mounts[0].containerPath: must not cover /var/lib/berth",
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/lib/berth/x"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/lib"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/var/"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /var/lib/berth, inside it or above it: the driver keeps the user data there",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/proc"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /proc: the Docker Engine provides it",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/sys"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /sys: the Docker Engine provides it",
+            ),
+            (
+                json!({"mounts": [{"hostPath": "/x", "containerPath": "/dev/"}]}),
+                "machineClass.providerSpec.mounts[0].containerPath: must not be /dev: the Docker Engine provides it",
             ),
             (
                 json!({"mounts": [{"hostPath": "/x", "containerPath": "rel"}]}),
@@ -1722,6 +1843,123 @@ mod tests {
     }
 
     #[test]
+    fn control_bytes_scope_grammar_and_request_names_are_400s_naming_the_field() {
+        let words = |extra: serde_json::Value| refused(extra);
+        for (extra, field) in [
+            (json!({"args": ["a\u{7}b"]}), "args[0]"),
+            (json!({"command": ["/x", "a\u{9b}b"]}), "command[1]"),
+            (json!({"env": {"A": "x\u{7f}"}}), "env[A]"),
+        ] {
+            let e = words(extra.clone());
+            assert!(
+                e.contains(&format!(
+                    "machineClass.providerSpec.{field}: must be at most"
+                )) && e.contains("without control characters"),
+                "{extra}: {e}"
+            );
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+        }
+        for (path_field, mount) in [
+            (
+                "containerPath",
+                json!({"hostPath": "/x", "containerPath": "/a\u{1}b"}),
+            ),
+            (
+                "hostPath",
+                json!({"hostPath": "/x\u{1}", "containerPath": "/a"}),
+            ),
+        ] {
+            let e = words(json!({"mounts": [mount]}));
+            assert!(
+                e.contains(&format!(
+                    "mounts[0].{path_field}: must not contain control characters"
+                )),
+                "{e}"
+            );
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+        }
+        for (tag, rule) in [
+            (
+                "kubernetes.io/cluster/../..",
+                "must be a DNS-1123 subdomain",
+            ),
+            (
+                "kubernetes.io/cluster/a b,c=d",
+                "must be a DNS-1123 subdomain",
+            ),
+            ("kubernetes.io/role/a.b", "must be a DNS-1123 label"),
+            ("kubernetes.io/role/A", "must be a DNS-1123 label"),
+        ] {
+            let mut tags =
+                json!({"kubernetes.io/cluster/c1": "1", "kubernetes.io/role/worker": "1"});
+            let prefix = [CLUSTER_TAG, ROLE_TAG]
+                .into_iter()
+                .find(|p| tag.starts_with(p))
+                .unwrap();
+            let obj = tags.as_object_mut().unwrap();
+            obj.retain(|k, _| !k.starts_with(prefix));
+            obj.insert(tag.to_owned(), json!("1"));
+            let e = ProviderSpec::decode(&json!({"image": "x", "tags": tags}))
+                .unwrap()
+                .scope()
+                .unwrap_err();
+            assert!(
+                e.message.contains("machineClass.providerSpec.tags") && e.message.contains(rule),
+                "{tag}: {e:?}"
+            );
+        }
+        let mut req = MachineRequest::default();
+        req.machine.metadata.namespace = "n".repeat(100_000);
+        let e = check_names(&req).unwrap_err();
+        assert!(
+            e.message.starts_with("machine.metadata.namespace: "),
+            "{e:?}"
+        );
+        assert!(e.message.len() < 1000, "{}", e.message.len());
+        req.machine.metadata.namespace = "team-a".into();
+        req.machine_class.metadata.name = "c".repeat(100_000);
+        let e = check_names(&req).unwrap_err();
+        assert!(
+            e.message.starts_with("machineClass.metadata.name: "),
+            "{e:?}"
+        );
+        assert!(e.message.len() < 1000, "{}", e.message.len());
+        req.machine_class.metadata.name = "a b".into();
+        assert!(check_names(&req).is_err());
+        req.machine_class.metadata.name = "docker-small.v1".into();
+        check_names(&req).unwrap();
+        req.machine.metadata.namespace.clear();
+        check_names(&req).unwrap();
+    }
+
+    #[test]
+    fn an_images_reserved_labels_are_foreign_unless_the_driver_sets_them() {
+        let labels = |keys: &[&str]| -> HashMap<String, String> {
+            keys.iter()
+                .map(|k| ((*k).to_owned(), "v".to_owned()))
+                .collect()
+        };
+        assert_eq!(
+            foreign_image_label(&labels(&[
+                "org.opencontainers.image.title",
+                LABEL_CLUSTER,
+                LABEL_RECORDS,
+                "berth.io/namespace"
+            ])),
+            None
+        );
+        for key in [
+            "com.docker.compose.project",
+            "berth.io/bootstrap-exec",
+            "Berth.io/cluster",
+            "berth.io",
+            "COM.DOCKER",
+        ] {
+            assert_eq!(foreign_image_label(&labels(&[key, "zz.other"])), Some(key));
+        }
+    }
+
+    #[test]
     fn names_uids_and_provider_ids() {
         let mut m = Machine::default();
         m.metadata.name = "worker-1.pool".into();
@@ -1830,6 +2068,33 @@ mod tests {
         }
 
         #[test]
+        fn reserved_container_paths() {
+            let reserved = re(RESERVED_CONTAINER_PATH);
+            for path in [
+                "/var",
+                "/var/",
+                "//var/lib",
+                "/var/lib/berth",
+                "/var/lib/berth/x",
+                "/proc",
+                "/sys/",
+                "/dev",
+                "/data",
+                "/var/log",
+                "/variable",
+                "/proc/x",
+                "/devices",
+                "/var/lib/berthx",
+            ] {
+                let refused = plan(json!({"mounts": [{"hostPath": "/x", "containerPath": path}]}))
+                    .unwrap_err()
+                    .message
+                    .contains("containerPath");
+                assert_eq!(reserved.is_match(path), refused, "{path}");
+            }
+        }
+
+        #[test]
         fn names_networks_and_memory() {
             let env = re(ENV_NAME);
             for case in ["A_B", "_x", "a1", "1X", "", "a-b", "ü", "A B"] {
@@ -1855,7 +2120,7 @@ mod tests {
 
         #[test]
         fn controls_and_provider_ids() {
-            let (no_nul, no_control) = (re(NO_NUL), re(NO_CONTROL));
+            let no_control = re(NO_CONTROL);
             for case in [
                 "plain",
                 "tab\there",
@@ -1866,7 +2131,6 @@ mod tests {
                 "",
             ] {
                 assert_eq!(no_control.is_match(case), !has_control(case), "{case:?}");
-                assert_eq!(no_nul.is_match(case), !case.contains('\0'), "{case:?}");
             }
             let pattern = re(&provider_id_pattern());
             for case in [
@@ -1904,6 +2168,10 @@ mod tests {
                 ),
                 (
                     json!({"kubernetes.io/cluster/ü": "1", "kubernetes.io/role/r": "1", "x": "y"}),
+                    false,
+                ),
+                (
+                    json!({"kubernetes.io/cluster/c.d-1": "1", "kubernetes.io/role/r-2": "1", "x": "y"}),
                     true,
                 ),
                 (json!({"kubernetes.io/role/r": "1"}), false),
@@ -1912,10 +2180,15 @@ mod tests {
                 assert_eq!(spec.scope().is_ok(), ok, "{tags}");
             }
             let mut tags = serde_json::Map::new();
-            tags.insert(
-                format!("kubernetes.io/cluster/{}", "ü".repeat(253)),
-                json!("1"),
-            );
+            let longest = [
+                "a".repeat(63),
+                "b".repeat(63),
+                "c".repeat(63),
+                "d".repeat(61),
+            ]
+            .join(".");
+            assert_eq!(longest.len(), 253);
+            tags.insert(format!("kubernetes.io/cluster/{longest}"), json!("1"));
             tags.insert("kubernetes.io/role/r".into(), json!("1"));
             let spec = ProviderSpec::decode(&json!({"tags": tags})).unwrap();
             assert!(spec.scope().is_ok());
