@@ -224,6 +224,21 @@ pub fn is_mutating(method: &Method, route: &str) -> bool {
         )
 }
 
+/// A caller-given text as the audit line writes it: as it is when it holds only the characters of
+/// names (so a log search finds `team-a/web-1` as written), otherwise quoted with every control
+/// character and quote escaped, so it can neither end the line nor pass for another field.
+fn audit_text(text: &str) -> std::borrow::Cow<'_, str> {
+    let plain = !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '/' | ':'));
+    if plain {
+        std::borrow::Cow::Borrowed(text)
+    } else {
+        std::borrow::Cow::Owned(format!("{text:?}"))
+    }
+}
+
 /// One mutating call's audit record, begun before the handler runs and written once after.
 pub(crate) struct Audit {
     token: String,
@@ -263,12 +278,14 @@ impl Audit {
     /// Writes the one line, with the answer's status as the outcome.
     pub(crate) fn finish(self, method: &Method, route: &str, status: u16) {
         let object = self.slot.take().unwrap_or_else(|| "-".to_owned());
+        // The object's name comes from the caller's body, unchecked when the call was refused: it
+        // is written quoted and escaped, so no name can end the line or forge another.
         tracing::info!(
             target: "berth::audit",
-            token = %self.token,
+            token = %audit_text(&self.token),
             namespaces = %self.namespaces,
             route = %format_args!("{method} {route}"),
-            object = %object,
+            object = %audit_text(&object),
             outcome = status,
             "audit"
         );
@@ -315,6 +332,20 @@ mod tests {
         headers.insert(NAMESPACES_HEADER, "a,UPPER".parse().unwrap());
         let refused = Caller::from_headers(&headers).unwrap_err();
         assert!(refused.to_string().contains(NAMESPACES_HEADER), "{refused}");
+    }
+
+    #[test]
+    fn an_object_name_cannot_end_the_audit_line_or_forge_another() {
+        let object = "team-a/x outcome=201\naudit token=admin namespaces=* \u{1b}[2K\r";
+        let written = audit_text(object);
+        assert!(!written.contains(['\n', '\r', '\u{1b}']), "{written}");
+        assert!(
+            written.starts_with('"') && written.ends_with('"'),
+            "{written}"
+        );
+        assert_eq!(audit_text("team-a/web-1"), "team-a/web-1");
+        assert_eq!(audit_text("-"), "-");
+        assert_eq!(audit_text("a b"), "\"a b\"");
     }
 
     #[test]

@@ -321,8 +321,9 @@ fn hidden(caller: &Caller, req: &MachineRequest, namespace: &str) -> Result<bool
 
 /// Refuses a CreateMachine that would make a namespace's machines more than the quota
 /// (`BERTH_QUOTA_MACHINES`), counted from the provider's own listing of the namespace's stamp (the
-/// driver keeps no state). A create of a machine that already has its VM (the same name and UID in
-/// the namespace: a retry, or MCM's periodic re-create) is never refused.
+/// driver keeps no state). A create of a machine that already has its VM where this create looks
+/// (the same name and UID in the namespace, found in the class's cluster: a retry, or MCM's periodic
+/// re-create) is never refused.
 async fn check_machine_quota(
     provider: &dyn Provider,
     req: &MachineRequest,
@@ -332,7 +333,14 @@ async fn check_machine_quota(
     let machines = provider.namespace_machines(req, namespace).await?;
     let m = &req.machine.metadata;
     if machines.iter().any(|l| l.name == m.name && l.uid == m.uid) {
-        return Ok(());
+        // Only a VM this create would adopt makes it a re-create: the same name and UID under
+        // another class's cluster tag is found nowhere the create looks, and would make a new VM.
+        match provider.get_machine_status(req).await {
+            Ok(_) => return Ok(()),
+            Err(s) if s.code == Code::Uninitialized => return Ok(()),
+            Err(s) if s.code == Code::NotFound => {}
+            Err(s) => return Err(s),
+        }
     }
     let used = u64::try_from(machines.len()).unwrap_or(u64::MAX);
     if used >= limit {

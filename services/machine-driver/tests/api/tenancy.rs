@@ -244,6 +244,14 @@ async fn a_namespace_has_at_most_the_quota_of_machines() {
         .as_tenant(&A, "/v1/machines:create", &in_namespace("m-q1", "team-a"))
         .await;
     assert_eq!(code, 200, "{answer}");
+    // The same name and UID under another cluster tag would make a new VM: counted, and refused.
+    let elsewhere = serde_json::to_string(&in_namespace("m-q1", "team-a"))
+        .unwrap()
+        .replace(CLUSTER_TAG, "kubernetes.io/cluster/shoot--elsewhere");
+    let elsewhere: Value = serde_json::from_str(&elsewhere).unwrap();
+    let (code, answer) = app.as_tenant(&A, "/v1/machines:create", &elsewhere).await;
+    assert_eq!(code, 429, "{answer}");
+    assert_eq!(app.instances_named("m-q1").len(), 1);
     // Another namespace has its own count.
     let (code, answer) = app
         .as_tenant(&B, "/v1/machines:create", &in_namespace("m-q3", "team-b"))
