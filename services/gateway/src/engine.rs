@@ -759,7 +759,7 @@ mod tests {
     /// What a parked connection costs is mostly its task's future, held for as long as the caller
     /// stays connected: it must not carry a served spell's state (hyper's connection, the service,
     /// the stall timer's interval, nested readiness futures, the `async fn`'s own copies of its
-    /// arguments). It was about 960 bytes with them; 376 (debug) and 368 (release) now.
+    /// arguments). It was 912 bytes with them (debug); 376 (debug) and 368 (release) now.
     #[tokio::test]
     async fn a_parked_connections_task_holds_only_the_parked_state() {
         let dir = tempfile::tempdir().unwrap();
