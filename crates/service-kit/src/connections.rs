@@ -47,18 +47,21 @@ impl Activity {
     /// Resolves once the connection has made no progress for a whole `period` while none of its
     /// calls was being answered: a caller that went quiet, or one sending a request head too slowly
     /// to finish (slow loris). Such a connection is closed between `period` and twice that after it
-    /// stalled. One timer per connection, firing once a period, rather than one per request.
+    /// stalled. One timer, firing once a period, rather than one per request; held in the future
+    /// itself (an interval would box its own), so making one costs no allocation.
     pub async fn stalled(&self, period: Duration) {
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let tick = tokio::time::sleep(period);
+        tokio::pin!(tick);
         let mut seen = self.progress.load(Ordering::Relaxed);
         loop {
-            ticks.tick().await;
+            tick.as_mut().await;
             let now = self.progress.load(Ordering::Relaxed);
             if now == seen && self.is_idle() {
                 return;
             }
             seen = now;
+            // A late tick delays the next one rather than bunching them up.
+            tick.as_mut().reset(tokio::time::Instant::now() + period);
         }
     }
 }

@@ -789,19 +789,26 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
 pub(crate) struct CallTimer(Option<Pin<Box<tokio::time::Sleep>>>);
 
 impl CallTimer {
+    /// The timer, set to fire at `deadline` (made on first use, reused after).
+    pub(crate) fn set(&mut self, deadline: tokio::time::Instant) -> Pin<&mut tokio::time::Sleep> {
+        match &mut self.0 {
+            Some(timer) => {
+                timer.as_mut().reset(deadline);
+                timer.as_mut()
+            }
+            empty => empty
+                .insert(Box::pin(tokio::time::sleep_until(deadline)))
+                .as_mut(),
+        }
+    }
+
     /// `work`'s output, or `None` if `deadline` passes first.
     pub(crate) async fn within<F: Future>(
         &mut self,
         deadline: tokio::time::Instant,
         work: F,
     ) -> Option<F::Output> {
-        let timer = match &mut self.0 {
-            Some(timer) => {
-                timer.as_mut().reset(deadline);
-                timer
-            }
-            empty => empty.insert(Box::pin(tokio::time::sleep_until(deadline))),
-        };
+        let mut timer = self.set(deadline);
         tokio::pin!(work);
         tokio::select! {
             biased;
