@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{ArgGroup, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Parser, Subcommand};
 
 /// Berth: machines and storage volumes behind one REST control plane.
 #[derive(Debug, Parser)]
@@ -49,16 +49,30 @@ pub struct Connection {
 }
 
 /// How to print results.
-#[derive(Debug, Clone, clap::Args)]
+#[derive(Debug, Clone, Copy, clap::Args)]
 pub struct Format {
-    /// How to print results.
-    #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
-    pub output: Output,
+    /// How to print results: table, wide, json, yaml, name (`volume/data`, one a line), or
+    /// jsonpath=TEMPLATE (kubectl's: `{.items[*].metadata.name}`, `{range .items[*]}{.spec.capacity}{"\n"}{end}`).
+    #[arg(short = 'o', long = "output", global = true, default_value = "table", value_parser = parse_shape)]
+    pub shape: Shape,
+    /// Tables without their header line.
+    #[arg(long, global = true)]
+    pub no_headers: bool,
 }
 
-/// Output formats.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Output {
+impl Format {
+    /// What the commands print with.
+    pub fn output(&self) -> Output {
+        Output {
+            shape: self.shape,
+            headers: !self.no_headers,
+        }
+    }
+}
+
+/// The forms a result can be printed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
     /// Aligned columns for people.
     Table,
     /// The table with more columns (labels, replicas, location).
@@ -67,13 +81,60 @@ pub enum Output {
     Json,
     /// The API's objects as YAML.
     Yaml,
+    /// `kind/name`, one a line, as `kubectl get -o name` prints.
+    Name,
+    /// The API's JSON through a kubectl JSONPath template (checked when parsed). Held for the whole
+    /// run, so leaked once rather than cloned through every call.
+    JsonPath(&'static str),
+}
+
+/// How a command prints: the shape, and whether tables have their header line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Output {
+    /// The form.
+    pub shape: Shape,
+    /// Tables print their header line (not with `--no-headers`).
+    pub headers: bool,
 }
 
 impl Output {
+    /// A plain table with headers.
+    pub const TABLE: Output = Output {
+        shape: Shape::Table,
+        headers: true,
+    };
+
     /// Whether this is one of the two table forms.
     pub fn is_table(self) -> bool {
-        matches!(self, Output::Table | Output::Wide)
+        matches!(self.shape, Shape::Table | Shape::Wide)
     }
+
+    /// Whether tables have their extra columns.
+    pub fn is_wide(self) -> bool {
+        self.shape == Shape::Wide
+    }
+}
+
+/// `-o`: one of the shapes, with `jsonpath=` followed by its template.
+fn parse_shape(s: &str) -> Result<Shape, String> {
+    Ok(match s {
+        "table" => Shape::Table,
+        "wide" => Shape::Wide,
+        "json" => Shape::Json,
+        "yaml" => Shape::Yaml,
+        "name" => Shape::Name,
+        _ => match s.strip_prefix("jsonpath=") {
+            Some(template) => {
+                crate::jsonpath::Template::parse(template)?;
+                Shape::JsonPath(Box::leak(template.to_owned().into_boxed_str()))
+            }
+            None => {
+                return Err(
+                    "must be table, wide, json, yaml, name or jsonpath=TEMPLATE".to_string()
+                );
+            }
+        },
+    })
 }
 
 /// The commands.
@@ -214,9 +275,20 @@ pub struct VolumeQuery {
     /// A label selector (`app=db,tier in (a,b)`).
     #[arg(short = 'l', long)]
     pub selector: Option<String>,
-    /// At most this many volumes (one page); all pages when absent.
+    /// At most this many volumes (one page); all pages when absent. When more exist, the table
+    /// says so on stderr with the `--continue` token for the next page (JSON and YAML carry it as
+    /// `continue`).
     #[arg(long)]
     pub limit: Option<u32>,
+    /// The next page of an earlier `--limit` listing (its `continue` token), with the same
+    /// namespace and selector.
+    #[arg(
+        long = "continue",
+        value_name = "TOKEN",
+        requires = "limit",
+        conflicts_with = "watch"
+    )]
+    pub continue_token: Option<String>,
     /// After listing, keep printing changes until interrupted (Ctrl-C).
     #[arg(short, long)]
     pub watch: bool,
@@ -276,9 +348,17 @@ pub enum VolumeCommand {
     /// List volumes (in the namespace `default` unless -n or -A says otherwise).
     #[command(visible_alias = "ls")]
     List(VolumeQuery),
-    /// Delete a volume (and, unless it says `reclaimPolicy=Retain`, its data).
+    /// Delete a volume (and, unless it says `reclaimPolicy=Retain`, its data); --wait until it is
+    /// gone.
     #[command(visible_alias = "rm")]
-    Delete(VolumeName),
+    Delete {
+        /// Which volume.
+        #[command(flatten)]
+        volume: VolumeName,
+        /// Waiting until the volume is gone.
+        #[command(flatten)]
+        wait: Wait,
+    },
     /// Show a volume's capacity and how much of it is used.
     Stats(VolumeName),
     /// List storage Berth made that no volume owns any more (left by a crash or a manual change).

@@ -3,6 +3,7 @@
 //!
 //! # Layout
 //! - [`args`]: the clap command tree.
+//! - [`jsonpath`]: kubectl's `-o jsonpath=` templates.
 //! - [`commands`]: machine, volume, orchestrator, `get` and token commands over the typed clients;
 //!   errors, exit codes and hints; `--wait` and `--watch`.
 //! - [`output`]: tables, JSON, YAML; sizes and ages for people.
@@ -14,6 +15,7 @@
 
 pub mod args;
 pub mod commands;
+pub mod jsonpath;
 pub mod output;
 pub mod up;
 
@@ -27,7 +29,7 @@ use crate::commands::{CliError, Ctx, EXIT_USAGE, HintContext};
 
 /// Parses `argv` and runs the command.
 pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match args::Cli::try_parse_from(argv) {
+    let cli = match args::Cli::try_parse_from(options_anywhere(argv)) {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
@@ -77,7 +79,7 @@ pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
         }
         Command::Get(group) => {
             connected(&group.connection, &mut context, |ctx| async move {
-                get(&ctx, group.format.output, &group.command).await
+                get(&ctx, group.format.output(), &group.command).await
             })
             .await
         }
@@ -89,6 +91,51 @@ pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// The options of the commands that reach the gateway and print ([`args::Connection`],
+/// [`args::Format`]) taking a value, and those that take none.
+const OPTIONS_WITH_VALUE: &[&str] = &["--server", "--token", "--request-timeout", "--output", "-o"];
+const FLAGS: &[&str] = &["--no-headers"];
+
+/// `argv` with the connection and output options given before the command moved to its end, so
+/// that `berth --server URL volume list` works as kubectl's global flags do. They belong to the
+/// commands that use them (see [`args`]), so a command that does not (`berth --server URL up`) is
+/// still refused with clap's usual error. Anything else stays where it is; nothing after a `--` is
+/// touched.
+fn options_anywhere(argv: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut argv = argv.into_iter();
+    let mut out: Vec<OsString> = argv.next().into_iter().collect();
+    let mut hoisted = Vec::new();
+    let mut rest: Vec<OsString> = Vec::new();
+    let mut before_command = true;
+    while let Some(arg) = argv.next() {
+        let text = arg.to_string_lossy();
+        if !before_command || text == "--" {
+            rest.push(arg);
+            rest.extend(argv.by_ref());
+            break;
+        }
+        let takes_value = OPTIONS_WITH_VALUE.contains(&text.as_ref());
+        let inline = OPTIONS_WITH_VALUE
+            .iter()
+            .any(|o| o.starts_with("--") && text.starts_with(&format!("{o}=")))
+            || (text.starts_with("-o") && text.len() > 2 && !text.starts_with("--"));
+        if takes_value {
+            hoisted.push(arg);
+            hoisted.extend(argv.next());
+        } else if inline || FLAGS.contains(&text.as_ref()) {
+            hoisted.push(arg);
+        } else {
+            before_command = text.starts_with('-');
+            out.push(arg);
+        }
+    }
+    let end = rest.iter().position(|a| a == "--").unwrap_or(rest.len());
+    out.extend(rest.drain(..end));
+    out.extend(hoisted);
+    out.extend(rest);
+    out
 }
 
 /// Checks the connection options, then runs `command` with them.
@@ -134,5 +181,43 @@ async fn get(ctx: &Ctx, output: args::Output, command: &GetCommand) -> Result<()
                 None => commands::orchestrator::list(&registry, *watch, output).await,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moved(line: &str) -> String {
+        let argv = line.split(' ').map(OsString::from);
+        let out: Vec<String> = options_anywhere(argv)
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        out.join(" ")
+    }
+
+    #[test]
+    fn connection_and_output_options_may_come_before_the_command() {
+        assert_eq!(
+            moved("berth --server http://h:1 -o json volume list -A"),
+            "berth volume list -A --server http://h:1 -o json"
+        );
+        assert_eq!(
+            moved("berth --token=t -ojson --no-headers get volumes"),
+            "berth get volumes --token=t -ojson --no-headers"
+        );
+        // Where they already are, and after `--`, nothing moves.
+        assert_eq!(
+            moved("berth volume list --server x"),
+            "berth volume list --server x"
+        );
+        assert_eq!(
+            moved("berth --server x machine create -f a -- --server y"),
+            "berth machine create -f a --server x -- --server y"
+        );
+        // A command that takes none of them still gets them, to refuse.
+        assert_eq!(moved("berth --server x up"), "berth up --server x");
+        assert_eq!(moved("berth --version"), "berth --version");
     }
 }

@@ -7,12 +7,15 @@ use std::io::Write;
 
 use serde::Serialize;
 
-use crate::args::Output;
+use crate::args::{Output, Shape};
 
 /// A result that can be printed: its API form (for JSON/YAML) and a table.
 pub struct Printable {
     /// The API's object.
     pub value: serde_json::Value,
+    /// `kind/name` of each object, for `-o name`; empty where the result is not objects (then
+    /// `-o name` prints each row's first cell).
+    pub names: Vec<String>,
     /// Column headers.
     pub headers: Vec<&'static str>,
     /// Rows of cells.
@@ -24,6 +27,7 @@ impl Printable {
     pub fn new(value: &impl Serialize, headers: Vec<&'static str>, rows: Vec<Vec<String>>) -> Self {
         Printable {
             value: serde_json::to_value(value).unwrap_or_default(),
+            names: Vec::new(),
             headers,
             rows,
         }
@@ -31,11 +35,13 @@ impl Printable {
 
     /// A printable of API objects that know their own table (`wide` for more columns).
     pub fn of<T: Tabular>(value: &impl Serialize, items: &[T], wide: bool) -> Self {
-        Printable::new(
+        let mut printable = Printable::new(
             value,
             T::headers(wide),
             items.iter().map(|i| i.row(wide)).collect(),
-        )
+        );
+        printable.names = items.iter().map(Tabular::name).collect();
+        printable
     }
 }
 
@@ -47,6 +53,8 @@ pub trait Tabular: Serialize {
     fn row(&self, wide: bool) -> Vec<String>;
     /// What identifies the object across two readings (for `--watch`).
     fn key(&self) -> String;
+    /// `kind/name`, as `-o name` prints it.
+    fn name(&self) -> String;
 }
 
 impl Tabular for domain::Volume {
@@ -87,6 +95,10 @@ impl Tabular for domain::Volume {
     fn key(&self) -> String {
         format!("{}/{}", self.metadata.namespace, self.metadata.name)
     }
+
+    fn name(&self) -> String {
+        format!("volume/{}", self.metadata.name)
+    }
 }
 
 impl Tabular for domain::Orchestrator {
@@ -126,6 +138,10 @@ impl Tabular for domain::Orchestrator {
 
     fn key(&self) -> String {
         self.name.clone()
+    }
+
+    fn name(&self) -> String {
+        format!("orchestrator/{}", self.name)
     }
 }
 
@@ -180,15 +196,19 @@ impl Columns {
     }
 }
 
-/// Formats rows as columns separated by three spaces, each as wide as its widest cell.
-pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+/// Formats rows as columns separated by three spaces, each as wide as its widest cell; the header
+/// line first unless `headers` is false (`--no-headers`), the columns as wide either way.
+pub fn table(headers: &[&str], rows: &[Vec<String>], with_headers: bool) -> String {
     let mut columns = Columns::default();
     columns.fit(headers);
     for row in rows {
         columns.fit(row);
     }
-    let mut out = columns.line(headers);
-    out.push('\n');
+    let mut out = String::new();
+    if with_headers {
+        out.push_str(&columns.line(headers));
+        out.push('\n');
+    }
     for row in rows {
         out.push_str(&columns.line(row));
         out.push('\n');
@@ -205,13 +225,28 @@ pub fn write_stdout(text: &str) -> std::io::Result<()> {
 
 /// `p` in the chosen format.
 pub fn render(p: &Printable, format: Output) -> String {
-    match format {
-        Output::Table | Output::Wide => table(&p.headers, &p.rows),
-        Output::Json => format!(
+    match format.shape {
+        Shape::Table | Shape::Wide => table(&p.headers, &p.rows, format.headers),
+        Shape::Json => format!(
             "{}\n",
             serde_json::to_string_pretty(&p.value).unwrap_or_default()
         ),
-        Output::Yaml => serde_yaml::to_string(&p.value).unwrap_or_default(),
+        Shape::Yaml => serde_yaml::to_string(&p.value).unwrap_or_default(),
+        Shape::Name => {
+            let names: Vec<&str> = if p.names.is_empty() {
+                p.rows
+                    .iter()
+                    .filter_map(|row| row.first().map(String::as_str))
+                    .collect()
+            } else {
+                p.names.iter().map(String::as_str).collect()
+            };
+            names.iter().map(|n| format!("{n}\n")).collect()
+        }
+        // Checked when the command line was parsed.
+        Shape::JsonPath(template) => crate::jsonpath::Template::parse(template)
+            .map(|t| t.render(&p.value))
+            .unwrap_or_else(|e| format!("{e}\n")),
     }
 }
 
@@ -347,17 +382,17 @@ mod tests {
 
     #[test]
     fn tables_align_columns() {
-        let t = table(
-            &["NAME", "PHASE"],
-            &[
-                vec!["a".into(), "Ready".into()],
-                vec!["longer-name".into(), "Failed".into()],
-            ],
-        );
+        let rows = [
+            vec!["a".into(), "Ready".into()],
+            vec!["longer-name".into(), "Failed".into()],
+        ];
+        let t = table(&["NAME", "PHASE"], &rows, true);
         assert_eq!(
             t,
             "NAME          PHASE\na             Ready\nlonger-name   Failed\n"
         );
+        let t = table(&["NAME", "PHASE"], &rows, false);
+        assert_eq!(t, "a             Ready\nlonger-name   Failed\n");
     }
 
     #[test]

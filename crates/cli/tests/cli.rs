@@ -154,6 +154,89 @@ fn volumes_and_orchestrators_through_the_cli() {
     let out = stack.berth(&["get", "orchestrators"]);
     assert!(stdout(&out).contains("local-test"), "{}", stdout(&out));
 
+    // Issue 32, points 5 and 6: kubectl habits. Options before the command (the environment's
+    // server is wrong, so only the moved --server can make this work).
+    let out = berth_with(
+        "http://127.0.0.1:9",
+        None,
+        &[
+            "--server",
+            &stack.url,
+            "--token",
+            &stack.admin_token,
+            "-o",
+            "name",
+            "volume",
+            "list",
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "volume/data\n");
+    let out = stack.berth(&["--server", &stack.url, "up"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "up takes no --server: {}",
+        stderr(&out)
+    );
+    let out = stack.berth(&["volume", "list", "-o", "jsonpath={.items[*].metadata.name}"]);
+    assert_eq!(stdout(&out), "data", "{}", stderr(&out));
+    let out = stack.berth(&[
+        "volume",
+        "list",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}={.spec.capacityBytes}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(stdout(&out), format!("data={}\n", 1536u64 << 20));
+    let out = stack.berth(&["volume", "list", "-o", "jsonpath={.items[}"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is not a path"), "{}", stderr(&out));
+    let out = stack.berth(&["volume", "list", "--no-headers"]);
+    let text = stdout(&out);
+    assert_eq!(text.lines().count(), 1, "{text}");
+    // Without the header, but as wide as with it.
+    assert!(text.starts_with("default     data "), "{text}");
+    // A page cut by --limit says how to get the next one; --continue gets it.
+    let out = stack.berth(&[
+        "volume",
+        "create",
+        "data2",
+        "--capacity",
+        "1Mi",
+        "--orchestrator",
+        "local-test",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = stack.berth(&["volume", "list", "--limit", "1"]);
+    let hint = stderr(&out);
+    assert!(
+        hint.contains("More volumes exist: add --limit 1 --continue "),
+        "{hint}"
+    );
+    let token = hint
+        .split("--continue ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_string();
+    let out = stack.berth(&[
+        "volume",
+        "list",
+        "--limit",
+        "1",
+        "--continue",
+        &token,
+        "-o",
+        "name",
+    ]);
+    assert_eq!(stdout(&out), "volume/data2\n", "{}", stderr(&out));
+    assert!(!stderr(&out).contains("More volumes"), "{}", stderr(&out));
+    let out = stack.berth(&["volume", "delete", "data2", "--wait"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("deleted (gone)"), "{}", stdout(&out));
+    let out = stack.berth(&["volume", "get", "data2"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+
     // Point 6: a namespace in the name and a different -n is a usage error, not one silently winning.
     let out = stack.berth(&["volume", "get", "default/data", "-n", "other"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

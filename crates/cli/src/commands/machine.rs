@@ -132,7 +132,7 @@ fn status_printable(r: &GetMachineStatusResponse) -> Printable {
 /// `berth machine …`.
 pub async fn run(ctx: &Ctx, format: &Format, command: &MachineCommand) -> Result<(), CliError> {
     let machines = client::machines::Client::new(ctx.client());
-    let output = format.output;
+    let output = format.output();
     let files = match command {
         MachineCommand::Providers => return providers(&machines, output).await,
         MachineCommand::VolumeIds { files } => {

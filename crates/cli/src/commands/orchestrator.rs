@@ -16,8 +16,8 @@ pub async fn run(
     command: &OrchestratorCommand,
 ) -> Result<(), CliError> {
     let registry = client::registry::Client::new(ctx.client());
-    let output = format.output;
-    let wide = output == Output::Wide;
+    let output = format.output();
+    let wide = output.is_wide();
     match command {
         OrchestratorCommand::Register {
             name,
@@ -113,7 +113,7 @@ pub async fn get(
     }
     let o = registry.get(name).await?;
     print(
-        &Printable::of(&o, std::slice::from_ref(&o), output == Output::Wide),
+        &Printable::of(&o, std::slice::from_ref(&o), output.is_wide()),
         output,
     );
     Ok(())
@@ -137,7 +137,7 @@ pub async fn list(
     }
     let list = registry.list().await?;
     print_list(
-        &Printable::of(&list, &list.items, output == Output::Wide),
+        &Printable::of(&list, &list.items, output.is_wide()),
         output,
         "No orchestrators found.",
     );

@@ -41,7 +41,7 @@ pub fn run(command: &TokenCommand) -> Result<(), CliError> {
         } => {
             let file = file_of(data_dir, tokens_file)?
                 .ok_or_else(|| CliError::Usage("give --data-dir or --tokens-file".into()))?;
-            list(&file, format.output)
+            list(&file, format.output())
         }
         TokenCommand::Revoke {
             name,
@@ -267,9 +267,9 @@ fn create(command: &TokenCommand) -> Result<(), CliError> {
             vec!["NAME", "TOKEN", "TOKENS-FILE LINE"],
             vec![vec![name.clone(), token.clone(), line.clone()]],
         ),
-        format.output,
+        format.output(),
     );
-    if format.output == Output::Table || format.output == Output::Wide {
+    if format.output().is_table() {
         match &file {
             Some(path) => eprintln!(
                 "The token is shown once. Added to {}; a running gateway picks it up within a second.",

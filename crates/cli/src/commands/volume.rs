@@ -10,8 +10,8 @@ use crate::output::{Printable, print, print_list, quantity};
 /// `berth volume …`.
 pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<(), CliError> {
     let storage = client::storage::Client::new(ctx.client());
-    let output = format.output;
-    let wide = output == Output::Wide;
+    let output = format.output();
+    let wide = output.is_wide();
     match command {
         VolumeCommand::Create {
             name,
@@ -79,13 +79,19 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<
         }
         VolumeCommand::Get { volume, watch: w } => get(&storage, volume, *w, output).await?,
         VolumeCommand::List(query) => list(&storage, query, output).await?,
-        VolumeCommand::Delete(VolumeName { name, namespace }) => {
+        VolumeCommand::Delete {
+            volume: VolumeName { name, namespace },
+            wait,
+        } => {
             let (ns, n) = split_name(name, namespace.as_deref())?;
             let r = storage.delete(&ns, &n).await?;
-            let said = if r.deleted {
-                "deleted"
-            } else {
-                "not found (nothing to delete)"
+            if wait.wait && r.deleted {
+                wait_gone(&storage, &ns, &n, wait.timeout).await?;
+            }
+            let said = match (r.deleted, wait.wait) {
+                (true, true) => "deleted (gone)",
+                (true, false) => "deleted",
+                (false, _) => "not found (nothing to delete)",
             };
             print(
                 &Printable::new(
@@ -169,7 +175,7 @@ pub async fn get(
     }
     let v = storage.get(&ns, &n).await?;
     print(
-        &Printable::of(&v, std::slice::from_ref(&v), output == Output::Wide),
+        &Printable::of(&v, std::slice::from_ref(&v), output.is_wide()),
         output,
     );
     Ok(())
@@ -208,7 +214,21 @@ pub async fn list(
         .await;
     }
     let list = match query.limit {
-        Some(_) => storage.list(&params).await?,
+        Some(limit) => {
+            let page = storage
+                .list(&client::storage::ListParams {
+                    continue_token: query.continue_token.clone(),
+                    ..params
+                })
+                .await?;
+            if let (Some(token), true) = (&page.continue_token, output.is_table()) {
+                // On stderr, so the table stays only rows; JSON and YAML carry the token.
+                eprintln!(
+                    "More volumes exist: add --limit {limit} --continue {token} (with the same -n/-A and -l) for the next page."
+                );
+            }
+            page
+        }
         None => domain::VolumeList {
             items: storage.list_all(&params).await?,
             continue_token: None,
@@ -219,11 +239,35 @@ pub async fn list(
         None => "No volumes found.".to_string(),
     };
     print_list(
-        &Printable::of(&list, &list.items, output == Output::Wide),
+        &Printable::of(&list, &list.items, output.is_wide()),
         output,
         &empty,
     );
     Ok(())
+}
+
+/// Waits until the volume `ns/name` is gone (its backend object removed, not only asked to be).
+async fn wait_gone(
+    storage: &client::storage::Client,
+    ns: &str,
+    name: &str,
+    timeout: std::time::Duration,
+) -> Result<(), CliError> {
+    until(
+        &format!("volume {ns}/{name} to be gone"),
+        timeout,
+        || async move {
+            match storage.get(ns, name).await {
+                Ok(v) => Ok(Step::Pending {
+                    state: format!("it is {}", v.status.phase),
+                    after: POLL,
+                }),
+                Err(e) if e.http_status == Some(404) => Ok(Step::Done(())),
+                Err(e) => not_now(e),
+            }
+        },
+    )
+    .await
 }
 
 async fn wait_ready(

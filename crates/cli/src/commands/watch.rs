@@ -16,7 +16,7 @@ use client::ClientError;
 use domain::Code;
 
 use super::CliError;
-use crate::args::Output;
+use crate::args::{Output, Shape};
 use crate::output::{Columns, Tabular, write_stdout};
 
 /// How often a watch looks again.
@@ -70,7 +70,7 @@ pub async fn watch<T: Tabular + Clone>(
     mut source: Source<'_, T>,
     output: Output,
 ) -> Result<(), CliError> {
-    let wide = output == Output::Wide;
+    let wide = output.is_wide();
     let mut headers = vec!["EVENT"];
     headers.extend(T::headers(wide));
     let mut columns = Columns::default();
@@ -144,8 +144,8 @@ fn render<T: Tabular>(
     wide: bool,
 ) -> String {
     let mut out = String::new();
-    match output {
-        Output::Table | Output::Wide => {
+    match output.shape {
+        Shape::Table | Shape::Wide => {
             let rows: Vec<Vec<String>> = events
                 .iter()
                 .map(|(event, item)| {
@@ -157,7 +157,7 @@ fn render<T: Tabular>(
             for row in &rows {
                 columns.fit(row);
             }
-            if first {
+            if first && output.headers {
                 out.push_str(&columns.line(headers));
                 out.push('\n');
             }
@@ -166,10 +166,24 @@ fn render<T: Tabular>(
                 out.push('\n');
             }
         }
-        Output::Json | Output::Yaml => {
+        Shape::Name => {
+            for (_, item) in events {
+                out.push_str(&item.name());
+                out.push('\n');
+            }
+        }
+        Shape::JsonPath(template) => {
+            // Checked when the command line was parsed; applied to each changed object.
+            if let Ok(template) = crate::jsonpath::Template::parse(template) {
+                for (_, item) in events {
+                    out.push_str(&template.render(&serde_json::to_value(item).unwrap_or_default()));
+                }
+            }
+        }
+        Shape::Json | Shape::Yaml => {
             for (event, item) in events {
                 let value = serde_json::json!({"type": event.as_str(), "object": item});
-                if output == Output::Json {
+                if output.shape == Shape::Json {
                     out.push_str(&value.to_string());
                     out.push('\n');
                 } else {
@@ -202,6 +216,9 @@ mod tests {
         fn key(&self) -> String {
             self.name.into()
         }
+        fn name(&self) -> String {
+            format!("thing/{}", self.name)
+        }
     }
 
     #[test]
@@ -228,7 +245,7 @@ mod tests {
             &headers,
             &mut columns,
             true,
-            Output::Table,
+            Output::TABLE,
             false,
         );
         assert_eq!(text, "EVENT     NAME   STATE\nDELETED   b      Ready\n");
@@ -237,7 +254,10 @@ mod tests {
             &headers,
             &mut columns,
             false,
-            Output::Json,
+            Output {
+                shape: Shape::Json,
+                headers: true,
+            },
             false,
         );
         assert_eq!(
