@@ -151,6 +151,8 @@ impl ClientError {
     fn transport(err: &reqwest::Error, base: &str) -> Self {
         let (code, what) = if err.is_timeout() {
             (Code::DeadlineExceeded, "timed out")
+        } else if err.is_connect() && names_dns(err) {
+            (Code::Unavailable, HOST_UNRESOLVED)
         } else if err.is_connect() {
             (Code::Unavailable, "could not connect")
         } else if err.is_decode() {
@@ -165,6 +167,23 @@ impl ClientError {
             retry_after: None,
         }
     }
+}
+
+/// How a call whose host name did not resolve is told: the name is wrong (or the resolver is
+/// down), which is not the same as nothing listening.
+pub const HOST_UNRESOLVED: &str = "could not resolve its host name";
+
+/// Whether the connect error came from resolving the host name: hyper-util's connector names it
+/// "dns error" in its cause chain, the only place the distinction survives.
+fn names_dns(err: &reqwest::Error) -> bool {
+    let mut cause: Option<&dyn std::error::Error> = std::error::Error::source(err);
+    while let Some(e) = cause {
+        if e.to_string().starts_with("dns error") {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 impl From<ClientError> for Status {

@@ -17,6 +17,11 @@ use crate::names::Labels;
 /// machine driver), so a client can tell it from the gateway refusing the caller's own Berth token.
 pub const CLOUD_KEY_REFUSED: &str = "not a Berth credential";
 
+/// Words in every answer about a machine whose bootstrap ended and will not run again (it failed,
+/// or its result was lost): still MCM's Uninitialized, but no retry makes it initialised, so a
+/// client tells it from "not yet" (the CLI exits 1 for it, not 3).
+pub const BOOTSTRAP_RUNS_ONCE: &str = "it runs only once";
+
 /// The parts of Kubernetes `ObjectMeta` Berth uses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -256,14 +256,16 @@ fn refuse_without_internal_token(
     match presented {
         Some(p) if token.ct_eq(p.as_bytes()) => None,
         _ => Some(
-            ApiError::from_code(
-                Code::Unauthenticated,
-                "this service requires the internal credential; call it through the gateway",
-            )
-            .into_response(),
+            ApiError::from_code(Code::Unauthenticated, INTERNAL_CREDENTIAL_REQUIRED)
+                .into_response(),
         ),
     }
 }
+
+/// What a service answers (401) to a call without the internal credential: a client that sees it was
+/// pointed at a service's port rather than the gateway's, and can say so.
+pub const INTERNAL_CREDENTIAL_REQUIRED: &str =
+    "this service requires the internal credential; call it through the gateway";
 
 /// Whether `response` is an error answer that is not problem+json yet.
 fn needs_problem(response: &Response) -> bool {

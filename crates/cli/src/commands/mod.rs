@@ -74,8 +74,9 @@ impl CliError {
                 }
             }
             CliError::Call(e) => match e.http_status {
-                // A VM not running yet is "come back later", though its status is a 409.
-                Some(_) if e.code() == Code::Uninitialized => EXIT_FAILED,
+                // A VM not running yet is "come back later", though its status is a 409; a
+                // bootstrap that ended for good is not.
+                Some(_) if e.code() == Code::Uninitialized && !bootstrap_ended(e) => EXIT_FAILED,
                 // What the server said decides: 4xx refused, except "too slow" and "too many".
                 Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => EXIT_REFUSED,
                 Some(_) => EXIT_FAILED,
@@ -113,6 +114,13 @@ impl CliError {
     }
 }
 
+/// Whether `e` says a machine's bootstrap ended and will never run again.
+fn bootstrap_ended(e: &ClientError) -> bool {
+    e.status
+        .message
+        .contains(domain::machine::BOOTSTRAP_RUNS_ONCE)
+}
+
 /// Whether the same call later might succeed.
 fn retry_may_help(code: Code) -> bool {
     matches!(
@@ -145,6 +153,16 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
         {
             None
         }
+        Some(401)
+            if e.status
+                .message
+                .contains(service_kit::middleware::INTERNAL_CREDENTIAL_REQUIRED) =>
+        {
+            Some(format!(
+                "{server} is one of Berth's services, not the gateway: point --server/BERTH_URL at \
+                 the gateway (`berth up` serves it on its --port-base, 8080 by default)"
+            ))
+        }
         Some(401) => Some(
             "the gateway did not accept the token from --token/BERTH_TOKEN (unknown, revoked or \
              expired: `berth token list` says which); `berth up` prints an admin token on its first \
@@ -152,6 +170,8 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
              adds a new one"
                 .into(),
         ),
+        // Its own message says to delete the machine.
+        Some(_) if e.code() == Code::Uninitialized && bootstrap_ended(e) => None,
         Some(_) if e.code() == Code::Uninitialized => Some(
             "retry once the VM runs (`berth machine create --wait` returns when it does)".into(),
         ),
@@ -169,6 +189,11 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
                 Some(what) => format!("{after}, or add --wait to keep retrying {what}"),
                 None => after,
             })
+        }
+        None if e.code() == Code::Unavailable && e.status.message.contains(client::HOST_UNRESOLVED) => {
+            Some(format!(
+                "the host in {server} does not resolve: check the name in --server/BERTH_URL"
+            ))
         }
         None if e.code() == Code::Unavailable => Some(format!(
             "nothing answered at {server}: is the stack running (`berth up`), and is \
@@ -225,6 +250,13 @@ pub fn normalise_server(text: &str) -> Result<String, CliError> {
         return Err(usage(
             "is empty; give the gateway's URL, like http://127.0.0.1:8080",
         ));
+    }
+    for scheme in ["http:", "https:"] {
+        if text.starts_with(scheme) && !text.contains("://") {
+            return Err(usage(&format!(
+                "{text:?} has a scheme without `//`; write it {scheme}//host:port"
+            )));
+        }
     }
     let with_scheme = if text.contains("://") {
         text.to_string()
@@ -451,6 +483,46 @@ mod tests {
             domain::machine::CLOUD_KEY_REFUSED
         ));
         assert_eq!(hint(&cloud, &context), None);
+    }
+
+    #[test]
+    fn a_service_port_and_an_ended_bootstrap_are_told_as_such() {
+        let context = HintContext {
+            server: Some("http://127.0.0.1:8083".into()),
+            wait_for: None,
+        };
+        let answer = |code, http, message: &str| ClientError {
+            status: domain::Status::new(code, message),
+            http_status: Some(http),
+            request_id: Some("r".into()),
+            retry_after: None,
+        };
+        let service = answer(
+            Code::Unauthenticated,
+            401,
+            service_kit::middleware::INTERNAL_CREDENTIAL_REQUIRED,
+        );
+        let said = hint(&service, &context).unwrap();
+        assert!(said.contains("not the gateway"), "{said}");
+        assert!(!said.contains("token"), "{said}");
+
+        let not_yet = answer(Code::Uninitialized, 409, "the VM is Starting");
+        assert_eq!(CliError::Call(not_yet.clone()).exit_code(), EXIT_FAILED);
+        assert!(
+            hint(&not_yet, &context)
+                .unwrap()
+                .contains("retry once the VM runs")
+        );
+        let ended = answer(
+            Code::Uninitialized,
+            409,
+            &format!(
+                "the bootstrap failed with exit code 3; {}: delete the machine",
+                domain::machine::BOOTSTRAP_RUNS_ONCE
+            ),
+        );
+        assert_eq!(CliError::Call(ended.clone()).exit_code(), EXIT_REFUSED);
+        assert_eq!(hint(&ended, &context), None);
     }
 
     #[test]

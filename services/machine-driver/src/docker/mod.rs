@@ -275,11 +275,13 @@ impl BootstrapState {
                 short(exec)
             ),
             BootstrapState::Failed(code) => format!(
-                "the bootstrap of machine {name:?} failed with exit code {code}; it runs only once: delete the machine to try again"
+                "the bootstrap of machine {name:?} failed with exit code {code}; {}: delete the machine to try again",
+                domain::machine::BOOTSTRAP_RUNS_ONCE
             ),
             BootstrapState::Lost(exec) => format!(
-                "the bootstrap of machine {name:?} (exec {}) ended without a recorded exit code; it runs only once: delete the machine to try again",
-                short(exec)
+                "the bootstrap of machine {name:?} (exec {}) ended without a recorded exit code; {}: delete the machine to try again",
+                short(exec),
+                domain::machine::BOOTSTRAP_RUNS_ONCE
             ),
             BootstrapState::Unknown => format!(
                 "the bootstrap of machine {name:?} was left by an earlier driver without a result this driver can read; it is never run again: delete the machine and create it anew"
