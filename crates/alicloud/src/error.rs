@@ -36,7 +36,9 @@ const NOT_FOUND_CODES: [&str; 5] = [
 ];
 
 /// `Invalid*.NotFound` codes that name a bad *input* (image, vSwitch, ...), not a missing target.
-const BAD_REFERENCE_CODES: [&str; 6] = [
+const BAD_REFERENCE_CODES: [&str; 8] = [
+    "InvalidRegionId.NotFound",
+    "InvalidRegionId.MalFormed",
     "InvalidImageId.NotFound",
     "InvalidVSwitchId.NotFound",
     "InvalidSecurityGroupId.NotFound",

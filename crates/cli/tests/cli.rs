@@ -319,9 +319,17 @@ fn volumes_and_orchestrators_through_the_cli() {
 
     // Issue 32, point 7: a name that does not resolve, a scheme without `//`, and a service's port
     // instead of the gateway's are each told as what they are.
-    let out = berth_with("http://no-such-host.invalid:8080", Some("x"), &["volume", "list"]);
+    let out = berth_with(
+        "http://no-such-host.invalid:8080",
+        Some("x"),
+        &["volume", "list"],
+    );
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    assert!(stderr(&out).contains("does not resolve"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("does not resolve"),
+        "{}",
+        stderr(&out)
+    );
     let out = berth_with("http:/127.0.0.1:8080", Some("x"), &["volume", "list"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("without `//`"), "{}", stderr(&out));

@@ -912,7 +912,11 @@ mod tests {
         .unwrap();
         let resp = emu
             .router()
-            .oneshot(v1_get("DescribeInstances", &[("RegionId", "r")], "n1"))
+            .oneshot(v1_get(
+                "DescribeInstances",
+                &[("RegionId", "cn-shanghai")],
+                "n1",
+            ))
             .await
             .unwrap();
         assert_eq!(resp.status(), StatusCode::BAD_REQUEST);

@@ -551,3 +551,20 @@ async fn the_openapi_document_says_what_a_17_carries() {
         assert!(extra[field].is_object(), "{field} in {extra}");
     }
 }
+
+/// Issue 32, point 9: with the emulator as its endpoint the driver takes any well-formed region, and
+/// the emulator refuses one ECS does not have, as ECS does; the driver tells it as the caller's
+/// mistake (400), not a missing machine, and no VM is made.
+#[tokio::test]
+async fn a_misspelt_region_makes_no_machine() {
+    let app = spawn_app().await;
+    let mut r = req("m-region");
+    r.machine_class.provider_spec["region"] = json!("cn-shanghia");
+    r.machine_class.provider_spec["zoneID"] = json!("cn-shanghia-b");
+    let e = app.machines.create(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+    assert!(e.status.message.contains("InvalidRegionId.NotFound"), "{e}");
+    assert_eq!(app.instances_named("m-region"), 0);
+    let e = app.machines.status(&r).await.unwrap_err();
+    assert_code(&e, Code::InvalidArgument, 400);
+}

@@ -88,6 +88,11 @@ pub(crate) fn dispatch(
     action: &str,
     p: &Params,
 ) -> Result<Value, EcsError> {
+    // Every action but DescribeRegions acts in a region; an action it does not have is refused
+    // as such first.
+    if action != "DescribeRegions" && ACTIONS.contains(&action) {
+        regions::check_region(p.get("RegionId").map(String::as_str))?;
+    }
     match action {
         "RunInstances" => run_instances(state, ctx, p),
         "DescribeInstances" => describe_instances(state, ctx, p),
@@ -124,7 +129,11 @@ pub(crate) mod tests_support {
             faults: &faults,
         };
         let mut p = Params::new();
-        for (k, v) in [("RegionId", "r"), ("ImageId", "img"), ("InstanceType", "t")] {
+        for (k, v) in [
+            ("RegionId", "cn-shanghai"),
+            ("ImageId", "img"),
+            ("InstanceType", "t"),
+        ] {
             p.insert(k.into(), v.into());
         }
         let a = run_instances(state, &ctx, &p).unwrap();

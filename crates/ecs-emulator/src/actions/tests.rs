@@ -354,3 +354,38 @@ fn seeding_ten_thousand_is_fast_and_pages_in_order() {
     // Generous bound for an unoptimised build on a loaded machine; O(n²) would be far slower.
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
+
+/// Issue 32, point 9: a region ECS does not have is refused as ECS refuses it, and makes nothing.
+#[test]
+fn an_unknown_region_is_refused_and_makes_nothing() {
+    let mut e = Env::new();
+    let err = e
+        .call(
+            "RunInstances",
+            &[
+                ("RegionId", "cn-shanghia"),
+                ("ImageId", "img"),
+                ("InstanceType", "ecs.t"),
+            ],
+        )
+        .unwrap_err();
+    assert_eq!(
+        (err.status.as_u16(), err.code.as_str()),
+        (404, "InvalidRegionId.NotFound")
+    );
+    assert!(e.state.instances.is_empty());
+    let err = e
+        .call("DescribeInstances", &[("RegionId", "mars-1")])
+        .unwrap_err();
+    assert_eq!(err.code, "InvalidRegionId.NotFound");
+    e.call("DescribeInstances", &[("RegionId", "eu-central-1")])
+        .unwrap();
+    let regions = e.call("DescribeRegions", &[]).unwrap();
+    assert!(
+        regions["Regions"]["Region"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["RegionId"] == "cn-shanghai")
+    );
+}
