@@ -418,9 +418,14 @@ pub async fn run(args: UpArgs) -> ExitCode {
     service_kit::memory::limit_footprint();
     let (reads, renamed) = stack_variables();
     let env = Env::from_process(&reads);
-    if let Err(e) = service_kit::config::check_names(&env, &reads, &renamed) {
-        eprintln!("berth up: {e}");
-        return ExitCode::from(2);
+    match service_kit::config::check_names(&env, &reads, &renamed) {
+        Ok(warnings) => warnings
+            .iter()
+            .for_each(|w| eprintln!("berth up: warning: {w}")),
+        Err(e) => {
+            eprintln!("berth up: {e}");
+            return ExitCode::from(2);
+        }
     }
     let _telemetry = match service_kit::telemetry::init("berth", &env) {
         Ok(g) => g,

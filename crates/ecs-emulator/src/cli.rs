@@ -290,9 +290,14 @@ pub async fn main() -> ExitCode {
     // Its logging and tracing settings, and its own (which clap also reads, under their new names).
     let reads = [service_kit::config::vars::TELEMETRY, VARS].concat();
     let env = service_kit::Env::from_process(&[]);
-    if let Err(e) = service_kit::config::check_names(&env, &reads, RENAMED) {
-        eprintln!("ecs-emulator: {e}");
-        return ExitCode::from(2);
+    match service_kit::config::check_names(&env, &reads, RENAMED) {
+        Ok(warnings) => warnings
+            .iter()
+            .for_each(|w| eprintln!("ecs-emulator: warning: {w}")),
+        Err(e) => {
+            eprintln!("ecs-emulator: {e}");
+            return ExitCode::from(2);
+        }
     }
     let _telemetry = match service_kit::telemetry::init("ecs-emulator", &env) {
         Ok(g) => g,

@@ -243,16 +243,23 @@ pub const TOOL_VARIABLES: &[&str] = &[
     "BERTH_EMULATOR_KEY_SECRET",
 ];
 
-/// The start-up check every binary runs before it reads a setting: refuses a `BERTH_*` variable
-/// that is not in `reads` (what the binary's components read), not a name `renamed` retires and not
-/// a tool's ([`is_tool_variable`]), naming the nearest known name, so `BERTH_INTERNAL_TOKN` stops
-/// the service instead of silently leaving the credential off; and refuses a `BERTH_*` variable set
-/// to the empty string. The binary then applies `renamed` with [`Env::migrate`] (once logging is up,
-/// so the deprecation warnings are seen).
-pub fn check_names(env: &Env, reads: &[&str], renamed: &[Renamed]) -> Result<(), ConfigError> {
+/// The start-up check every binary runs before it reads a setting. A `BERTH_*` variable that is not
+/// in `reads` (what the binary's components read), not a name `renamed` retires and not a tool's
+/// ([`is_tool_variable`]) is refused when it is a near miss of a known name (named in the error), so
+/// `BERTH_INTERNAL_TOKN` stops the service instead of silently leaving the credential off; any
+/// other unknown `BERTH_*` name (a shell's own `BERTH_BIN_DIR`, say) is only warned about: the
+/// warnings come back, for the binary to print. A `BERTH_*` variable set to the empty string is
+/// refused. The binary then applies `renamed` with [`Env::migrate`] (once logging is up, so the
+/// deprecation warnings are seen).
+pub fn check_names(
+    env: &Env,
+    reads: &[&str],
+    renamed: &[Renamed],
+) -> Result<Vec<String>, ConfigError> {
     let known = |name: &str| {
         reads.contains(&name) || renamed.iter().any(|r| r.old == name || r.new == name)
     };
+    let mut warnings = Vec::new();
     for (name, value) in &env.0 {
         if !name.starts_with("BERTH_") || is_tool_variable(name) {
             continue;
@@ -263,18 +270,22 @@ pub fn check_names(env: &Env, reads: &[&str], renamed: &[Renamed]) -> Result<(),
                 .copied()
                 .chain(renamed.iter().map(|r| r.new))
                 .filter(|c| c.starts_with("BERTH_"));
-            let hint = match nearest(name, candidates) {
-                Some(near) => format!("did you mean {near}?"),
-                None => "the README's Configuration section lists every variable".to_string(),
-            };
-            return Err(ConfigError {
-                var: name.clone(),
-                // Never the value: a misspelled credential is still a credential.
-                value: String::new(),
-                problem: format!(
-                    "is not a variable this program reads, and its setting would silently keep its default: {hint}"
-                ),
-            });
+            match nearest(name, candidates) {
+                Some(near) => {
+                    return Err(ConfigError {
+                        var: name.clone(),
+                        // Never the value: a misspelled credential is still a credential.
+                        value: String::new(),
+                        problem: format!(
+                            "is not a variable this program reads, and its setting would silently keep its default: did you mean {near}?"
+                        ),
+                    });
+                }
+                None => warnings.push(format!(
+                    "{name} is not a variable this program reads (ignored; the README's Configuration section lists every variable)"
+                )),
+            }
+            continue;
         }
         if value.is_empty() {
             return Err(ConfigError {
@@ -285,13 +296,14 @@ pub fn check_names(env: &Env, reads: &[&str], renamed: &[Renamed]) -> Result<(),
             });
         }
     }
-    Ok(())
+    Ok(warnings)
 }
 
 /// The candidate closest to `name` by edit distance, when close enough to be a slip of the keyboard
-/// (at most a third of the name's letters, at least two) rather than another name altogether.
+/// (a letter missing, added, changed, or two swapped: at most two edits) rather than another name
+/// altogether (`BERTH_BIN_DIR` is three from `BERTH_DATA_DIR`, and a tool's own).
 fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.len() / 3).max(2);
+    let limit = 2;
     candidates
         .map(|c| (edit_distance(name, c), c))
         .filter(|(d, _)| *d <= limit)
@@ -900,11 +912,23 @@ mod tests {
         let e =
             check_names(&Env::from_pairs([("BERTH_NEW_NAM", "x")]), READS, RENAMED).unwrap_err();
         assert!(e.problem.contains("did you mean BERTH_NEW_NAME?"), "{e}");
-        // Nothing close: the README, not a guess.
-        let e =
-            check_names(&Env::from_pairs([("BERTH_WHATEVER", "1")]), READS, RENAMED).unwrap_err();
-        assert!(!e.problem.contains("did you mean"), "{e}");
-        assert!(e.problem.contains("README"), "{e}");
+        // Nothing close (a tool's own variable in the caller's shell): a warning naming the README,
+        // not a refusal and not a guess.
+        // Spelled at run time: a test scans this file's literals for names the kit reads.
+        let bin_dir = format!("{}_BIN_DIR", "BERTH");
+        let warnings = check_names(
+            &Env::from_pairs([(bin_dir.as_str(), "/opt/berth/bin")]),
+            &[READS, &["BERTH_DATA_DIR"]].concat(),
+            RENAMED,
+        )
+        .unwrap();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("BERTH_BIN_DIR is not"),
+            "{warnings:?}"
+        );
+        assert!(warnings[0].contains("README"), "{warnings:?}");
+        assert!(!warnings[0].contains("/opt/berth"), "{warnings:?}");
     }
 
     #[test]

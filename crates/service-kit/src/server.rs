@@ -424,9 +424,14 @@ where
             return ExitCode::from(2);
         }
     }
-    if let Err(e) = crate::config::check_names(&env, &reads, renamed) {
-        eprintln!("{name}: {e}");
-        return ExitCode::from(2);
+    match crate::config::check_names(&env, &reads, renamed) {
+        Ok(warnings) => warnings
+            .iter()
+            .for_each(|w| eprintln!("{name}: warning: {w}")),
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            return ExitCode::from(2);
+        }
     }
     if std::env::args().nth(1).as_deref() == Some("healthcheck") {
         let addr = match crate::config::listen_addr(&env, default_port) {

@@ -157,7 +157,9 @@ pub fn run(args: &[String], env: &Env, out: &mut dyn Write) -> Result<bool, Mint
         .chain(crate::VARS)
         .copied()
         .collect();
-    service_kit::config::check_names(env, &reads, crate::RENAMED)?;
+    for warning in service_kit::config::check_names(env, &reads, crate::RENAMED)? {
+        eprintln!("gateway: warning: {warning}");
+    }
     let env = &env.clone().migrate(crate::RENAMED)?;
     let path = env
         .get(crate::env_vars::TOKENS_FILE)

@@ -139,3 +139,24 @@ fn gateway_token_refuses_a_misspelled_variable_as_a_start_does() {
     assert!(out.stdout.is_empty(), "no token is minted");
     assert!(!dir.path().join("tokens").exists());
 }
+
+/// Issue 32, point 11: a `BERTH_*` name that is no near miss of a setting (a tool's own, in the
+/// caller's shell) is warned about, not refused.
+#[test]
+fn an_unknown_variable_that_is_no_near_miss_only_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["token", "create", "--admin", "--name", "ops"])
+        .env("BERTH_DATA_DIR", dir.path())
+        .env("BERTH_BIN_DIR", "/opt/berth/bin")
+        .output()
+        .expect("the gateway binary runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: BERTH_BIN_DIR is not a variable this program reads"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("/opt/berth"), "{stderr}");
+    assert!(dir.path().join("tokens").exists(), "the token was minted");
+}
