@@ -363,7 +363,8 @@ pub struct VolumeStats {
     /// Bytes in use on the backend; absent when the backend cannot tell (see `source`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_bytes: Option<u64>,
-    /// Bytes still free on the file system that holds it, when the backend knows.
+    /// What the volume can still take, in bytes: its capacity less what it uses, and no more than
+    /// the file system holding it has free ([`still_available`]); absent when neither is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_bytes: Option<u64>,
     /// Where the backend keeps it.
@@ -371,6 +372,17 @@ pub struct VolumeStats {
     /// How `usedBytes` was measured: `walk` (allocated blocks of every file), `file` (allocated blocks
     /// of the sparse file), `docker` (the Engine's usage data), or `unavailable`.
     pub source: String,
+}
+
+/// What a volume of `capacity` bytes can still take: its capacity less `used` (nothing once it
+/// holds more than its capacity, as a directory can), and no more than the `free` bytes of the file
+/// system holding it. `None` when neither the use nor the free space is known.
+pub fn still_available(capacity: u64, used: Option<u64>, free: Option<u64>) -> Option<u64> {
+    let within = used.map(|used| capacity.saturating_sub(used));
+    match (within, free) {
+        (Some(within), Some(free)) => Some(within.min(free)),
+        (within, free) => within.or(free.map(|free| free.min(capacity))),
+    }
 }
 
 /// A backend object that Berth placed or labelled but that no volume owns (a leftover of a crash, or of
@@ -450,6 +462,17 @@ fn whole_number<'de, D: serde::Deserializer<'de>>(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn what_a_volume_can_still_take_is_bounded_by_its_capacity_and_the_disk() {
+        assert_eq!(still_available(100, Some(30), Some(1_000)), Some(70));
+        assert_eq!(still_available(100, Some(30), Some(10)), Some(10));
+        assert_eq!(still_available(100, Some(300), Some(1_000)), Some(0));
+        assert_eq!(still_available(100, None, Some(1_000)), Some(100));
+        assert_eq!(still_available(100, Some(30), None), Some(70));
+        assert_eq!(still_available(100, None, None), None);
+    }
+
     use super::*;
 
     #[test]

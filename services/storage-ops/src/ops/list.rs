@@ -235,7 +235,11 @@ impl Ops {
             uid: row.uid,
             capacity_bytes: row.capacity_bytes,
             used_bytes: usage.used_bytes,
-            available_bytes: usage.available_bytes,
+            available_bytes: domain::volume::still_available(
+                row.capacity_bytes,
+                usage.used_bytes,
+                usage.available_bytes,
+            ),
             location: row.location,
             source: usage.source.to_string(),
         })

@@ -179,13 +179,24 @@ async fn sparse_files_and_directories_report_stats() {
     assert_eq!(stats.capacity_bytes, 64 << 20);
     assert_eq!(stats.source, "file");
     assert!(stats.used_bytes.unwrap() < 1 << 20, "sparse: {stats:?}");
-    assert!(stats.available_bytes.is_some());
+    // Issue 32, point 12: what the volume can still take, not the host file system's free space.
+    assert_eq!(
+        stats.available_bytes,
+        Some((64 << 20) - stats.used_bytes.unwrap()),
+        "{stats:?}"
+    );
 
-    let (d, _) = app.storage.add(&profile("dir", "1Gi")).await.unwrap();
+    let (d, _) = app.storage.add(&profile("dir", "1Mi")).await.unwrap();
     std::fs::write(Path::new(&d.status.location).join("f"), vec![7u8; 100_000]).unwrap();
     let stats = app.storage.stats("team", "dir").await.unwrap();
     assert_eq!(stats.source, "walk");
-    assert!(stats.used_bytes.unwrap() >= 100_000, "{stats:?}");
+    let used = stats.used_bytes.unwrap();
+    assert!(used >= 100_000, "{stats:?}");
+    assert_eq!(stats.available_bytes, Some((1 << 20) - used), "{stats:?}");
+    // Written past its capacity (a directory cannot stop it): nothing left, not a wrap-around.
+    std::fs::write(Path::new(&d.status.location).join("g"), vec![7u8; 2 << 20]).unwrap();
+    let stats = app.storage.stats("team", "dir").await.unwrap();
+    assert_eq!(stats.available_bytes, Some(0), "{stats:?}");
 
     let e = app.storage.stats("team", "nope").await.unwrap_err();
     assert_eq!(code(&e), Code::NotFound);
