@@ -364,7 +364,7 @@ pub struct VolumeStats {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_bytes: Option<u64>,
     /// What the volume can still take, in bytes: its capacity less what it uses, and no more than
-    /// the file system holding it has free ([`still_available`]); absent when neither is known.
+    /// the file system holding it has free; absent when neither is known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_bytes: Option<u64>,
     /// Where the backend keeps it.
