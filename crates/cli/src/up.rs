@@ -446,7 +446,16 @@ pub async fn run(args: UpArgs) -> ExitCode {
         Ok(built) => built,
         Err(e) => {
             eprintln!("berth up: {e}");
-            return ExitCode::FAILURE;
+            // A refused setting is the command line's (and environment's) mistake, exit code 2 as
+            // every service binary says it; anything else (a port taken, a disk) is 1.
+            return if e
+                .downcast_ref::<service_kit::config::ConfigError>()
+                .is_some()
+            {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            };
         }
     };
     // Every listener is bound: from here on the stack will serve, so a token made now will be shown.

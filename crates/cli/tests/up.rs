@@ -298,3 +298,19 @@ fn up_refuses_a_misspelled_variable_before_starting_anything() {
     assert!(stdout(&out).is_empty(), "nothing started: {}", stdout(&out));
     assert!(!data.path().join("tokens").exists());
 }
+
+/// Issue 32, point 7: a refused value stops `berth up` with exit code 2, as it stops every service
+/// binary, naming the variable.
+#[test]
+fn up_exits_2_on_a_refused_value_as_every_service_does() {
+    let data = tempfile::tempdir().unwrap();
+    let out = common::up_command(free_port_base(), data.path())
+        .env("BERTH_RATE_LIMIT_RPS", "abc")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("BERTH_RATE_LIMIT_RPS"), "{err}");
+}
