@@ -66,6 +66,24 @@ async fn each_service_serves_its_own_series_each_with_help() {
             service == "gateway",
             "{service}: the gateway's upstream metrics are on its page only"
         );
+        // Issue 32, point 2: every page says which service and version it is, and the process's
+        // standard series.
+        assert!(
+            page.contains(&format!(
+                "berth_build_info{{service=\"{service}\",version=\""
+            )),
+            "{service}: {page}"
+        );
+        for name in [
+            "process_resident_memory_bytes",
+            "process_cpu_seconds_total",
+            "process_open_fds",
+        ] {
+            assert!(
+                page.contains(&format!("\n{name} ")),
+                "{service}: no {name}: {page}"
+            );
+        }
         let help = described(&page);
         for name in sampled(&page) {
             assert!(help.contains(&name), "{service}: {name} has no # HELP line");

@@ -544,6 +544,7 @@ pub fn router(emulator: Emulator) -> Router {
     Router::new()
         .route("/", get(ecs).post(ecs))
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
         .route("/_emulator/state", get(admin_state))
         .route("/_emulator/reset", post(admin_reset))
         .route("/_emulator/faults", get(admin_faults).put(admin_set_faults))
@@ -699,6 +700,65 @@ async fn admin_unpin(State(emu): State<Emulator>, Path(id): Path<String>) -> Res
     }
 }
 
+/// The emulator's Prometheus page: calls by action (an action it does not implement is `other`, so
+/// no caller's string becomes a label), the faults it injected, the requests it refused, the
+/// instances it holds, then the process series every Berth program serves.
+async fn metrics(State(emu): State<Emulator>) -> Response {
+    use std::fmt::Write as _;
+    let stats = emu.stats();
+    let instances = lock(&emu.inner.state).instances.len();
+    let mut calls: BTreeMap<&str, u64> = BTreeMap::new();
+    for (action, n) in &stats.calls {
+        let label = actions::ACTIONS
+            .iter()
+            .find(|a| **a == action.as_str())
+            .copied()
+            .unwrap_or("other");
+        *calls.entry(label).or_default() += n;
+    }
+    let mut page = String::from(
+        "# HELP ecs_emulator_calls_total Authenticated ECS calls by action, failed ones included.\n# TYPE ecs_emulator_calls_total counter\n",
+    );
+    for (action, n) in calls {
+        let _ = writeln!(page, "ecs_emulator_calls_total{{action=\"{action}\"}} {n}");
+    }
+    for (name, help, value) in [
+        (
+            "ecs_emulator_throttled_total",
+            "Calls answered Throttling by fault injection.",
+            stats.throttled,
+        ),
+        (
+            "ecs_emulator_server_errors_total",
+            "Calls answered 5xx by fault injection.",
+            stats.server_errors,
+        ),
+        (
+            "ecs_emulator_rejected_total",
+            "Requests refused before an action (signature, key, timestamp, nonce).",
+            stats.rejected,
+        ),
+    ] {
+        let _ = writeln!(
+            page,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+        );
+    }
+    let _ = writeln!(
+        page,
+        "# HELP ecs_emulator_instances Instances the emulated account holds.\n# TYPE ecs_emulator_instances gauge\necs_emulator_instances {instances}"
+    );
+    page.push_str(&service_kit::process_metrics::page("ecs-emulator"));
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        page,
+    )
+        .into_response()
+}
+
 async fn admin_stats(State(emu): State<Emulator>) -> Response {
     axum::Json(emu.stats()).into_response()
 }
@@ -845,6 +905,46 @@ mod tests {
         assert_eq!(status, StatusCode::OK, "{v}");
         assert_eq!(v["TotalCount"], 0);
         assert!(v["RequestId"].is_string());
+    }
+
+    /// Issue 32, point 2: the emulator serves `/metrics` (404 before), with calls by action and no
+    /// label from a caller's own action name.
+    #[tokio::test]
+    async fn metrics_count_calls_by_known_action_only() {
+        let emu = emulator();
+        send_v1(
+            &emu,
+            "DescribeInstances",
+            &[("RegionId", "cn-shanghai")],
+            "n1",
+        )
+        .await;
+        send_v1(&emu, "NoSuchActionOfMine", &[], "n2").await;
+        let answer = router(emu.clone())
+            .oneshot(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::OK);
+        let page = String::from_utf8(
+            answer
+                .into_body()
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes()
+                .to_vec(),
+        )
+        .unwrap();
+        assert!(
+            page.contains("ecs_emulator_calls_total{action=\"DescribeInstances\"} 1"),
+            "{page}"
+        );
+        assert!(!page.contains("NoSuchActionOfMine"), "{page}");
+        assert!(page.contains("ecs_emulator_instances 0"), "{page}");
+        assert!(
+            page.contains("berth_build_info{service=\"ecs-emulator\""),
+            "{page}"
+        );
     }
 
     #[tokio::test]

@@ -160,7 +160,7 @@ fn metrics_text(service: &'static str, prefixes: &'static [&'static str]) -> Res
     (
         StatusCode::OK,
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        crate::metrics::render_for(service, prefixes),
+        crate::metrics::render_for(service, prefixes) + &crate::process_metrics::page(service),
     )
         .into_response()
 }

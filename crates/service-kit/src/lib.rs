@@ -26,6 +26,8 @@
 //! - [`telemetry`]: logging (human or JSON), OpenTelemetry export over OTLP, W3C trace context.
 //! - [`metrics`]: the HTTP metrics and the `/metrics` page, declared and recorded the one way every
 //!   Berth metric is (`metric-families`, re-exported there).
+//! - [`process_metrics`]: the `process_*` and `berth_build_info` series every `/metrics` page ends
+//!   with.
 //! - [`health`]: liveness and readiness ([`health::NotReady`] says why not).
 //! - [`memory`]: the process's memory settings (transparent huge pages off), applied at start.
 //! - [`outbound`]: [`outbound::inject_propagation`], which adds `traceparent` and `x-request-id` to a
@@ -56,6 +58,7 @@ pub mod middleware;
 pub mod openapi;
 pub mod outbound;
 pub mod paths;
+pub mod process_metrics;
 pub mod protocol;
 pub mod query;
 pub mod request_id;
