@@ -17,13 +17,13 @@
 //! a `service` label keeps their series apart, and [`render_for`] renders one service's page.
 //!
 //! # Layout
-//! - [`Counter`], [`DurationHistogram`]: the two kinds of series, over [`LATENCY_BUCKETS`].
+//! - [`Counter`], [`DurationHistogram`] (over [`LATENCY_BUCKETS`]), [`Gauge`]: the kinds of series.
 //! - [`Family`]: a named metric with label names, holding a series per label set; [`Series`] is
 //!   what it can hold.
 //! - [`render`], [`render_for`]: the Prometheus text page.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -122,6 +122,53 @@ impl Counter {
     }
 }
 
+/// A gauge series: a value set from time to time (a count taken by a periodic pass), not on every
+/// request, so one cell rather than shards.
+pub struct Gauge {
+    value: AtomicI64,
+}
+
+impl Gauge {
+    /// Sets the value.
+    pub fn set(&self, value: i64) {
+        self.value.store(value, Ordering::Relaxed);
+    }
+
+    /// The value.
+    pub fn value(&self) -> i64 {
+        self.value.load(Ordering::Relaxed)
+    }
+}
+
+/// A sample's label set as the exposition format writes it: `{a="b"}`, or nothing when there are
+/// no labels.
+struct Braced<'a>(&'a str);
+
+impl std::fmt::Display for Braced<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, "{{{}}}", self.0)
+        }
+    }
+}
+
+impl Series for Gauge {
+    fn empty() -> Self {
+        Gauge {
+            value: AtomicI64::new(0),
+        }
+    }
+    const TYPE: &'static str = "gauge";
+    fn write(&self, name: &str, labels: &str, out: &mut String) {
+        let _ = writeln!(out, "{name}{} {}", Braced(labels), self.value());
+    }
+    fn count(&self) -> u64 {
+        u64::try_from(self.value()).unwrap_or(0)
+    }
+}
+
 /// One shard of a [`DurationHistogram`]: a count per bucket of [`LATENCY_BUCKETS`] (not cumulative;
 /// the last counts what is above them all) and the sum in nanoseconds.
 struct HistogramCells {
@@ -192,7 +239,7 @@ impl Series for Counter {
     }
     const TYPE: &'static str = "counter";
     fn write(&self, name: &str, labels: &str, out: &mut String) {
-        let _ = writeln!(out, "{name}{{{labels}}} {}", self.value());
+        let _ = writeln!(out, "{name}{} {}", Braced(labels), self.value());
     }
     fn count(&self) -> u64 {
         self.value()
@@ -220,8 +267,8 @@ impl Series for DurationHistogram {
             out,
             "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cumulative}"
         );
-        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
-        let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum{} {sum}", Braced(labels));
+        let _ = writeln!(out, "{name}_count{} {cumulative}", Braced(labels));
     }
     fn count(&self) -> u64 {
         DurationHistogram::count(self)
@@ -349,7 +396,7 @@ impl<S: Series> Rendered for Family<S> {
             let _ = writeln!(out, "# HELP {count_name} {count_help}");
             let _ = writeln!(out, "# TYPE {count_name} counter");
             for (labels, s) in &series {
-                let _ = writeln!(out, "{count_name}{{{labels}}} {}", s.count());
+                let _ = writeln!(out, "{count_name}{} {}", Braced(labels), s.count());
             }
         }
         let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
@@ -367,6 +414,20 @@ mod tests {
     static TEST_LATENCY: Family<DurationHistogram> =
         Family::new("test_latency_seconds", "Test.", &["who"]).with_count("test_total", "Test.");
     static TEST_COUNTER: Family<Counter> = Family::new("test_events_total", "Test.", &["kind"]);
+    static TEST_GAUGE: Family<Gauge> = Family::new("test_things", "Test.", &["phase"]);
+
+    #[test]
+    fn a_gauge_renders_its_last_value() {
+        let ready = TEST_GAUGE.series(&["Ready"]);
+        ready.set(5);
+        ready.set(3);
+        let text = render();
+        assert!(text.contains("# TYPE test_things gauge\n"), "{text}");
+        assert!(
+            text.lines().any(|l| l == "test_things{phase=\"Ready\"} 3"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn shards_add_up_across_threads_and_render_as_prometheus_text() {

@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::http::Method;
 use axum::response::Response;
 pub use metric_families::{
-    Counter, DurationHistogram, Family, LATENCY_BUCKETS, Series, render, render_for,
+    Counter, DurationHistogram, Family, Gauge, LATENCY_BUCKETS, Series, render, render_for,
 };
 
 /// Requests by service, method, route template and status, with their latency.

@@ -224,6 +224,7 @@ pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
     let registry = ops.clone();
     ServiceApp::new(NAME, api::routes(ops))
         .document_edits(api::document_links)
+        .metric_prefixes(&["berth_storage_"])
         .http_config(config.service.http.clone())
         // Readiness answers say what is wrong, never where (no internal host, port or path): the
         // details go to the log.

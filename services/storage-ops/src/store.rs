@@ -462,6 +462,23 @@ impl Store {
             .await
     }
 
+    /// How many volumes each orchestrator holds in each phase (for the metrics page).
+    pub async fn volume_counts(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
+        self.inner
+            .read
+            .read(|c| {
+                c.prepare_cached(
+                    "SELECT orchestrator, phase, COUNT(*) FROM volumes GROUP BY orchestrator, phase",
+                )?
+                .query_map([], |r| {
+                    let n: i64 = r.get(2)?;
+                    Ok((r.get(0)?, r.get(1)?, n.unsigned_abs()))
+                })?
+                .collect()
+            })
+            .await
+    }
+
     /// Every uid that owns a backend object: live volumes and retained ones.
     pub async fn owner_uids(&self) -> Result<HashSet<String>, StoreError> {
         self.inner

@@ -13,14 +13,46 @@
 //!   so it may hold data someone wants: reported, and removed only under
 //!   [`OrphanPolicy::Delete`].
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use service_kit::metrics::{DurationHistogram, Family, Gauge};
 
 use domain::{OrchestratorKind, Orphan, OrphanList, VolumePhase};
 
 use super::{Ops, reasons};
 use crate::backend::{Backend, Found, ObjectRef};
 use crate::store::VolumeRow;
+
+/// Reconcile passes, with how long each took.
+static RECONCILE_PASSES: Family<DurationHistogram> = Family::new(
+    "berth_storage_reconcile_duration_seconds",
+    "Time a reconcile pass took (finishing half-done volumes, scanning every backend).",
+    &[],
+)
+.with_count(
+    "berth_storage_reconcile_runs_total",
+    "Reconcile passes run.",
+);
+
+/// Orphans the last pass found.
+static ORPHANS_FOUND: Family<Gauge> = Family::new(
+    "berth_storage_orphans",
+    "Backend objects Berth made that no volume owns, as the last reconcile pass found them.",
+    &[],
+);
+
+/// Volumes by orchestrator and phase, as the last pass counted them. Orchestrator names are the
+/// operator's registrations and phases a closed set, so the series stay few.
+static VOLUMES: Family<Gauge> = Family::new(
+    "berth_storage_volumes",
+    "Volumes by orchestrator and phase, as the last reconcile pass counted them.",
+    &["orchestrator", "phase"],
+);
+
+/// The (orchestrator, phase) series the last pass set: one no longer counted is set to 0, not left
+/// at its old value.
+static VOLUME_SERIES: Mutex<BTreeSet<(String, String)>> = Mutex::new(BTreeSet::new());
 
 /// One object a scan found, with what the reconciler needs to deal with it.
 struct Scanned {
@@ -175,6 +207,7 @@ impl Ops {
     /// One reconcile pass: finish every half-done volume nobody is working on, settle the objects of
     /// adds that were stopped half-way, then deal with orphans as the policy says.
     pub async fn reconcile_once(&self) {
+        let started = std::time::Instant::now();
         match self.store.unfinished().await {
             Ok(rows) => {
                 for row in rows {
@@ -187,6 +220,13 @@ impl Ops {
         for problem in unscanned {
             tracing::warn!(%problem, "reconcile: a backend was not scanned");
         }
+        let orphans = scanned
+            .iter()
+            .filter(|s| !s.owned && !s.found.uncommitted)
+            .count();
+        ORPHANS_FOUND
+            .series(&[])
+            .set(i64::try_from(orphans).unwrap_or(i64::MAX));
         for Scanned {
             orphan,
             found,
@@ -201,6 +241,33 @@ impl Ops {
                 (false, false) => self.orphan(&orphan, &found, backend.as_ref()).await,
             }
         }
+        self.count_volumes().await;
+        RECONCILE_PASSES.series(&[]).record(started.elapsed());
+    }
+
+    /// Sets the volumes-by-orchestrator-and-phase gauges from the store.
+    async fn count_volumes(&self) {
+        let counts = match self.store.volume_counts().await {
+            Ok(counts) => counts,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: cannot count volumes for the metrics");
+                return;
+            }
+        };
+        let mut series = VOLUME_SERIES.lock().expect("volume series lock");
+        let now: BTreeSet<(String, String)> = counts
+            .iter()
+            .map(|(orchestrator, phase, _)| (orchestrator.clone(), phase.clone()))
+            .collect();
+        for (orchestrator, phase) in series.difference(&now) {
+            VOLUMES.series(&[orchestrator, phase]).set(0);
+        }
+        for (orchestrator, phase, n) in &counts {
+            VOLUMES
+                .series(&[orchestrator, phase])
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
+        *series = now;
     }
 
     /// An owned object still marked uncommitted: its add stopped between its commit and clearing the
