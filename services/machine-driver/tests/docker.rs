@@ -1716,7 +1716,13 @@ mod tenancy {
             .as_str()
             .unwrap()
             .to_owned();
-        let inspected = app.engine.inspect_container(&name, None).await.unwrap();
+        let a_container = format!("team-a_{name}");
+        assert_eq!(made["providerID"], format!("docker:///{a_container}"));
+        let inspected = app
+            .engine
+            .inspect_container(&a_container, None)
+            .await
+            .unwrap();
         let id = inspected.id.unwrap();
         let labels = inspected.config.unwrap().labels.unwrap();
         assert_eq!(labels["berth.io/namespace"], "team-a");
@@ -1770,18 +1776,41 @@ mod tenancy {
             assert_eq!(code, 200, "{answer}");
             learns_nothing(&answer, &never);
             let (code, answer) = app.as_tenant("team-b", "/v1/machines:create", &body).await;
-            assert_eq!(code, 409, "{answer}");
-            assert!(
-                answer["detail"].as_str().unwrap().contains("is taken"),
-                "{answer}"
-            );
             learns_nothing(&answer, &never);
-            if body["machine"]["metadata"]["uid"] != a_uid.as_str() {
-                // (The run id is in the name B sent itself; the old answer named the cluster.)
-                learns_nothing(&answer, &[&a_uid, "cluster"]);
+            if body["machine"]["metadata"]["uid"] == a_uid.as_str() {
+                // A's UID sent in B's namespace: a UID is one machine, and this one is not B's.
+                assert_eq!(code, 409, "{answer}");
+                assert!(
+                    answer["detail"].as_str().unwrap().contains("is taken"),
+                    "{answer}"
+                );
+            } else {
+                // B's own machine of the same name: made beside A's, in a container of B's
+                // namespace (before, the Engine's name clash told B that A's existed).
+                assert_eq!(code, 200, "{answer}");
+                assert_eq!(
+                    answer["providerID"],
+                    format!("docker:///team-b_{name}"),
+                    "{answer}"
+                );
+                learns_nothing(&answer, &[&a_uid]);
             }
         }
-        // The container is untouched, and only A lists it.
+        // A's container is untouched; B's stands beside it.
+        assert_eq!(app.containers().await.len(), 2);
+        let a_after = app
+            .engine
+            .inspect_container(&a_container, None)
+            .await
+            .unwrap();
+        assert_eq!(a_after.id.as_deref(), Some(id.as_str()));
+        let mut b_own = other_uid.clone();
+        b_own["machine"]["metadata"]["namespace"] = json!("team-b");
+        let (code, b_status) = app.as_tenant("team-b", "/v1/machines:status", &b_own).await;
+        assert_eq!(code, 200, "{b_status}");
+        learns_nothing(&b_status, &never);
+        let (code, _) = app.as_tenant("team-b", "/v1/machines:delete", &b_own).await;
+        assert_eq!(code, 200);
         assert_eq!(app.containers().await.len(), 1);
         let list = serde_json::to_value(ListMachinesRequest {
             machine_class: class.clone(),

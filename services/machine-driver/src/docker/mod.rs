@@ -978,6 +978,7 @@ impl Docker {
             self.check_neighbours(t, None, &own).await?;
             Some(gate)
         };
+        let container = spec::container_name(namespace, name);
         let mut body = plan.container(name, uid);
         body.labels
             .get_or_insert_default()
@@ -989,19 +990,19 @@ impl Docker {
                 .engine
                 .create_container(
                     Some(CreateContainerOptions {
-                        name: Some(name.to_owned()),
+                        name: Some(container.clone()),
                         ..CreateContainerOptions::default()
                     }),
                     body.clone(),
                 )
                 .await
-                .map_err(|e| EngineError::new(format!("creating container {name}"), e));
+                .map_err(|e| EngineError::new(format!("creating container {container}"), e));
             let e = match made {
                 Ok(made) => {
                     return match self.by_id(t, &made.id).await? {
                         Some(c) => Ok((c, true)),
                         None => Err(Status::unavailable(format!(
-                            "container {name} was removed right after it was created; retry"
+                            "container {container} was removed right after it was created; retry"
                         ))),
                     };
                 }
@@ -1011,7 +1012,7 @@ impl Docker {
                 // The name is taken: by a create of this machine that won the race (adopt it), or by
                 // another machine (one name is one machine).
                 Some(409) => {
-                    return match self.holder_of(t, name).await? {
+                    return match self.holder_of(t, &container).await? {
                         Some(c)
                             if t.scope.holds(&c.labels)
                                 && c.labels.get(LABEL_MACHINE).map(String::as_str)
@@ -1023,7 +1024,7 @@ impl Docker {
                         }
                         Some(_) => Err(name_taken(name)),
                         None => Err(Status::unavailable(format!(
-                            "the name of container {name} is held but no container shows it (being removed?); retry"
+                            "the name of container {container} is held but no container shows it (being removed?); retry"
                         ))),
                     };
                 }
@@ -1033,7 +1034,7 @@ impl Docker {
                         return Err(Status::new(
                             Code::FailedPrecondition,
                             format!(
-                                "{SPEC}: the Docker Engine cannot create container {name}: {}",
+                                "{SPEC}: the Docker Engine cannot create container {container}: {}",
                                 e.message()
                             ),
                         ));
@@ -1054,7 +1055,7 @@ impl Docker {
                     return Err(Status::new(
                         Code::FailedPrecondition,
                         format!(
-                            "{SPEC}: the Docker Engine cannot create container {name} after pulling {:?}: {}",
+                            "{SPEC}: the Docker Engine cannot create container {container} after pulling {:?}: {}",
                             plan.image.reference,
                             e.message()
                         ),

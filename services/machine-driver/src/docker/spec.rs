@@ -1019,12 +1019,35 @@ pub fn provider_id(name: &str) -> String {
     format!("{PROVIDER_ID_PREFIX}{name}")
 }
 
+/// The name of a machine's container: the machine's name in the `default` namespace (as it was
+/// before namespaces), `<namespace>_<machine>` in any other. Two namespaces may then hold machines of
+/// the same name, and neither learns of the other's through a name the Engine refuses as taken.
+/// `_` is in no namespace or machine name, so the two forms never name the same container.
+pub fn container_name(namespace: &str, machine: &str) -> String {
+    if namespace == service_kit::tenancy::DEFAULT_NAMESPACE {
+        machine.to_owned()
+    } else {
+        format!("{namespace}_{machine}")
+    }
+}
+
+/// Whether `name` is a container name [`container_name`] makes.
+fn is_container_name(name: &str) -> bool {
+    const FIELD: &str = "machine.spec.providerID";
+    let (namespace, machine) = match name.split_once('_') {
+        Some((namespace, machine)) => (Some(namespace), machine),
+        None => (None, name),
+    };
+    namespace.is_none_or(|n| names::validate_dns1123_label(FIELD, n).is_ok())
+        && names::validate_dns1123_subdomain(FIELD, machine, MAX_MACHINE_NAME).is_ok()
+}
+
 /// The container name a provider id names.
 pub fn decode_provider_id(provider_id: &str) -> Result<&str, Status> {
     const FIELD: &str = "machine.spec.providerID";
     provider_id
         .strip_prefix(PROVIDER_ID_PREFIX)
-        .filter(|name| names::validate_dns1123_subdomain(FIELD, name, MAX_MACHINE_NAME).is_ok())
+        .filter(|name| is_container_name(name))
         .ok_or_else(|| {
             Status::invalid(
                 FIELD,
@@ -1085,6 +1108,8 @@ pub mod schema {
     };
     use domain::orchestrator::{BASE_PATH_PATTERN, DOCKER_HOST_PATTERN};
 
+    /// A DNS-1123 label, unanchored.
+    const LABEL: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
     /// A DNS-1123 subdomain, unanchored.
     const SUBDOMAIN: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
     /// A path component of an image name.
@@ -1120,9 +1145,10 @@ pub mod schema {
         )
     }
 
-    /// `machine.spec.providerID` of a container: `docker:///<container name>`, or none.
+    /// `machine.spec.providerID` of a container: `docker:///<container name>`, or none; the name
+    /// is `[<namespace>_]<machine>` ([`super::container_name`]).
     pub fn provider_id_pattern() -> String {
-        format!("^(|{PROVIDER_ID_PREFIX}{SUBDOMAIN})$")
+        format!("^(|{PROVIDER_ID_PREFIX}({LABEL}_)?{SUBDOMAIN})$")
     }
 
     /// A tag key starting with `prefix`, then a name of 1 to 253 characters without control ones.
