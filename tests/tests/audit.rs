@@ -1,6 +1,7 @@
 //! Every mutating call through the stack leaves exactly one `berth::audit` event, written by the
-//! service that handled it (the gateway writes none), with the token's name, its namespaces, the
-//! route, the object and the outcome, and never the token (issue 30, point 6).
+//! service that handled it, or by the gateway when it refused the call for its token's scope (no
+//! service saw it), with the token's name, its namespaces, the route, the object and the outcome,
+//! and never the token (issue 30, point 6).
 //!
 //! The stack serves on many tasks and threads, so the capture is the process's global subscriber:
 //! this binary holds this one test.
@@ -113,6 +114,33 @@ async fn a_mutating_call_leaves_one_audit_event_naming_the_token_never_holding_i
             "{method} {path}"
         );
     }
+    // A token refused by the gateway for its scope: the one line is the gateway's, with no object
+    // (the body was never read).
+    let refused = stack
+        .call("POST", "/v1/volumes", Some("tok-volumes-read"))
+        .json(&json!({"name": "sneaky", "namespace": "tenant-a", "capacity": "1Mi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 403);
+    seen += 1;
+    let events = eventually("the refusal's audit line", Duration::from_secs(10), || {
+        let events = audit_events(&capture);
+        async move { (events.len() >= seen).then_some(events) }
+    })
+    .await;
+    assert_eq!(events.len(), seen, "one event for the refusal: {events:#?}");
+    assert_eq!(
+        *events.last().unwrap(),
+        json!({
+            "message": "audit",
+            "token": "volumes-read",
+            "namespaces": "*",
+            "route": "POST /v1/volumes",
+            "object": "-",
+            "outcome": 403,
+        })
+    );
     // The admin's registration at the start was audited too, as cluster-wide.
     let first = &audit_events(&capture)[0];
     assert_eq!(first["token"], "admin");

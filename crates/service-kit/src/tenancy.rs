@@ -239,6 +239,28 @@ fn audit_text(text: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// The audit line of a mutating call refused before any service saw it (the gateway's scope check):
+/// no service writes one for it, and an attempt to change what a token may not is what an audit is
+/// read for. The object is `-`: the refusal comes before the body is read. Such refusals count
+/// toward the token's rate, so these lines come no faster than its rate allows.
+pub fn audit_refused(
+    token: &str,
+    namespaces: &Namespaces,
+    method: &Method,
+    route: &str,
+    status: u16,
+) {
+    if !is_mutating(method, route) {
+        return;
+    }
+    Audit {
+        token: token.to_owned(),
+        namespaces: namespaces.to_string(),
+        slot: AuditSlot::default(),
+    }
+    .finish(method, route, status);
+}
+
 /// One mutating call's audit record, begun before the handler runs and written once after.
 pub(crate) struct Audit {
     token: String,

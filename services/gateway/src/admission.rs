@@ -114,6 +114,13 @@ impl Gateway {
             .with_retry_after(wait));
         }
         if !entry.allows(route.scope) {
+            service_kit::tenancy::audit_refused(
+                &entry.name,
+                &entry.namespaces,
+                request.method(),
+                route.template,
+                403,
+            );
             return Err(ApiError::from_code(
                 Code::PermissionDenied,
                 format!(

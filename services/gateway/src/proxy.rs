@@ -577,6 +577,15 @@ impl Forwarder {
                 upstream.count_response(status);
                 let (mut parts, body) = response.into_parts();
                 strip_hop_by_hop(&mut parts.headers);
+                if !body_in {
+                    // The upstream answered before the caller's body was all in: the rest will
+                    // never be read, so this connection ends after the answer. Said in the
+                    // answer, or a client that finished sending puts the connection back in its
+                    // pool and its next call goes out on a socket that is closing.
+                    parts
+                        .headers
+                        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+                }
                 Ok(Response::from_parts(parts, Body::new(body)))
             }
             Err(Failure::Timeout) => {

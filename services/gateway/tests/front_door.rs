@@ -192,8 +192,10 @@ async fn early_answering_upstream() -> String {
                      content-length: {}\r\nconnection: close\r\n\r\n",
                     body.len()
                 );
-                let _ = stream.write_all(answer.as_bytes()).await;
-                let _ = stream.write_all(body).await;
+                // One write, as hyper's server writes a small answer: an answer split in two could
+                // have its body overtaken by the reset this close sends.
+                let answer = [answer.as_bytes(), body].concat();
+                let _ = stream.write_all(&answer).await;
                 let _ = stream.flush().await;
                 // Read on a little so the close is orderly, as hyper's server does with a body it
                 // will not read, then go.
@@ -223,7 +225,7 @@ async fn an_upstream_answering_before_the_body_is_sent_is_heard_and_not_blamed()
         let answer = match answer {
             Ok(answer) => answer,
             // The gateway may close before reqwest has written all of its body.
-            Err(e) => panic!("round {round}: no answer: {e}"),
+            Err(e) => panic!("round {round}: no answer: {e:?}"),
         };
         assert_eq!(
             answer.status(),
