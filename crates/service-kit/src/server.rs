@@ -119,6 +119,7 @@ pub async fn serve_limited(
         // Answers are small and written whole: Nagle's algorithm would only hold them back.
         let _ = stream.set_nodelay(true);
         let router = router.clone();
+        let activity_for_close = activity.clone();
         connections.spawn(async move {
             let _registered = registered;
             let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
@@ -143,6 +144,12 @@ pub async fn serve_limited(
             tokio::select! {
                 _ = connection.as_mut() => {}
                 () = closing.cancelled() => {
+                    // With no call being answered (idle, or part-way through a head) it closes
+                    // now: a graceful close would wait up to the idle timeout for a slow head,
+                    // holding the descriptor the cap asked back. Calls being answered finish.
+                    if activity_for_close.is_idle() {
+                        return;
+                    }
                     connection.as_mut().graceful_shutdown();
                     let _ = connection.await;
                 }

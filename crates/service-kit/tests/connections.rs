@@ -125,3 +125,46 @@ async fn a_caller_that_writes_a_body_over_the_limit_before_reading_reads_the_413
         assert!(answer.contains(r#""status":413"#), "{answer}");
     }
 }
+
+/// Issue 30, point 5: a connection part-way through a request head (a slow loris) counts against the
+/// cap like an idle one, and one asked to make room closes at once, not after the idle timeout
+/// (30 s here) that a graceful close would wait for its head.
+#[tokio::test]
+async fn at_its_cap_a_connection_mid_head_is_closed_at_once_for_a_new_caller() {
+    let cap = 4;
+    let addr = service(cap).await;
+    let mut held = Vec::new();
+    for _ in 0..cap {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        held.push(stream);
+        // Accepted in turn, so "oldest" is well defined.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut newcomer = TcpStream::connect(addr).await.unwrap();
+    let answered = tokio::time::timeout(Duration::from_secs(5), one_call(&mut newcomer)).await;
+    assert!(
+        answered.is_ok_and(|a| a.starts_with("HTTP/1.1 200")),
+        "the newcomer was not answered"
+    );
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(Duration::from_secs(2), held[0].read(&mut buf)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "the oldest connection, mid-head, was kept: {closed:?}"
+    );
+    // The others finish their heads and are answered.
+    for stream in &mut held[1..] {
+        stream.write_all(b"\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"}") {
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+            answer.extend_from_slice(&buf[..n]);
+        }
+        assert!(answer.starts_with(b"HTTP/1.1 200"));
+    }
+}

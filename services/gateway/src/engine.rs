@@ -383,6 +383,12 @@ impl Worker {
                 return None;
             }
             () = cancelled.as_mut() => {
+                // With no call being answered (part-way through a head, or between calls) it
+                // closes now: a graceful close would wait up to the idle timeout for a slow head,
+                // holding the descriptor the cap asked back (issue 30, point 5).
+                if caller.activity.is_idle() && caller.answering.load(Ordering::Relaxed) == 0 {
+                    return None;
+                }
                 Pin::new(&mut connection).graceful_shutdown();
                 // Answers in flight finish; a connection that stalls (an answer nobody reads)
                 // must not hold the shutdown up.

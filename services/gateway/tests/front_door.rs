@@ -367,6 +367,43 @@ async fn over_the_connection_cap_the_oldest_idle_connection_makes_room() {
     assert_eq!(status_of(&head), 200, "{head}");
 }
 
+/// Issue 30, point 5: connections part-way through a request head count against the cap, and the
+/// oldest is closed at once to make room, not after the idle timeout a graceful close would wait for
+/// its head.
+#[tokio::test]
+async fn over_the_connection_cap_a_connection_mid_head_makes_room_at_once() {
+    let h = spawn_gateway(&[("BERTH_MAX_CONNECTIONS", "8")]).await;
+    let target = h.url.trim_start_matches("http://").to_string();
+    let mut loris = Vec::new();
+    for _ in 0..8 {
+        let mut stream = TcpStream::connect(&target).await.unwrap();
+        stream
+            .write_all(b"GET /healthz HTTP/1.1\r\nhost: g\r\n")
+            .await
+            .unwrap();
+        loris.push(stream);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        call(&h.url, "GET", "/v1/kinds", Some("tok-reader")),
+    )
+    .await
+    .expect("the newcomer is answered");
+    assert_eq!(answer.status(), 200);
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(2), loris[0].read(&mut byte)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "the oldest connection, mid-head, was kept: {closed:?}"
+    );
+    // The newest finishes its head and is answered.
+    let mut newest = loris.pop().unwrap();
+    newest.write_all(b"\r\n").await.unwrap();
+    let (head, _) = read_answer(&mut newest).await;
+    assert_eq!(status_of(&head), 200, "{head}");
+}
+
 /// A request with `count` header fields in all (`host` and `authorization` among them).
 fn with_headers(count: usize) -> Vec<u8> {
     let mut request =
