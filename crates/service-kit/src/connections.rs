@@ -94,7 +94,43 @@ impl AsRef<Activity> for Activity {
     }
 }
 
-type Entry = (Arc<dyn AsRef<Activity> + Send + Sync>, CancellationToken);
+/// What the cap needs of a connection: whether it is idle, and a way to ask it to close.
+pub trait Closer: Send + Sync {
+    /// What shows the connection is alive.
+    fn activity(&self) -> &Activity;
+    /// Asks the connection to close (it closes at once when no call of it is being answered).
+    fn close(&self);
+    /// Whether it was asked already.
+    fn is_closing(&self) -> bool;
+}
+
+/// The closer of a connection served by one task: its activity, and the token that task watches.
+pub struct TokenCloser {
+    /// The connection's activity.
+    pub activity: Activity,
+    /// Cancelled to ask the task to close the connection.
+    pub closing: CancellationToken,
+}
+
+impl Closer for TokenCloser {
+    fn activity(&self) -> &Activity {
+        &self.activity
+    }
+    fn close(&self) {
+        self.closing.cancel();
+    }
+    fn is_closing(&self) -> bool {
+        self.closing.is_cancelled()
+    }
+}
+
+impl AsRef<Activity> for TokenCloser {
+    fn as_ref(&self) -> &Activity {
+        &self.activity
+    }
+}
+
+type Entry = Arc<dyn Closer>;
 
 /// A listener's connections, oldest first, for its cap.
 pub struct Connections {
@@ -135,29 +171,25 @@ impl Connections {
         let open = self.open.lock().expect("connections lock");
         let oldest_idle = open
             .values()
-            .find(|(state, closing)| (**state).as_ref().is_idle() && !closing.is_cancelled());
+            .find(|c| c.activity().is_idle() && !c.is_closing());
         match oldest_idle {
-            Some((_, closing)) => {
-                closing.cancel();
+            Some(c) => {
+                c.close();
                 true
             }
             None => false,
         }
     }
 
-    /// Counts a connection against the cap until the guard is dropped; `closing` is cancelled when
-    /// it must make room.
-    pub fn register(
-        self: &Arc<Self>,
-        state: Arc<dyn AsRef<Activity> + Send + Sync>,
-        closing: CancellationToken,
-    ) -> Registered {
+    /// Counts a connection against the cap until the guard is dropped; it is asked to close
+    /// ([`Closer::close`]) when it must make room.
+    pub fn register(self: &Arc<Self>, connection: Arc<dyn Closer>) -> Registered {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         self.live.fetch_add(1, Ordering::Relaxed);
         self.open
             .lock()
             .expect("connections lock")
-            .insert(id, (state, closing));
+            .insert(id, connection);
         Registered {
             connections: self.clone(),
             id,
@@ -224,10 +256,16 @@ mod tests {
     #[test]
     fn the_oldest_idle_connection_makes_room_and_busy_ones_do_not() {
         let connections = Connections::new(2);
-        let (a, b) = (Arc::new(Activity::default()), Arc::new(Activity::default()));
+        let closer = |closing: &CancellationToken| {
+            Arc::new(TokenCloser {
+                activity: Activity::default(),
+                closing: closing.clone(),
+            })
+        };
         let (close_a, close_b) = (CancellationToken::new(), CancellationToken::new());
-        let _ra = connections.register(a.clone(), close_a.clone());
-        let _rb = connections.register(b.clone(), close_b.clone());
+        let (a, b) = (closer(&close_a), closer(&close_b));
+        let _ra = connections.register(a.clone());
+        let _rb = connections.register(b.clone());
         let busy_a = Busy::enter(&a);
         assert!(connections.make_room());
         assert!(!close_a.is_cancelled(), "a busy connection was closed");

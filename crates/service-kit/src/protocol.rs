@@ -66,6 +66,11 @@ impl<T> ProblemIo<T> {
         }
     }
 
+    /// The wrapped connection, given back.
+    pub fn into_inner(self) -> T {
+        self.inner
+    }
+
     /// The wrapped connection, mutably.
     pub fn get_mut(&mut self) -> &mut T {
         &mut self.inner

@@ -73,7 +73,7 @@ pub async fn serve_limited(
     shutdown: impl Future<Output = ()> + Send + 'static,
     limits: Limits,
 ) -> std::io::Result<()> {
-    use crate::connections::{Activity, Busy, Connections};
+    use crate::connections::{Activity, Busy, Connections, TokenCloser};
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt as _;
 
@@ -113,9 +113,12 @@ pub async fn serve_limited(
             let _ = stream.try_write(&crate::connections::over_capacity_answer());
             continue;
         }
-        let activity = std::sync::Arc::new(Activity::default());
         let closing = stopping.child_token();
-        let registered = capped.register(activity.clone(), closing.clone());
+        let activity = std::sync::Arc::new(TokenCloser {
+            activity: Activity::default(),
+            closing: closing.clone(),
+        });
+        let registered = capped.register(activity.clone());
         // Answers are small and written whole: Nagle's algorithm would only hold them back.
         let _ = stream.set_nodelay(true);
         let router = router.clone();
@@ -147,7 +150,7 @@ pub async fn serve_limited(
                     // With no call being answered (idle, or part-way through a head) it closes
                     // now: a graceful close would wait up to the idle timeout for a slow head,
                     // holding the descriptor the cap asked back. Calls being answered finish.
-                    if activity_for_close.is_idle() {
+                    if activity_for_close.activity.is_idle() {
                         return;
                     }
                     connection.as_mut().graceful_shutdown();

@@ -30,8 +30,18 @@
 //! the gateway's resident memory to what BENCHMARKS.md says.
 //!
 //! A parked connection's task holds only the socket, its bookkeeping and one wait over readiness,
-//! the close token and a deadline; what a served spell needs (hyper's connection, the service, the
+//! the close signals and a deadline; what a served spell needs (hyper's connection, the service, the
 //! stall timer) lives in the spell's own boxed future and is freed with it.
+//!
+//! A connection parked for [`COLD_AFTER`] goes cold ([`Worker::go_cold`]): its task ends, its socket
+//! leaves tokio's reactor for one epoll of the worker's own (`mio`), and its call timer is freed, so
+//! what it holds is an entry in the worker's cold table and its shared state. One task per worker
+//! ([`Worker::cold_watch`]) waits on that epoll for all of them, serves a connection again with a
+//! new task when its caller speaks, and sweeps the table for idle timeouts. The cap reaches a cold
+//! connection through its shared state ([`Closer`]): a close shuts its socket down, which the epoll
+//! reports. Measured with `bench/connections.sh`, this is what took an idle connection to the figure
+//! BENCHMARKS.md gives beside nginx's; a pause between calls shorter than [`COLD_AFTER`] never pays
+//! for the move (four `epoll_ctl` calls and a task).
 //!
 //! A caller's connection that stalls (no request head completed and no answer written for the idle
 //! timeout, with no call of it being answered) is closed: that covers idle keep-alive connections and
@@ -46,12 +56,14 @@
 //! shutdown: answers in flight complete, idle keep-alive connections close), and the engine returns
 //! once every worker has drained.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -67,7 +79,7 @@ use hyper::body::{Body as _, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use service_kit::ApiError;
-use service_kit::connections::{Activity, Connections};
+use service_kit::connections::{Activity, Closer, Connections, Registered};
 use service_kit::middleware::Stack;
 use service_kit::protocol::ProblemIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -85,6 +97,17 @@ use crate::routes::{Classified, UpstreamId, check_path, classify};
 /// `-proto`, `-host`, `x-request-id`, `traceparent`, `tracestate`, a `content-length`): so whatever
 /// the gateway accepts, the upstream accepts too.
 pub(crate) const MAX_CALLER_HEADERS: usize = 92;
+
+/// How long a connection stays parked with its task before it goes cold: then it has no task, no
+/// place in tokio's reactor and no timer of its own, only an entry in its worker's cold table
+/// ([`Worker::cold_watch`]). A caller that pauses between calls for less than this pays nothing
+/// for the move; one that stays connected and quiet costs much less memory.
+const COLD_AFTER: Duration = Duration::from_secs(1);
+
+/// The bounds of how often a worker sweeps its cold connections for their idle timeouts (an
+/// eighth of the timeout, within these): a cold connection closes at most this late.
+const COLD_SWEEP_MIN: Duration = Duration::from_millis(100);
+const COLD_SWEEP_MAX: Duration = Duration::from_secs(5);
 
 /// The largest request head a caller may send, in bytes (see [`MAX_CALLER_HEADERS`]).
 const MAX_CALLER_HEAD: usize = 256 * 1024;
@@ -163,17 +186,15 @@ async fn serve(
     for index in 0..workers {
         let (inbox, connections) = mpsc::unbounded_channel();
         let (done, done_rx) = oneshot::channel::<()>();
-        let worker = Worker {
-            shared: shared.clone(),
-            pools: UpstreamId::ALL.map(|_| ConnectionPool::new()),
-        };
+        let poll = mio::Poll::new()?;
+        let worker = Worker::new(shared.clone(), &poll)?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         std::thread::Builder::new()
             .name(format!("gateway-worker-{index}"))
             .spawn(move || {
-                runtime.block_on(Arc::new(worker).run(connections));
+                runtime.block_on(Arc::new(worker).run(poll, connections));
                 // The runtime is dropped here, on its own thread, with every connection task done.
                 drop(runtime);
                 let _ = done.send(());
@@ -244,32 +265,54 @@ impl AcceptBackoff {
     }
 }
 
-/// One worker thread's state: the shared parts, and its own upstream connections.
+/// One worker thread's state: the shared parts, its own upstream connections, and its cold
+/// connections.
 struct Worker {
     shared: Arc<Shared>,
     /// One pool per upstream, indexed by [`UpstreamId::index`].
     pools: [Arc<ConnectionPool>; 3],
+    /// Cancelled when the worker stops: every connection of it closes.
+    stop: CancellationToken,
+    /// Connections idle for longer than [`COLD_AFTER`], without a task ([`Worker::cold_watch`]).
+    cold: Mutex<ColdTable>,
+    /// Spawns the worker's connection tasks, and waits for them at shutdown.
+    tracker: tokio_util::task::TaskTracker,
 }
 
 impl Worker {
+    /// A worker whose cold connections are watched by `poll` (see [`Worker::cold_watch`]).
+    fn new(shared: Arc<Shared>, poll: &mio::Poll) -> std::io::Result<Self> {
+        Ok(Worker {
+            shared,
+            pools: UpstreamId::ALL.map(|_| ConnectionPool::new()),
+            stop: CancellationToken::new(),
+            cold: Mutex::new(ColdTable {
+                registry: poll.registry().try_clone()?,
+                entries: HashMap::new(),
+                next_key: 0,
+            }),
+            tracker: tokio_util::task::TaskTracker::new(),
+        })
+    }
+
     async fn run(
         self: Arc<Self>,
+        poll: mio::Poll,
         mut connections: mpsc::UnboundedReceiver<(std::net::TcpStream, SocketAddr)>,
     ) {
-        let tracker = tokio_util::task::TaskTracker::new();
-        let stop = CancellationToken::new();
+        self.tracker.spawn(self.clone().cold_watch(poll));
         // Ends when the acceptor drops its sender, at shutdown.
         while let Some((stream, peer)) = connections.recv().await {
             match TcpStream::from_std(stream) {
                 Ok(stream) => {
-                    tracker.spawn(self.clone().connection(stream, peer, stop.child_token()));
+                    self.tracker.spawn(self.clone().connection(stream, peer));
                 }
                 Err(e) => tracing::warn!(error = %e, "could not take a connection over"),
             }
         }
-        stop.cancel();
-        tracker.close();
-        tracker.wait().await;
+        self.stop.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
     }
 
     /// Serves one caller's connection until it closes, stalls, is asked to make room, or the worker
@@ -287,32 +330,44 @@ impl Worker {
         self: Arc<Self>,
         stream: TcpStream,
         peer: SocketAddr,
-        closing: CancellationToken,
     ) -> impl Future<Output = ()> + Send + 'static {
         let caller = Arc::new(CallerState::default());
-        let registered = self
-            .shared
-            .connections
-            .register(caller.clone(), closing.clone());
-        let mut io = Watched {
-            stream: ProblemIo::new(stream),
-            caller,
-            unflushed: false,
-            parked: false,
-            nudged: false,
-            unread: Bytes::new(),
-        };
+        let registered = self.shared.connections.register(caller.clone());
+        self.served(
+            Watched::new(ProblemIo::new(stream), caller),
+            registered,
+            peer,
+        )
+    }
+
+    /// The task of a connection from its first bytes or from being cold (see
+    /// [`Worker::connection`]): it ends when the connection closes, or goes cold.
+    // A plain function returning the task's future, not an `async fn`: an `async fn` keeps its
+    // arguments (the socket among them) in its future beside what they are moved into (592 bytes
+    // against 376, in a debug build).
+    #[allow(clippy::manual_async_fn)]
+    fn served(
+        self: Arc<Self>,
+        mut io: Watched,
+        registered: Registered,
+        peer: SocketAddr,
+    ) -> impl Future<Output = ()> + Send + 'static {
         // This future is what a parked connection costs, so it holds only the parked state:
         // everything a served spell needs (hyper's connection, the service, the stall timer) is in
         // the spell's own boxed future, freed when the spell ends.
         async move {
-            // Held (moved in) until the connection ends.
-            let _registered = &registered;
             loop {
-                if io.unread.is_empty() && !self.parked(&io, &closing).await {
-                    return;
+                if io.unread.is_empty() {
+                    match self.parked(&io).await {
+                        Parked::Woken => {}
+                        Parked::Close => return,
+                        Parked::Cold => {
+                            self.go_cold(io, registered, peer);
+                            return;
+                        }
+                    }
                 }
-                match Box::pin(self.clone().serve(io, peer, &closing)).await {
+                match Box::pin(self.clone().serve(io, peer)).await {
                     Some(back) => io = back,
                     None => return,
                 }
@@ -320,26 +375,39 @@ impl Worker {
         }
     }
 
-    /// Waits, parked, for the caller's next bytes: `false` if the connection is to close instead
-    /// (idle for the whole idle timeout, asked to make room, or the worker stops).
+    /// Waits, parked, for the caller's next bytes, for up to [`COLD_AFTER`]: then the connection
+    /// goes cold, or closes if the idle timeout is that short. It closes too when asked to make
+    /// room, or when the worker stops.
     ///
-    /// Written as one poll function over the socket's readiness, the token and the deadline, rather
-    /// than nested futures: its state is part of what every parked connection holds (nested, the
-    /// readiness and timer futures took about 650 bytes). The deadline is the connection's call
-    /// timer, idle between calls, so waiting costs no timer of its own.
-    async fn parked(&self, io: &Watched, closing: &CancellationToken) -> bool {
+    /// Written as one poll function over the socket's readiness, the close signals and the
+    /// deadline, rather than nested futures: its state is part of what every parked connection
+    /// holds (nested, the readiness and timer futures took about 650 bytes). The deadline is the
+    /// connection's call timer, idle between calls, so waiting costs no timer of its own.
+    async fn parked(&self, io: &Watched) -> Parked {
         let caller = &io.caller;
+        let idle = self.shared.idle_timeout;
         let mut timer = std::mem::take(&mut *caller.timer.lock().expect("timer lock"));
         let woken = {
-            let cancelled = closing.cancelled();
-            tokio::pin!(cancelled);
-            let mut deadline = timer.set(tokio::time::Instant::now() + self.shared.idle_timeout);
+            let stopped = self.stop.cancelled();
+            tokio::pin!(stopped);
+            let mut deadline = timer.set(tokio::time::Instant::now() + idle.min(COLD_AFTER));
             std::future::poll_fn(|cx| {
                 if let Poll::Ready(ready) = io.stream.get_ref().poll_read_ready(cx) {
-                    return Poll::Ready(ready.is_ok());
+                    return Poll::Ready(if ready.is_ok() {
+                        Parked::Woken
+                    } else {
+                        Parked::Close
+                    });
                 }
-                if cancelled.as_mut().poll(cx).is_ready() || deadline.as_mut().poll(cx).is_ready() {
-                    return Poll::Ready(false);
+                if caller.asked_to_close(cx) || stopped.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Parked::Close);
+                }
+                if deadline.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(if idle > COLD_AFTER {
+                        Parked::Cold
+                    } else {
+                        Parked::Close
+                    });
                 }
                 Poll::Pending
             })
@@ -349,18 +417,157 @@ impl Worker {
         woken
     }
 
+    /// Moves a connection idle for [`COLD_AFTER`] into the cold table: its task ends, its socket
+    /// leaves tokio's reactor for the worker's own poll, and its call timer is freed.
+    fn go_cold(&self, io: Watched, registered: Registered, peer: SocketAddr) {
+        let caller = io.caller;
+        *caller.timer.lock().expect("timer lock") = crate::proxy::CallTimer::default();
+        let Ok(stream) = io.stream.into_inner().into_std() else {
+            return;
+        };
+        let deadline =
+            tokio::time::Instant::now() + self.shared.idle_timeout.saturating_sub(COLD_AFTER);
+        {
+            let mut table = self.cold.lock().expect("cold table lock");
+            let key = table.next_key;
+            table.next_key = table.next_key.wrapping_add(1);
+            let fd = stream.as_raw_fd();
+            if let Err(e) = table.registry.register(
+                &mut mio::unix::SourceFd(&fd),
+                mio::Token(key),
+                mio::Interest::READABLE,
+            ) {
+                tracing::debug!(%peer, error = %e, "could not watch a cold connection; closing it");
+                return;
+            }
+            *caller.cold.lock().expect("cold socket lock") = Some(stream);
+            table.entries.insert(
+                key,
+                ColdEntry {
+                    registered,
+                    caller: caller.clone(),
+                    peer,
+                    deadline,
+                },
+            );
+        }
+        // A close asked while the socket was on its way found none to shut down: shut it now, so
+        // the cold watch wakes for it.
+        if caller.closing.load(Ordering::SeqCst) {
+            caller.shut_cold();
+        }
+    }
+
+    /// Watches the worker's cold connections: one readiness wait over all of them (the worker's
+    /// own `poll`), and one sweep for their idle timeouts, instead of a task, a reactor record and
+    /// a timer each. A cold connection that gets bytes (or its caller's close, or a close to make
+    /// room, which shuts its socket down) is served again by a new task.
+    async fn cold_watch(self: Arc<Self>, poll: mio::Poll) {
+        // `AsyncFd::new` is deprecated as unsound for a `T` whose descriptor can be closed under
+        // it; a `mio::Poll` owns its epoll descriptor until it is dropped, which only the
+        // `AsyncFd` can do. Its replacement is an `unsafe fn`, which this workspace forbids.
+        #[allow(deprecated)]
+        let poll = tokio::io::unix::AsyncFd::new(poll);
+        let mut poll = match poll {
+            Ok(poll) => poll,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot watch cold connections");
+                return;
+            }
+        };
+        let mut events = mio::Events::with_capacity(256);
+        let period = (self.shared.idle_timeout / 8).clamp(COLD_SWEEP_MIN, COLD_SWEEP_MAX);
+        let mut sweep = tokio::time::interval(period);
+        sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                () = self.stop.cancelled() => break,
+                ready = poll.readable_mut() => {
+                    let Ok(mut ready) = ready else { break };
+                    loop {
+                        events.clear();
+                        if ready.get_inner_mut().poll(&mut events, Some(Duration::ZERO)).is_err() {
+                            break;
+                        }
+                        if events.is_empty() {
+                            ready.clear_ready();
+                            break;
+                        }
+                        for event in events.iter() {
+                            self.warm(event.token().0);
+                        }
+                    }
+                }
+                _ = sweep.tick() => self.sweep_cold(),
+            }
+        }
+        // The worker stops: every cold connection closes.
+        let entries: Vec<ColdEntry> = {
+            let mut table = self.cold.lock().expect("cold table lock");
+            table.entries.drain().map(|(_, entry)| entry).collect()
+        };
+        for entry in entries {
+            drop(entry.caller.cold.lock().expect("cold socket lock").take());
+        }
+    }
+
+    /// A cold connection with something to read: served again by a new task, unless it was asked
+    /// to close.
+    fn warm(self: &Arc<Self>, key: usize) {
+        let Some((entry, stream)) = self.take_cold(key) else {
+            return;
+        };
+        if entry.caller.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        match TcpStream::from_std(stream) {
+            Ok(stream) => {
+                let io = Watched::new(ProblemIo::new(stream), entry.caller);
+                self.tracker
+                    .spawn(self.clone().served(io, entry.registered, entry.peer));
+            }
+            Err(e) => tracing::debug!(error = %e, "could not serve a cold connection again"),
+        }
+    }
+
+    /// Takes a cold connection out of the table and the worker's poll, with its socket.
+    fn take_cold(&self, key: usize) -> Option<(ColdEntry, std::net::TcpStream)> {
+        let mut table = self.cold.lock().expect("cold table lock");
+        let entry = table.entries.remove(&key)?;
+        let stream = entry.caller.cold.lock().expect("cold socket lock").take()?;
+        let _ = table
+            .registry
+            .deregister(&mut mio::unix::SourceFd(&stream.as_raw_fd()));
+        Some((entry, stream))
+    }
+
+    /// Closes the cold connections past their idle timeout, or asked to close.
+    fn sweep_cold(&self) {
+        let now = tokio::time::Instant::now();
+        let due: Vec<usize> = {
+            let table = self.cold.lock().expect("cold table lock");
+            table
+                .entries
+                .iter()
+                .filter(|(_, e)| e.deadline <= now || e.caller.closing.load(Ordering::SeqCst))
+                .map(|(key, _)| *key)
+                .collect()
+        };
+        for key in due {
+            // Dropped here, out of the table's lock: the registration's drop takes the cap's.
+            drop(self.take_cold(key));
+        }
+    }
+
     /// One served spell: a hyper connection on the socket, until its calls are done and nothing
     /// more has come in (then the socket comes back, to be parked) or the connection ends (`None`).
-    async fn serve(
-        self: Arc<Self>,
-        io: Watched,
-        peer: SocketAddr,
-        closing: &CancellationToken,
-    ) -> Option<Watched> {
+    async fn serve(self: Arc<Self>, io: Watched, peer: SocketAddr) -> Option<Watched> {
         let caller = io.caller.clone();
         // The caller's address as `x-forwarded-for` wants it, made once per spell.
         let peer_ip = HeaderValue::from_str(&peer.ip().to_string()).ok();
         let shared = self.shared.clone();
+        let stopped = self.stop.clone();
         let service = {
             let caller = caller.clone();
             service_fn(move |request: hyper::Request<Incoming>| {
@@ -371,7 +578,15 @@ impl Worker {
             })
         };
         let stalled = caller.activity.stalled(shared.idle_timeout);
-        let cancelled = closing.cancelled();
+        let asked = caller.clone();
+        let cancelled = async move {
+            tokio::select! {
+                () = stopped.cancelled() => {}
+                () = std::future::poll_fn(|cx| {
+                    if asked.asked_to_close(cx) { Poll::Ready(()) } else { Poll::Pending }
+                }) => {}
+            }
+        };
         tokio::pin!(stalled, cancelled);
         let mut connection = shared.http1.serve_connection(TokioIo::new(io), service);
         tokio::select! {
@@ -536,6 +751,69 @@ struct CallerState {
     token: std::sync::Mutex<Option<crate::auth::Remembered>>,
     /// The timer bounding its calls' upstream time ([`crate::proxy::CallTimer`]).
     timer: std::sync::Mutex<crate::proxy::CallTimer>,
+    /// Asked to close, to make room under the cap ([`Closer::close`]); with the task to wake.
+    closing: AtomicBool,
+    close_waker: futures::task::AtomicWaker,
+    /// Its socket while it is cold ([`Worker::go_cold`]): here, so a close can shut it down.
+    cold: std::sync::Mutex<Option<std::net::TcpStream>>,
+}
+
+impl CallerState {
+    /// Whether the connection was asked to close; if not, `cx` is woken when it is.
+    fn asked_to_close(&self, cx: &mut Context<'_>) -> bool {
+        self.close_waker.register(cx.waker());
+        self.closing.load(Ordering::SeqCst)
+    }
+
+    /// Shuts a cold connection's socket down: its caller sees the close, and the worker's poll
+    /// wakes for it, which drops it.
+    fn shut_cold(&self) {
+        if let Some(stream) = self.cold.lock().expect("cold socket lock").as_ref() {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Closer for CallerState {
+    fn activity(&self) -> &Activity {
+        &self.activity
+    }
+
+    fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        self.close_waker.wake();
+        self.shut_cold();
+    }
+
+    fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::SeqCst)
+    }
+}
+
+/// What [`Worker::parked`] ended with.
+enum Parked {
+    /// Bytes came: serve them.
+    Woken,
+    /// Close the connection.
+    Close,
+    /// Idle for [`COLD_AFTER`]: move it to the cold table.
+    Cold,
+}
+
+/// A worker's cold connections, by their key in its poll.
+struct ColdTable {
+    registry: mio::Registry,
+    entries: HashMap<usize, ColdEntry>,
+    next_key: usize,
+}
+
+/// A cold connection: what it takes to serve it again. Its socket is in its caller state.
+struct ColdEntry {
+    registered: Registered,
+    caller: Arc<CallerState>,
+    peer: SocketAddr,
+    /// When its idle timeout is up.
+    deadline: tokio::time::Instant,
 }
 
 impl AsRef<Activity> for CallerState {
@@ -653,6 +931,17 @@ struct Watched {
 }
 
 impl Watched {
+    fn new(stream: ProblemIo<TcpStream>, caller: Arc<CallerState>) -> Self {
+        Watched {
+            stream,
+            caller,
+            unflushed: false,
+            parked: false,
+            nudged: false,
+            unread: Bytes::new(),
+        }
+    }
+
     fn wrote(&self, written: &Poll<std::io::Result<usize>>) {
         if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
             self.caller.activity.progressed();
@@ -783,16 +1072,14 @@ mod tests {
             connections: Connections::new(16),
             http1: caller_http1(),
         });
-        let worker = Arc::new(Worker {
-            shared,
-            pools: UpstreamId::ALL.map(|_| ConnectionPool::new()),
-        });
+        let poll = mio::Poll::new().unwrap();
+        let worker = Arc::new(Worker::new(shared, &poll).unwrap());
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let caller = TcpStream::connect(listener.local_addr().unwrap())
             .await
             .unwrap();
         let (stream, peer) = listener.accept().await.unwrap();
-        let task = worker.connection(stream, peer, CancellationToken::new());
+        let task = worker.connection(stream, peer);
         let size = std::mem::size_of_val(&task);
         assert!(size <= 400, "a parked connection's future is {size} bytes");
         drop((task, caller));

@@ -854,3 +854,62 @@ async fn keep_alive_and_pipelining_hold_across_parked_connections() {
     assert_eq!(status_of(&head), 200, "{head}");
     assert!(!body.is_empty());
 }
+
+/// An authorised keep-alive call on `stream`, and its answer's status.
+async fn keep_alive_call(stream: &mut TcpStream) -> u16 {
+    stream
+        .write_all(b"GET /v1/kinds HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-reader\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, _) = read_answer(stream).await;
+    status_of(&head)
+}
+
+/// Issue 30, point 4: a connection idle for over a second goes cold (no task, no place in tokio's
+/// reactor, no timer: an entry in its worker's table). Cold, it is served again when its caller
+/// speaks, even a byte at a time; closed to make room under the cap at once; and closed at its idle
+/// timeout.
+#[tokio::test]
+async fn a_cold_connection_is_served_again_made_room_for_and_timed_out() {
+    let h = spawn_gateway(&[("BERTH_MAX_CONNECTIONS", "4"), ("BERTH_IDLE_TIMEOUT", "3s")]).await;
+    let target = h.url.trim_start_matches("http://").to_string();
+    let mut cold = Vec::new();
+    for _ in 0..4 {
+        let mut stream = TcpStream::connect(&target).await.unwrap();
+        assert_eq!(keep_alive_call(&mut stream).await, 200);
+        cold.push(stream);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Served again, the head arriving in two parts.
+    let last = cold.last_mut().unwrap();
+    last.write_all(b"GET /v1/kinds HTTP/1.1\r\nhost: g\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    last.write_all(b"authorization: Bearer tok-reader\r\n\r\n")
+        .await
+        .unwrap();
+    let (head, _) = read_answer(last).await;
+    assert_eq!(status_of(&head), 200, "{head}");
+    // At the cap, a newcomer makes the oldest (cold) connection close at once.
+    let mut newcomer = TcpStream::connect(&target).await.unwrap();
+    let answered =
+        tokio::time::timeout(Duration::from_secs(2), keep_alive_call(&mut newcomer)).await;
+    assert_eq!(answered.ok(), Some(200), "the newcomer was not answered");
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_millis(500), cold[0].read(&mut byte)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0) | Err(_))),
+        "the oldest cold connection was kept: {closed:?}"
+    );
+    // The rest close at their idle timeout (3 s after their last call), not before.
+    let started = Instant::now();
+    let mut byte = [0u8; 1];
+    let closed = tokio::time::timeout(Duration::from_secs(6), cold[1].read(&mut byte)).await;
+    assert!(matches!(closed, Ok(Ok(0) | Err(_))), "{closed:?}");
+    assert!(
+        started.elapsed() > Duration::from_millis(500),
+        "closed before its idle timeout"
+    );
+}
