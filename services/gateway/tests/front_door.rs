@@ -865,7 +865,7 @@ async fn keep_alive_call(stream: &mut TcpStream) -> u16 {
     status_of(&head)
 }
 
-/// Issue 30, point 4: a connection idle for over a second goes cold (no task, no place in tokio's
+/// Issue 30, point 4: a connection idle for a quarter of a second goes cold (no task, no place in tokio's
 /// reactor, no timer: an entry in its worker's table). Cold, it is served again when its caller
 /// speaks, even a byte at a time; closed to make room under the cap at once; and closed at its idle
 /// timeout.
