@@ -638,14 +638,14 @@ async fn a_failed_first_start_leaves_no_container_behind() {
 #[tokio::test]
 async fn initialize_restarts_a_stopped_machine_with_mounts_without_a_bootstrap() {
     let root = std::env::temp_dir().join(format!("berth-docker-restart-{}", std::process::id()));
-    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(root.join("default")).unwrap();
     let r = root.display().to_string();
     let Some(app) = spawn_app("restart", &[("BERTH_DOCKER_MOUNT_PATHS", &r)]).await else {
         std::fs::remove_dir_all(&root).unwrap();
         return;
     };
     let class = app.class(json!({
-        "mounts": [{"hostPath": r, "containerPath": "/data", "readOnly": true}]
+        "mounts": [{"hostPath": format!("{r}/default"), "containerPath": "/data", "readOnly": true}]
     }));
     let req = app.req(0, &class, None);
     app.machines.create(&req).await.unwrap();
@@ -856,6 +856,22 @@ async fn host_paths_and_privileges_outside_what_the_operator_allows_are_refused(
             Code::FailedPrecondition,
             412,
         ),
+        // Inside the root, but not in the machine's namespace's directory (`default` here): a
+        // machine never mounts another namespace's data (a break-it finding: two namespaces'
+        // machines shared one writable directory, and the refusals between their mounts told one
+        // of the other's).
+        (
+            format!("{root}/data"),
+            "outside namespace default's host directories",
+            Code::FailedPrecondition,
+            412,
+        ),
+        (
+            format!("{root}/team-a/data"),
+            "outside namespace default's host directories",
+            Code::FailedPrecondition,
+            412,
+        ),
     ] {
         let e = app
             .machines
@@ -883,8 +899,9 @@ async fn host_paths_and_privileges_outside_what_the_operator_allows_are_refused(
     );
     assert!(app.containers().await.is_empty());
 
-    // Inside the allowed directory: bound, read-only.
-    let req = app.req(0, &app.class(mount(&format!("{root}/data"))), None);
+    // Inside the namespace's directory under the allowed one: bound, read-only.
+    std::fs::create_dir_all(allowed.join("default/data")).unwrap();
+    let req = app.req(0, &app.class(mount(&format!("{root}/default/data"))), None);
     app.machines.create(&req).await.unwrap();
     let inspected = app
         .engine
@@ -895,7 +912,7 @@ async fn host_paths_and_privileges_outside_what_the_operator_allows_are_refused(
     assert_eq!(mounts.len(), 1, "{mounts:?}");
     assert_eq!(
         mounts[0].source.as_deref(),
-        Some(format!("{root}/data").as_str())
+        Some(format!("{root}/default/data").as_str())
     );
     assert_eq!(mounts[0].destination.as_deref(), Some("/data"));
     assert_eq!(mounts[0].rw, Some(false));
@@ -1380,14 +1397,17 @@ async fn a_clash_tells_nothing_about_the_holder_and_huge_values_are_400() {
 #[tokio::test]
 async fn a_link_planted_between_starts_never_takes_a_mount_outside_its_root() {
     let base = std::env::temp_dir().join(format!("berth-docker-swap-{}", std::process::id()));
-    let root = base.join("allowed");
+    // The machines are in namespace `default`: they mount from its directory under the root.
+    let allowed = base.join("allowed");
+    let root = allowed.join("default");
     let outside = base.join("outside");
     std::fs::create_dir_all(root.join("shared/data")).unwrap();
     std::fs::create_dir_all(&outside).unwrap();
     std::fs::write(root.join("shared/data/inside"), "inside\n").unwrap();
     std::fs::write(outside.join("secret"), "host secret\n").unwrap();
     let r = root.display().to_string();
-    let Some(app) = spawn_app("swap", &[("BERTH_DOCKER_MOUNT_PATHS", &r)]).await else {
+    let allowed = allowed.display().to_string();
+    let Some(app) = spawn_app("swap", &[("BERTH_DOCKER_MOUNT_PATHS", &allowed)]).await else {
         std::fs::remove_dir_all(&base).unwrap();
         return;
     };

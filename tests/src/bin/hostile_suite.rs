@@ -676,8 +676,9 @@ mod machine {
             };
             let run = format!("hs{}", std::process::id());
             let dir = std::env::temp_dir().join(format!("berth-hostile-machine-{run}"));
+            // Machines mount from their namespace's directory under the allowed root.
             let root = dir.join("allowed");
-            std::fs::create_dir_all(root.join("shared/data")).map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(root.join("default/shared/data")).map_err(|e| e.to_string())?;
             std::fs::create_dir_all(dir.join("outside")).map_err(|e| e.to_string())?;
             std::fs::write(dir.join("outside/secret"), "host secret\n")
                 .map_err(|e| e.to_string())?;
@@ -713,8 +714,9 @@ mod machine {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
 
+        /// The directory the run's machines (namespace `default`) mount from.
         fn root(&self) -> String {
-            self.dir.join("allowed").display().to_string()
+            self.dir.join("allowed/default").display().to_string()
         }
 
         fn class(&self, extra: Value) -> MachineClass {

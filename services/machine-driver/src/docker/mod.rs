@@ -1567,13 +1567,22 @@ impl Provider for Docker {
                 return Err(e.clone());
             }
             let (host, plan, user_data) = (host?, plan?, user_data?);
+            let namespace = request_namespace(req);
+            for (i, m) in plan.mounts.iter().enumerate() {
+                if let Err(rule) = self.settings.confine_to_namespace(&m.host_path, namespace) {
+                    return Err(Status::new(
+                        Code::FailedPrecondition,
+                        format!("{SPEC}.mounts[{i}].hostPath: {rule}"),
+                    ));
+                }
+            }
             let t = Target {
                 engine: self.engine(&host).await?,
                 host,
                 scope: plan.scope.clone(),
             };
             let (c, created) = self
-                .create_or_adopt(&t, &plan, &name, &uid, request_namespace(req))
+                .create_or_adopt(&t, &plan, &name, &uid, namespace)
                 .await?;
             if created {
                 tracing::info!(container = %short(&c.id), "container created");

@@ -86,6 +86,16 @@ pub enum HostPathRefusal {
     /// It no longer exists (the Engine would make it, or refuse).
     #[error("{0:?} does not exist on the Engine's host")]
     Missing(String),
+    /// Inside an allowed root, but not in the machine's namespace's directory under it.
+    #[error(
+        "{path:?} is outside namespace {namespace}'s host directories: a machine mounts only from <root>/{namespace} under each of the roots {ENV_MOUNT_PATHS} allows"
+    )]
+    OtherNamespace {
+        /// The host path.
+        path: String,
+        /// The machine's namespace.
+        namespace: String,
+    },
 }
 
 /// The Docker provider's operator settings.
@@ -358,6 +368,26 @@ impl Settings {
             self.no_links_below_root(&path)?;
         }
         Ok(path)
+    }
+
+    /// Checks that an admitted host path (see [`Settings::admit_host_path`]) lies in `namespace`'s
+    /// own directory under its root, `<root>/<namespace>`: so no namespace's machine can mount
+    /// another's data, and the checks between one machine's mounts and another's (a writable mount
+    /// holding another's source) only ever meet machines of the same namespace, whose refusals then
+    /// tell nothing of any other.
+    pub fn confine_to_namespace(&self, path: &str, namespace: &str) -> Result<(), HostPathRefusal> {
+        let own = self
+            .mount_roots
+            .iter()
+            .any(|root| is_within(path, &format!("{}/{namespace}", root.trim_end_matches('/'))));
+        if own {
+            Ok(())
+        } else {
+            Err(HostPathRefusal::OtherNamespace {
+                path: path.to_owned(),
+                namespace: namespace.to_owned(),
+            })
+        }
     }
 
     /// Checks, again, a mount source the driver gave a container, before the container is started:
