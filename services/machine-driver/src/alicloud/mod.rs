@@ -188,7 +188,13 @@ fn rank(i: &Instance) -> (bool, i64, &str) {
 /// than the caller's (`namespace`; [`NAMESPACE_STAMP`]) is never the caller's, whatever its owner tag
 /// says: a tenant that sends another tenant's UID neither adopts nor releases that tenant's VM.
 pub fn decide(seen: &[Instance], me: &Owner, namespace: &str) -> Verdict {
-    let Some(winner) = (0..seen.len()).min_by(|a, b| rank(&seen[*a]).cmp(&rank(&seen[*b]))) else {
+    // Another namespace's instances are not there for this caller: ECS names need not be unique,
+    // so a name one namespace uses is free in another, and a 409 would tell the caller the other
+    // namespace has a machine of that name (a break-it finding).
+    let Some(winner) = (0..seen.len())
+        .filter(|n| in_namespace(&seen[*n], namespace))
+        .min_by(|a, b| rank(&seen[*a]).cmp(&rank(&seen[*b])))
+    else {
         return Verdict {
             release: Vec::new(),
             outcome: Outcome::Free,
@@ -202,12 +208,6 @@ pub fn decide(seen: &[Instance], me: &Owner, namespace: &str) -> Verdict {
         })
         .map(|(_, i)| i.instance_id.clone())
         .collect();
-    if !in_namespace(&seen[winner], namespace) {
-        return Verdict {
-            release,
-            outcome: Outcome::Taken(winner),
-        };
-    }
     let outcome = match Owner::of_instance(&seen[winner]) {
         Some(owner) if &owner == me => Outcome::Adopt(winner),
         Some(_) => Outcome::Taken(winner),
@@ -1405,10 +1405,12 @@ mod tests {
 
     #[test]
     fn another_namespaces_instance_is_never_mine_whatever_its_owner_tag() {
-        // Tenant b sends tenant a's UID: a's instance keeps the name and is not adopted.
+        // Tenant b sends tenant a's UID: a's instance is not there for b (neither adopted nor a
+        // clash that would tell b it exists); the ClientToken from a's UID, used by a with other
+        // tags, is what refuses b a VM then (`token_use`).
         let seen = [in_ns(instance("i-1", T0, Some("a")), "team-a")];
         let v = decide(&seen, &owner("a"), "team-b");
-        assert_eq!(v.outcome, Outcome::Taken(0));
+        assert_eq!(v.outcome, Outcome::Free);
         assert!(v.release.is_empty());
         // Nor released when it lost the race to b's own instance.
         let seen = [
@@ -1420,7 +1422,7 @@ mod tests {
         assert!(v.release.is_empty(), "{v:?}");
         // An instance without a stamp is `default`'s.
         let v = decide(&[instance("i-1", T0, Some("a"))], &owner("a"), "team-b");
-        assert_eq!(v.outcome, Outcome::Taken(0));
+        assert_eq!(v.outcome, Outcome::Free);
         let v = decide(&[instance("i-1", T0, None)], &owner("a"), "default");
         assert_eq!(v.outcome, Outcome::Adopt(0));
         assert!(belongs_to(
