@@ -112,9 +112,11 @@ pub enum StoreError {
     /// A volume with this namespace and name exists already.
     #[error("volume {0}/{1} already exists")]
     Exists(String, String),
-    /// The orchestrator's capacity would be exceeded.
+    /// The orchestrator's capacity would be exceeded. The message never says how much is taken:
+    /// an orchestrator is shared by every namespace, and its use is theirs (the operator's
+    /// figures are in storage-ops' metrics).
     #[error(
-        "orchestrator {orchestrator:?} has a capacity of {limit} bytes, {used} of them taken; {asked} more do not fit"
+        "orchestrator {orchestrator:?} (a capacity of {limit} bytes) has no room for {asked} more; ask for less, or name another orchestrator"
     )]
     CapacityExhausted {
         /// The orchestrator.
