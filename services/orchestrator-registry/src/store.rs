@@ -396,12 +396,26 @@ async fn check_base_path_apart(
         .bind(name)
         .fetch_all(&mut **tx)
         .await?;
+    // By their text, and where they lead on this host now: a symbolic link (made by whoever may
+    // write under the roots) must not let one base path sit inside another's tree under another
+    // name (a break-it finding: a volume made through the link landed in the other's directories,
+    // past its capacity).
+    let resolved = |path: &str| {
+        service_kit::paths::resolve(std::path::Path::new(path))
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_owned))
+    };
+    let mine = resolved(base_path);
     for row in &others {
         let other = decode(row)?;
         let Some(theirs) = other.config.get("basePath").and_then(Value::as_str) else {
             continue;
         };
-        if domain::orchestrator::base_paths_nest(base_path, theirs) {
+        let nest_where_they_lead = match (&mine, resolved(theirs)) {
+            (Some(mine), Some(theirs)) => domain::orchestrator::base_paths_nest(mine, &theirs),
+            _ => false,
+        };
+        if domain::orchestrator::base_paths_nest(base_path, theirs) || nest_where_they_lead {
             return Err(StoreError::Clash(Status::new(
                 Code::AlreadyExists,
                 format!(

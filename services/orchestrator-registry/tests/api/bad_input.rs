@@ -305,3 +305,44 @@ async fn every_route_refuses_query_parameters_it_does_not_declare() {
     assert_eq!(now.status, 200);
     assert_eq!(now.body["label"], "");
 }
+
+/// A symbolic link does not let one `local` base path sit inside another's tree under another name
+/// (a break-it finding: a volume made through the link landed in the other's directories, past its
+/// capacity): nesting is judged where the paths lead too.
+#[tokio::test]
+async fn base_paths_that_nest_through_a_symbolic_link_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().to_path_buf();
+    let volumes = data.join("volumes");
+    let roots = volumes.display().to_string();
+    let app = spawn_app_with(
+        Env::default().with("BERTH_LOCAL_ROOTS", roots.as_str()),
+        false,
+        Some(dir),
+    )
+    .await;
+    std::fs::create_dir_all(volumes.join("small/team-a")).unwrap();
+    std::os::unix::fs::symlink("small", volumes.join("lnk")).unwrap();
+    std::os::unix::fs::symlink(volumes.join("small/team-a"), volumes.join("lnk2")).unwrap();
+    let at = |rest: &str| volumes.join(rest).display().to_string();
+    assert_eq!(app.put("small", local(&at("small"))).await.status, 201);
+    for (i, path) in ["lnk", "lnk2", "lnk/deeper"].into_iter().enumerate() {
+        let name = format!("linked-{i}");
+        let r = app.put(&name, local(&at(path))).await;
+        assert_eq!(r.status, 409, "{path}: {}", r.body);
+        assert!(
+            r.detail().contains("local orchestrator 'small'"),
+            "{path}: {}",
+            r.detail()
+        );
+        assert_eq!(
+            app.get(&name).await.status,
+            404,
+            "{path}: nothing registered"
+        );
+    }
+    // Beside it, through a link or not, is fine.
+    std::fs::create_dir_all(volumes.join("other")).unwrap();
+    std::os::unix::fs::symlink("other", volumes.join("lnk3")).unwrap();
+    assert_eq!(app.put("beside", local(&at("lnk3"))).await.status, 201);
+}
