@@ -398,6 +398,8 @@ async fn create_machine(
         let Some(limit) = state.quota_machines else {
             return provider.create_machine(&req).await;
         };
+        // A request with something wrong in it is told so, not to delete a machine.
+        provider.check_create(&req)?;
         let lock = state.create_lock(namespace);
         let _held = lock.lock().await;
         check_machine_quota(provider.as_ref(), &req, namespace, limit).await?;

@@ -134,6 +134,12 @@ pub trait Provider: Send + Sync + 'static {
     /// One sentence for `GET /v1/providers`.
     fn description(&self) -> String;
 
+    /// The checks of a CreateMachine that need no call to the cloud or the Engine: the request's
+    /// shape (400) and what this driver's settings refuse (412), as CreateMachine answers them. The
+    /// machine quota is counted only for a request that passes them, so a malformed one is told
+    /// what is wrong with it rather than to delete a machine.
+    fn check_create(&self, req: &MachineRequest) -> Result<(), Status>;
+
     /// CreateMachine: makes (or adopts) the VM backing `machine`.
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status>;
 

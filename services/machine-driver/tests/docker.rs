@@ -1882,6 +1882,18 @@ mod tenancy {
             detail.contains("has 1 machine(s) and the limit is 1"),
             "{detail}"
         );
+        // A malformed request at the quota is told what is wrong with it, not to delete a machine
+        // (a break-it finding).
+        let mut malformed = second.clone();
+        malformed["machineClass"]["providerSpec"]["labels"] = json!({"Berth.IO/machine": "x"});
+        let (code, answer) = app
+            .as_tenant("team-q", "/v1/machines:create", &malformed)
+            .await;
+        assert_eq!(code, 400, "{answer}");
+        assert!(
+            answer["detail"].as_str().unwrap().contains("labels"),
+            "{answer}"
+        );
         assert_eq!(app.containers().await.len(), 1);
     }
 }

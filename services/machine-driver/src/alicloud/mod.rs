@@ -872,6 +872,18 @@ impl Provider for Alicloud {
         format!("Alibaba Cloud ECS virtual machines (API 2014-05-26), through {target}")
     }
 
+    fn check_create(&self, req: &MachineRequest) -> Result<(), Status> {
+        spec::name_and_owner(&req.machine, true)?;
+        let user_data = spec::user_data(&req.secret);
+        match self.prepare(&req.machine_class, &req.secret, true) {
+            Err(refused) if refused.code != Code::InvalidArgument => {
+                user_data?;
+                Err(refused)
+            }
+            prepared => prepared.and(user_data).map(|_| ()),
+        }
+    }
+
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
         let (name, owner) = spec::name_and_owner(&req.machine, true)?;
         let span = tracing::info_span!("alicloud.create_machine", machine = %name);

@@ -366,6 +366,15 @@ impl std::fmt::Debug for Docker {
     }
 }
 
+/// What a CreateMachine's checks make of its request ([`Docker::checked_create`]).
+struct Checked {
+    /// The Engine's address.
+    host: String,
+    plan: Plan,
+    /// The user data to write into the container, if any.
+    user_data: Option<Vec<u8>>,
+}
+
 /// A request's Engine and scope.
 struct Target {
     engine: Engine,
@@ -837,6 +846,47 @@ impl Docker {
                     ),
                 ))
             })
+    }
+
+    /// A CreateMachine's checks that need no Engine call, in the order it answers them: the
+    /// request's shape first (400), then what this driver's settings refuse (412): the Engine it
+    /// names or the default one, then the spec's registry, privileges, mounts (each in the
+    /// machine's namespace's directory).
+    fn checked_create(&self, req: &MachineRequest) -> Result<Checked, Status> {
+        let spec = ProviderSpec::decode(&req.machine_class.provider_spec)?;
+        let bootstrap = spec.bootstrap()?;
+        let user_data = spec::user_data(&req.secret, bootstrap);
+        let host = self.engine_address(&req.secret);
+        let plan = spec.plan(
+            &self.settings,
+            host.as_ref().is_ok_and(|h| h.starts_with("unix://")),
+        );
+        if let Some(e) = [
+            plan.as_ref().err(),
+            user_data.as_ref().err(),
+            host.as_ref().err(),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|e| e.code == Code::InvalidArgument)
+        {
+            return Err(e.clone());
+        }
+        let (host, plan, user_data) = (host?, plan?, user_data?);
+        let namespace = request_namespace(req);
+        for (i, m) in plan.mounts.iter().enumerate() {
+            if let Err(rule) = self.settings.confine_to_namespace(&m.host_path, namespace) {
+                return Err(Status::new(
+                    Code::FailedPrecondition,
+                    format!("{SPEC}.mounts[{i}].hostPath: {rule}"),
+                ));
+            }
+        }
+        Ok(Checked {
+            host,
+            plan,
+            user_data,
+        })
     }
 
     /// The container named `name`, if it exists (exactly that name: the Engine would also take an
@@ -1539,43 +1589,25 @@ impl Provider for Docker {
         "Docker Engine: each machine is a container (after Cluster API's Docker provider)".into()
     }
 
+    fn check_create(&self, req: &MachineRequest) -> Result<(), Status> {
+        spec::machine_name(&req.machine)?;
+        spec::machine_uid(&req.machine)?;
+        spec::check_names(req)?;
+        self.checked_create(req).map(|_| ())
+    }
+
     async fn create_machine(&self, req: &MachineRequest) -> Result<CreateMachineResponse, Status> {
         let name = spec::machine_name(&req.machine)?;
         let uid = spec::machine_uid(&req.machine)?;
         spec::check_names(req)?;
         let span = tracing::info_span!("docker.create_machine", machine = %name);
         let call = async {
-            let spec = ProviderSpec::decode(&req.machine_class.provider_spec)?;
-            // The request's shape first (400), then what this driver's settings refuse (412): the
-            // Engine it names or the default one, then the spec's registry, privileges, mounts.
-            let bootstrap = spec.bootstrap()?;
-            let user_data = spec::user_data(&req.secret, bootstrap);
-            let host = self.engine_address(&req.secret);
-            let plan = spec.plan(
-                &self.settings,
-                host.as_ref().is_ok_and(|h| h.starts_with("unix://")),
-            );
-            if let Some(e) = [
-                plan.as_ref().err(),
-                user_data.as_ref().err(),
-                host.as_ref().err(),
-            ]
-            .into_iter()
-            .flatten()
-            .find(|e| e.code == Code::InvalidArgument)
-            {
-                return Err(e.clone());
-            }
-            let (host, plan, user_data) = (host?, plan?, user_data?);
+            let Checked {
+                host,
+                plan,
+                user_data,
+            } = self.checked_create(req)?;
             let namespace = request_namespace(req);
-            for (i, m) in plan.mounts.iter().enumerate() {
-                if let Err(rule) = self.settings.confine_to_namespace(&m.host_path, namespace) {
-                    return Err(Status::new(
-                        Code::FailedPrecondition,
-                        format!("{SPEC}.mounts[{i}].hostPath: {rule}"),
-                    ));
-                }
-            }
             let t = Target {
                 engine: self.engine(&host).await?,
                 host,
