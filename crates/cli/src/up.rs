@@ -306,7 +306,9 @@ async fn orchestrator_lines(built: &Built) -> Vec<String> {
     if !matches!(&default, Ok(o) if o.kind == domain::OrchestratorKind::Local) {
         lines.push(format!(
             "  to keep volumes in local directories instead: berth orchestrator register local --kind local --config basePath={} --default",
-            built.data_dir.join("volumes").display()
+            // Its own directory under the default root, as the first-start one is: a second local
+            // orchestrator then fits beside it (two base paths may not nest).
+            built.data_dir.join("volumes").join("local").display()
         ));
     }
     lines
@@ -427,12 +429,9 @@ pub async fn run(args: UpArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let _telemetry = match service_kit::telemetry::init("berth", &env) {
+    let _telemetry = match service_kit::telemetry::init_or_exit("berth up", "berth", &env) {
         Ok(g) => g,
-        Err(e) => {
-            eprintln!("berth up: telemetry setup failed: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     // After telemetry, so the warnings for retired names are seen.
     let env = match env.migrate(&renamed) {

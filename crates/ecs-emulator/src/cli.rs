@@ -299,13 +299,11 @@ pub async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    let _telemetry = match service_kit::telemetry::init("ecs-emulator", &env) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("ecs-emulator: telemetry setup failed: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let _telemetry =
+        match service_kit::telemetry::init_or_exit("ecs-emulator", "ecs-emulator", &env) {
+            Ok(g) => g,
+            Err(code) => return code,
+        };
     let durations = match env.migrate(RENAMED).and_then(|env| args.durations(&env)) {
         Ok(d) => d,
         Err(e) => {

@@ -472,12 +472,9 @@ where
             return ExitCode::FAILURE;
         }
     };
-    let _telemetry = match crate::telemetry::init(name, &env) {
+    let _telemetry = match crate::telemetry::init_or_exit(name, name, &env) {
         Ok(guard) => guard,
-        Err(e) => {
-            eprintln!("{name}: telemetry setup failed: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     let env = match env.migrate(renamed) {
         Ok(env) => env,

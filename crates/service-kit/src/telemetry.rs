@@ -52,6 +52,49 @@ pub fn tracer_provider(
     Ok(builder.build())
 }
 
+/// Checks the log settings before anything is set up: `BERTH_LOG_FORMAT` is `json`, or `human` (the
+/// default; `text` is read the same), and
+/// `BERTH_LOG` a filter `tracing` reads. A typo in either is the operator's setting refused, as any
+/// other (a binary exits 2 naming it), never ignored.
+pub fn check_settings(env: &Env) -> Result<(), crate::config::ConfigError> {
+    if let Some(format) = env.get(vars::LOG_FORMAT)
+        && !matches!(format, "json" | "human" | "text" | "")
+    {
+        return Err(crate::config::ConfigError {
+            var: vars::LOG_FORMAT.into(),
+            value: format.into(),
+            problem: "must be json, or human (the default)".into(),
+        });
+    }
+    if let Some(filter) = env.get(vars::LOG)
+        && let Err(e) = EnvFilter::try_new(filter)
+    {
+        return Err(crate::config::ConfigError {
+            var: vars::LOG.into(),
+            value: filter.into(),
+            problem: format!("is not a log filter such as info or warn,gateway=debug ({e})"),
+        });
+    }
+    Ok(())
+}
+
+/// [`init`] for a binary's start: a refused log setting is printed and exits 2, as every refused
+/// setting does; any other failure exits 1.
+pub fn init_or_exit(
+    program: &str,
+    service: &str,
+    env: &Env,
+) -> Result<TelemetryGuard, std::process::ExitCode> {
+    if let Err(e) = check_settings(env) {
+        eprintln!("{program}: {e}");
+        return Err(std::process::ExitCode::from(2));
+    }
+    init(service, env).map_err(|e| {
+        eprintln!("{program}: telemetry setup failed: {e}");
+        std::process::ExitCode::FAILURE
+    })
+}
+
 /// Installs the global subscriber and propagator for a binary. Logs go to stderr, so what a command
 /// prints for people and scripts (the `berth up` banner) stays alone on stdout. Call once, at start; a second call (as
 /// when `berth up` runs several services in one process) keeps the first setup.

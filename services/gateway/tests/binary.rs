@@ -103,6 +103,12 @@ fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
         stderr.contains("BERTH_RATE_LIMIT_RPS is set to the empty string"),
         "{stderr}"
     );
+    // A log setting with a typo is refused too, naming it (it was ignored, or exit 1).
+    for (var, value) in [("BERTH_LOG_FORMAT", "jsn"), ("BERTH_LOG", "nonsense===")] {
+        let (code, stderr) = start_with(var, value);
+        assert_eq!(code, Some(2), "{var}: {stderr}");
+        assert!(stderr.contains(var), "{stderr}");
+    }
     // A value that is no rate is refused as an unknown name is, with exit code 2, naming it.
     let (code, stderr) = start_with("BERTH_RATE_LIMIT_RPS", "-5");
     assert_eq!(code, Some(2), "{stderr}");
