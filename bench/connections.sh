@@ -79,7 +79,7 @@ measure() { # proxy kind count
   local proxy=$1 kind=$2 count=$3 port proxy_pids header=
   if [ "$proxy" = gateway ]; then
     BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$GW BERTH_DATA_DIR=$work BERTH_TOKENS_FILE=$work/tokens \
-      BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=1000000 BERTH_IDLE_TIMEOUT=600s \
+      BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=1000000 BERTH_TOKEN_MAX_IN_FLIGHT=0 BERTH_IDLE_TIMEOUT=600s \
       "$bin/gateway" &
     local gateway_pid=$!
     pids+=("$gateway_pid")

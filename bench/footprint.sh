@@ -49,7 +49,7 @@ for svc in gateway machine-driver orchestrator-registry storage-ops ecs-emulator
       extra=()
       case $svc in
         gateway) extra=(BERTH_TOKENS_FILE=$work/tokens BERTH_REGISTRY_URL=http://127.0.0.1:$registry_port
-                        BERTH_RATE_LIMIT_RPS=1000000) ;;
+                        BERTH_RATE_LIMIT_RPS=1000000 BERTH_TOKEN_MAX_IN_FLIGHT=0) ;;
         storage-ops) extra=(BERTH_REGISTRY_URL=http://127.0.0.1:$registry_port) ;;
       esac
       env BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$port BERTH_DATA_DIR=$work/$svc DOCKER_HOST=tcp://127.0.0.1:1 \
@@ -85,7 +85,7 @@ done
 
 # The whole stack in one process, as `berth up` runs it.
 base=18400
-BERTH_RATE_LIMIT_RPS=1000000 "$bin"/berth up --port-base $base --data-dir "$work/up" >"$work/up.out" 2>/dev/null &
+BERTH_RATE_LIMIT_RPS=1000000 BERTH_TOKEN_MAX_IN_FLIGHT=0 "$bin"/berth up --port-base $base --data-dir "$work/up" >"$work/up.out" 2>/dev/null &
 pid=$!
 pids+=("$pid")
 for _ in $(seq 200); do grep -q '^admin token: ' "$work/up.out" 2>/dev/null && break; sleep 0.05; done

@@ -68,7 +68,7 @@ BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$REG BERTH_DATA_DIR=$work/registry DOCKER_
 # part of the figure.
 start_gateway() { # binary port
   BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$2 BERTH_DATA_DIR=$work BERTH_TOKENS_FILE=$work/tokens \
-    BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=1000000 "$1" &
+    BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_RATE_LIMIT_RPS=1000000 BERTH_TOKEN_MAX_IN_FLIGHT=0 "$1" &
   pids+=($!)
 }
 start_gateway "$bin/gateway" "$GW"

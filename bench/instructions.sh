@@ -42,7 +42,7 @@ BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$STO BERTH_DATA_DIR=$work/storage BERTH_RE
 # Generous upstream limits: under callgrind the gateway runs some fifty times slower.
 BERTH_LOG=warn BERTH_LISTEN=127.0.0.1:$GW BERTH_DATA_DIR=$work BERTH_TOKENS_FILE=$work/tokens \
   BERTH_REGISTRY_URL=http://127.0.0.1:$REG BERTH_STORAGE_OPS_URL=http://127.0.0.1:$STO \
-  BERTH_RATE_LIMIT_RPS=1000000 BERTH_WORKERS=1 BERTH_UPSTREAM_TIMEOUT=120s \
+  BERTH_RATE_LIMIT_RPS=1000000 BERTH_TOKEN_MAX_IN_FLIGHT=0 BERTH_WORKERS=1 BERTH_UPSTREAM_TIMEOUT=120s \
   valgrind --tool=callgrind --callgrind-out-file="$work/callgrind.out" \
   "$bin"/gateway 2>"$work/valgrind.log" & pids+=($!)
 gateway_pid=$!

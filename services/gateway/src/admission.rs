@@ -16,7 +16,7 @@ use domain::Code;
 use service_kit::ApiError;
 
 use crate::auth::{Forwarded, Remembered, TokenEntry, TokenStore};
-use crate::limits::{FailureLimiter, RateLimiter};
+use crate::limits::{FailureLimiter, InFlight, InFlightCall, RateLimiter};
 use crate::openapi::OpenApiCache;
 use crate::proxy::{Forwarder, Upstream};
 use crate::routes::{RouteInfo, UpstreamId};
@@ -31,6 +31,8 @@ pub(crate) struct Gateway {
     pub(crate) limiter: Option<RateLimiter>,
     /// Failed authentications per caller address; `None` when off.
     pub(crate) failures: Option<FailureLimiter>,
+    /// Calls in flight per token; `None` when off.
+    pub(crate) in_flight: Option<Arc<InFlight>>,
     pub(crate) openapi: OpenApiCache,
 }
 
@@ -48,7 +50,7 @@ impl Gateway {
         route: RouteInfo,
         peer: IpAddr,
         memory: &mut Option<Remembered>,
-    ) -> Result<Forwarded, ApiError> {
+    ) -> Result<(Forwarded, Option<InFlightCall>), ApiError> {
         let mut credentials = request.headers().get_all(header::AUTHORIZATION).iter();
         let first = credentials.next();
         // Two credentials: which one a component reads first is a guess the gateway does not make.
@@ -103,7 +105,7 @@ impl Gateway {
         entry: &TokenEntry,
         request: &Request,
         route: RouteInfo,
-    ) -> Result<Forwarded, ApiError> {
+    ) -> Result<(Forwarded, Option<InFlightCall>), ApiError> {
         if let Some(limiter) = &self.limiter
             && let Err(wait) = limiter.check(entry.identity())
         {
@@ -132,7 +134,21 @@ impl Gateway {
                 ),
             ));
         }
-        Ok(entry.forwarded().clone())
+        let call = match &self.in_flight {
+            None => None,
+            Some(in_flight) => Some(in_flight.enter(entry.identity()).ok_or_else(|| {
+                ApiError::from_code(
+                    Code::ResourceExhausted,
+                    format!(
+                        "token {:?} has {} calls in flight, as many as BERTH_TOKEN_MAX_IN_FLIGHT allows; wait for one to finish",
+                        entry.name,
+                        in_flight.cap()
+                    ),
+                )
+                .with_retry_after(std::time::Duration::from_secs(1))
+            })?),
+        };
+        Ok((entry.forwarded().clone(), call))
     }
 }
 

@@ -703,12 +703,15 @@ impl Worker {
                                 let mut memory = caller.token.lock().expect("token memory lock");
                                 gateway.admit(&request, route, peer.ip(), &mut memory)
                             };
-                            match admitted {
-                                Ok(identity) => {
+                            // Held until the upstream has answered: a call counts against its
+                            // token's calls in flight while its body is being sent.
+                            let _in_flight = match admitted {
+                                Ok((identity, in_flight)) => {
                                     request.extensions_mut().insert(identity);
+                                    in_flight
                                 }
                                 Err(refusal) => return refusal.into_response(),
-                            }
+                            };
                             // The connection's timer is taken for the call and put back after
                             // it; its calls come one at a time, so nobody waits for it.
                             let mut timer =

@@ -49,7 +49,7 @@ use service_kit::{Env, HttpConfig, SecretString, ServiceApp};
 
 use crate::admission::Gateway;
 use crate::auth::TokenStore;
-use crate::limits::{BreakerConfig, FailureLimiter, RateLimit, RateLimiter};
+use crate::limits::{BreakerConfig, FailureLimiter, InFlight, RateLimit, RateLimiter};
 use crate::openapi::OpenApiCache;
 use crate::proxy::{Forwarder, Upstream};
 use crate::routes::UpstreamId;
@@ -80,6 +80,7 @@ pub const VARS: &[&str] = &[
     env_vars::AUTH_FAILURE_RPS,
     env_vars::AUTH_FAILURE_BURST,
     env_vars::MAX_CONNECTIONS,
+    env_vars::TOKEN_MAX_IN_FLIGHT,
 ];
 
 /// The gateway's names retired in this release: its own settings carry no service name (the
@@ -129,6 +130,8 @@ pub mod env_vars {
     pub const AUTH_FAILURE_BURST: &str = "BERTH_AUTH_FAILURE_BURST";
     /// Callers' connections held at once; over it the oldest idle one is closed.
     pub const MAX_CONNECTIONS: &str = service_kit::config::vars::MAX_CONNECTIONS;
+    /// Calls one token may have in flight at once (0 turns the cap off).
+    pub const TOKEN_MAX_IN_FLIGHT: &str = "BERTH_TOKEN_MAX_IN_FLIGHT";
 }
 
 /// The gateway's settings.
@@ -163,6 +166,8 @@ pub struct Config {
     pub idle_timeout: Duration,
     /// Callers' connections held at once; `None` for the default, from the file limit.
     pub max_connections: Option<usize>,
+    /// Calls one token may have in flight at once; `None` when off.
+    token_max_in_flight: Option<u32>,
 }
 
 impl Config {
@@ -225,6 +230,7 @@ impl Config {
             )?,
             idle_timeout: env.duration_or(IDLE_TIMEOUT, Duration::from_secs(30))?,
             max_connections: Some(env.parse_or(MAX_CONNECTIONS, 0usize)?).filter(|&n| n > 0),
+            token_max_in_flight: Some(env.parse_or(TOKEN_MAX_IN_FLIGHT, 64u32)?).filter(|&n| n > 0),
         })
     }
 }
@@ -284,6 +290,7 @@ fn assemble(config: &Config) -> Result<(Arc<Gateway>, axum::Router), AssembleErr
         tokens: TokenStore::watch(&config.tokens_file)?,
         limiter: config.rate_limit.map(RateLimiter::new),
         failures: config.auth_failure_limit.map(FailureLimiter::new),
+        in_flight: config.token_max_in_flight.map(InFlight::new),
         openapi: OpenApiCache::new(http.clone(), sources.clone()),
     });
     let mut app = ServiceApp::new(NAME, docs::routes())

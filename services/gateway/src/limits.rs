@@ -77,6 +77,62 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> KeyedLimiter<K> {
 /// share.
 pub(crate) type RateLimiter = KeyedLimiter<[u8; 32]>;
 
+/// The calls each token has in flight, capped: a rate limit bounds how often a token calls, not
+/// how many of its calls are open at once, and a call whose body comes slowly holds an upstream
+/// connection for as long as it takes. Without a cap, one token sending slow bodies within its
+/// rate filled a service's connections, and other tokens' calls to it failed.
+pub(crate) struct InFlight {
+    cap: u32,
+    open: Mutex<std::collections::HashMap<[u8; 32], u32>>,
+}
+
+impl InFlight {
+    pub(crate) fn new(cap: u32) -> Arc<Self> {
+        Arc::new(InFlight {
+            cap: cap.max(1),
+            open: Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    /// One more call of the token `identity`, held until the guard is dropped; `None` when the
+    /// token has its cap of calls open.
+    pub(crate) fn enter(self: &Arc<Self>, identity: &[u8; 32]) -> Option<InFlightCall> {
+        let mut open = self.open.lock().expect("in-flight lock");
+        let count = open.entry(*identity).or_insert(0);
+        if *count >= self.cap {
+            return None;
+        }
+        *count += 1;
+        Some(InFlightCall {
+            calls: self.clone(),
+            identity: *identity,
+        })
+    }
+
+    pub(crate) fn cap(&self) -> u32 {
+        self.cap
+    }
+}
+
+/// One call counted in [`InFlight`] until it is dropped.
+pub(crate) struct InFlightCall {
+    calls: Arc<InFlight>,
+    identity: [u8; 32],
+}
+
+impl Drop for InFlightCall {
+    fn drop(&mut self) {
+        let mut open = self.calls.open.lock().expect("in-flight lock");
+        if let Some(count) = open.get_mut(&self.identity) {
+            *count -= 1;
+            // Tokens with nothing in flight take no room.
+            if *count == 0 {
+                open.remove(&self.identity);
+            }
+        }
+    }
+}
+
 /// The limiter of failed authentications, keyed by the caller's address: guessing tokens costs the
 /// guesser a 429 long before it costs the gateway much.
 pub(crate) type FailureLimiter = KeyedLimiter<IpAddr>;

@@ -913,3 +913,72 @@ async fn a_cold_connection_is_served_again_made_room_for_and_timed_out() {
         "closed before its idle timeout"
     );
 }
+
+/// A token has at most BERTH_TOKEN_MAX_IN_FLIGHT calls open at once (a break-it finding: slow
+/// bodies sent within the rate limit filled a service's connections, and other tokens' calls to it
+/// failed). Over it, 429 naming the setting; other tokens are not held up; a call that ends gives
+/// its place back.
+#[tokio::test]
+async fn a_token_has_at_most_its_cap_of_calls_in_flight() {
+    // A storage-ops that reads each whole body before it answers, as the real one does.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    let router = axum::Router::new().fallback(any(|body: String| async move {
+        axum::Json(serde_json::json!({"read": body.len()}))
+    }));
+    tokio::spawn(service_kit::serve(router, listener, std::future::pending()));
+    // Time for the slow bodies (the harness gives upstream calls 300 ms).
+    let h = spawn_gateway_with(
+        &[
+            ("BERTH_TOKEN_MAX_IN_FLIGHT", "2"),
+            ("BERTH_UPSTREAM_TIMEOUT", "20s"),
+        ],
+        &[],
+        Some(upstream),
+    )
+    .await;
+    let target = h.url.trim_start_matches("http://").to_string();
+    let mut slow = Vec::new();
+    for _ in 0..2 {
+        let mut stream = TcpStream::connect(&target).await.unwrap();
+        stream
+            .write_all(
+                b"POST /v1/volumes HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-writer\r\n\
+                  content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+            )
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    // Both are admitted (their bodies are on their way) before the third asks.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = call(&h.url, "POST", "/v1/volumes", Some("tok-writer")).await;
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().contains_key("retry-after"));
+    let problem: serde_json::Value = refused.json().await.unwrap();
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("BERTH_TOKEN_MAX_IN_FLIGHT"),
+        "{problem}"
+    );
+    // Another token is not held up.
+    let other = call(&h.url, "GET", "/v1/kinds", Some("tok-reader")).await;
+    assert_eq!(other.status(), 200);
+    // One slow caller gives up: its place is free again.
+    drop(slow.pop());
+    let mut freed = false;
+    for _ in 0..50 {
+        if call(&h.url, "POST", "/v1/volumes", Some("tok-writer"))
+            .await
+            .status()
+            != 429
+        {
+            freed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(freed, "the ended call's place was not given back");
+}

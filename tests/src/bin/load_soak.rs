@@ -857,9 +857,12 @@ async fn main() -> std::process::ExitCode {
         ecs_key_id: ECS_KEY_ID.into(),
         ecs_key_secret: ECS_KEY_SECRET.into(),
     };
-    // The limiter on, as in production, but far above what one machine can send: a 429 here would
-    // measure the setting, not the stack.
-    let settings = [(Service::Gateway, "BERTH_RATE_LIMIT_RPS", "1000000")];
+    // The limiters on, as in production, but far above what one machine can send: a 429 here
+    // would measure the settings, not the stack (the in-flight cap above the pool's calls).
+    let settings = [
+        (Service::Gateway, "BERTH_RATE_LIMIT_RPS", "1000000"),
+        (Service::Gateway, "BERTH_TOKEN_MAX_IN_FLIGHT", "100000"),
+    ];
     let mut stack =
         match ProcessStack::start(&o.bin_dir, data.path(), &credentials, &settings).await {
             Ok(s) => s,
