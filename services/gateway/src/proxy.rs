@@ -555,8 +555,15 @@ impl Forwarder {
             }
         };
         upstream.latency.record(started.elapsed());
-        // A call that failed while the caller's body was failing is the caller's failure.
+        // A call that failed while the caller's body was failing is the caller's failure; so is a
+        // service's own timeout (504) given before the caller's body was all in: that slow body is
+        // what it timed out on.
         let outcome = match (outcome, progress.state()) {
+            (Ok(response), state)
+                if response.status() == StatusCode::GATEWAY_TIMEOUT && state != FINISHED =>
+            {
+                Err(Failure::BodyTooSlow)
+            }
             (Err(Failure::Unreachable(_) | Failure::Timeout), TOO_LARGE) => {
                 Err(Failure::BodyTooLarge)
             }

@@ -170,6 +170,12 @@ async fn a_caller_whose_body_never_comes_gets_408_and_the_upstream_is_not_blamed
 /// An upstream that answers every request 413 as soon as it has read the head, and closes without
 /// reading the body, as a service that refuses a body by its declared length does.
 async fn early_answering_upstream() -> String {
+    early_answering_with("413 Payload Too Large").await
+}
+
+/// An upstream that answers every request with `status` (its code and reason) as soon as it has
+/// read the head; see [`early_answering_upstream`].
+async fn early_answering_with(status: &'static str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move {
@@ -188,7 +194,7 @@ async fn early_answering_upstream() -> String {
                 }
                 let body = br#"{"title":"early","status":413}"#;
                 let answer = format!(
-                    "HTTP/1.1 413 Payload Too Large\r\ncontent-type: application/problem+json\r\n\
+                    "HTTP/1.1 {status}\r\ncontent-type: application/problem+json\r\n\
                      content-length: {}\r\nconnection: close\r\n\r\n",
                     body.len()
                 );
@@ -981,4 +987,31 @@ async fn a_token_has_at_most_its_cap_of_calls_in_flight() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(freed, "the ended call's place was not given back");
+}
+
+/// A service's 504 given before the caller's body was all in is its timeout on that slow body: the
+/// caller is answered 408, as the gateway's own body timeout answers (a break-it finding: slow
+/// bodies got the upstream-timeout status, which reads as the service's fault).
+#[tokio::test]
+async fn an_upstream_timeout_before_the_body_is_in_is_the_callers_408() {
+    let upstream = early_answering_with("504 Gateway Timeout").await;
+    let h = spawn_gateway_with(&[], &[], Some(upstream)).await;
+    let target = h.url.trim_start_matches("http://").to_string();
+    let mut stream = TcpStream::connect(&target).await.unwrap();
+    stream
+        .write_all(
+            b"POST /v1/volumes HTTP/1.1\r\nhost: g\r\nauthorization: Bearer tok-writer\r\n\
+              content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    let (head, body) = tokio::time::timeout(Duration::from_secs(5), read_answer(&mut stream))
+        .await
+        .expect("an answer");
+    assert_eq!(status_of(&head), 408, "{head}");
+    let problem: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().starts_with("body: "),
+        "{problem}"
+    );
 }
