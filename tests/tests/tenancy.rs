@@ -150,8 +150,9 @@ fn machine_class(cluster: &str) -> Value {
     req
 }
 
-/// The 409 of a machine name another machine's VM has (in the class's cluster).
-const TAKEN: &str = "machine name \"{name}\" is taken: another machine's VM has it in this cluster; one name is one VM";
+/// The 409 of a create that sends the UID another machine's VM was made for (its ClientToken
+/// cannot make a second): it names neither that machine nor its namespace.
+const UID_TAKEN: &str = "machine.metadata.uid: the UID already stands for another machine's VM in this cluster; machine \"{name}\" needs a UID of its own";
 
 /// The intruder's UID: it does not know the owner's.
 const INTRUDER_UID: &str = "uid-intruder";
@@ -201,8 +202,8 @@ fn machine_probes() -> Vec<Probe> {
             Detail(404, missing),
         ),
         // In the intruder's own namespace, of the owner's cluster (its class's cluster tag): the
-        // VM found by name is another tenant's, so it is missing, and the name is taken (saying
-        // only that). Of the intruder's own cluster: nothing by that name there.
+        // owner's VM of that name is another tenant's, so it is missing. Of the intruder's own
+        // cluster: nothing by that name there.
         probe(
             "POST",
             "/v1/machines:status",
@@ -239,12 +240,9 @@ fn machine_probes() -> Vec<Probe> {
             Some(at("{own}", "{own}")),
             Body(200, nothing.clone()),
         ),
-        probe(
-            "POST",
-            "/v1/machines:create",
-            Some(at("{own}", "{ns}")),
-            Detail(409, TAKEN),
-        ),
+        // (Creating the owner's name in the intruder's own namespace, of the owner's cluster, makes
+        // the intruder a VM of its own, as another namespace's VMs are not there for it: the test
+        // does it after the walk, as it makes a VM.)
         // Even knowing the owner's UID, and its providerID too: only the namespace stamp stands
         // between the intruder and the VM.
         probe(
@@ -305,13 +303,13 @@ fn machine_probes() -> Vec<Probe> {
             "POST",
             "/v1/machines:create",
             Some(known("{own}", false)),
-            Detail(409, TAKEN),
+            Detail(409, UID_TAKEN),
         ),
         probe(
             "POST",
             "/v1/machines:create",
             Some(known("{own}", true)),
-            Detail(409, TAKEN),
+            Detail(409, UID_TAKEN),
         ),
         probe(
             "POST",
@@ -552,8 +550,25 @@ async fn two_tenants_cannot_see_change_or_learn_anything_of_each_others_objects(
         walk.walk(&stack, &format!("m-{owner_ns}"), machine_probes())
             .await;
 
-        // The owner's machine name in the intruder's own cluster is free: a VM of the intruder's,
-        // never the owner's adopted; the intruder then releases it, and only it.
+        // The owner's machine name in the intruder's own namespace is free, in the owner's
+        // cluster (another namespace's VMs are not there for it: a 409 there told the intruder
+        // the owner's machine existed) as in its own: a VM of the intruder's each time, never the
+        // owner's adopted; the intruder then releases it, and only it.
+        let beside = machine(
+            &format!("m-{owner_ns}"),
+            own,
+            &format!("{INTRUDER_UID}-beside"),
+            owner_ns,
+            "intruder",
+        );
+        for route in ["/v1/machines:create", "/v1/machines:delete"] {
+            let (status, body) = send(&stack, "POST", route, intruder, Some(&beside)).await;
+            assert_eq!(status, 200, "{intruder} {route}: {body}");
+            assert!(
+                !body.contains(instance_id),
+                "{intruder} got or released {instance_id}: {body}"
+            );
+        }
         let theirs = machine(&format!("m-{owner_ns}"), own, INTRUDER_UID, own, "intruder");
         let (status, body) = send(
             &stack,

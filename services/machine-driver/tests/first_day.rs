@@ -564,6 +564,12 @@ async fn a_misspelt_region_makes_no_machine() {
     let e = app.machines.create(&r).await.unwrap_err();
     assert_code(&e, Code::InvalidArgument, 400);
     assert!(e.status.message.contains("InvalidRegionId.NotFound"), "{e}");
+    assert!(
+        e.status
+            .message
+            .starts_with("machineClass.providerSpec.region: "),
+        "the field is named: {e}"
+    );
     assert_eq!(app.instances_named("m-region"), 0);
     let e = app.machines.status(&r).await.unwrap_err();
     assert_code(&e, Code::InvalidArgument, 400);

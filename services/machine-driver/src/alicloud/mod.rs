@@ -843,6 +843,18 @@ fn create_error(e: &alicloud::Error, name: &str) -> Status {
 /// they are: a 401 from the driver otherwise reads like the caller's own Berth login failing.
 fn ecs_status(e: &alicloud::Error) -> Status {
     let status = e.to_status();
+    // The one request field ECS names by its own words: said as the field the caller wrote.
+    if e.ecs_code()
+        .is_some_and(|c| c.starts_with("InvalidRegionId"))
+    {
+        return Status::new(
+            Code::InvalidArgument,
+            format!(
+                "machineClass.providerSpec.region: ECS has no such region ({})",
+                status.message
+            ),
+        );
+    }
     if status.code != Code::Unauthenticated {
         return status;
     }
