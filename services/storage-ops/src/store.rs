@@ -48,7 +48,10 @@ pub const MAX_BATCH: usize = 256;
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The schema's migrations, in order: the database's `user_version` is how many it has applied.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_volumes.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_volumes.sql"),
+    include_str!("../migrations/0002_namespace_versions.sql"),
+];
 
 /// A volume as stored.
 #[derive(Debug, Clone, PartialEq)]
@@ -743,6 +746,40 @@ mod tests {
         );
         let c = store.insert(row("ns", "b", "o", 10), None).await.unwrap();
         assert!(c.resource_version > ready.resource_version);
+    }
+
+    /// Each namespace has its own resourceVersion sequence: another namespace's writes do not move
+    /// it, so a tenant cannot watch it to learn how much the others write (a break-it finding).
+    #[tokio::test]
+    async fn a_namespaces_versions_do_not_move_with_anothers_writes() {
+        let (_dir, store) = open().await;
+        let first = store
+            .insert(row("team-b", "x", "o", 1), None)
+            .await
+            .unwrap();
+        for i in 0..5 {
+            let theirs = store
+                .insert(row("team-a", &format!("a{i}"), "o", 1), None)
+                .await
+                .unwrap();
+            store
+                .set_status(
+                    &theirs.uid,
+                    StatusUpdate {
+                        phase: VolumePhase::Ready,
+                        reason: "Provisioned".into(),
+                        message: String::new(),
+                        location: None,
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        let second = store
+            .insert(row("team-b", "y", "o", 1), None)
+            .await
+            .unwrap();
+        assert_eq!(second.resource_version, first.resource_version + 1);
     }
 
     /// A database an earlier storage-ops made through sqlx's migrator is adopted with its rows; one a

@@ -196,7 +196,7 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64) {
             }
             None => {}
         }
-        match apply(conn, cmd, rv) {
+        match apply(conn, cmd, *rv) {
             Ok(outcome) => results.push(Ok(outcome)),
             Err(Failure::Refused(e)) => results.push(Err(e)),
             Err(Failure::Fatal(e)) => fatal = Some(e),
@@ -228,7 +228,18 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64) {
     }
 }
 
-fn apply(conn: &Connection, cmd: &Command, rv: &mut i64) -> Result<Outcome, Failure> {
+/// The next resourceVersion of `namespace`'s own sequence, which starts above `floor` (every
+/// version issued before namespaces had sequences of their own): one sequence for all let a tenant
+/// watch it to learn how much the others wrote.
+fn next_version(conn: &Connection, namespace: &str, floor: i64) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO namespace_versions (namespace, version) VALUES (?1, ?2 + 1) \
+         ON CONFLICT (namespace) DO UPDATE SET version = version + 1 RETURNING version",
+    )?
+    .query_row(params![namespace, floor], |r| r.get(0))
+}
+
+fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failure> {
     match cmd {
         Command::Insert {
             row,
@@ -297,7 +308,7 @@ fn apply(conn: &Connection, cmd: &Command, rv: &mut i64) -> Result<Outcome, Fail
                 }
             }
             let mut row = row.as_ref().clone();
-            row.resource_version = *rv + 1;
+            row.resource_version = next_version(conn, &row.namespace, floor)?;
             let inserted = conn
                 .prepare_cached(
                     "INSERT INTO volumes (uid, namespace, name, orchestrator, kind, backend_config, capacity, \
@@ -344,10 +355,17 @@ fn apply(conn: &Connection, cmd: &Command, rv: &mut i64) -> Result<Outcome, Fail
                 }
                 Err(e) => return Err(e.into()),
             }
-            *rv += 1;
             Ok(Outcome::Row(Box::new(row)))
         }
         Command::SetStatus { uid, update, .. } => {
+            let namespace: Option<String> = conn
+                .prepare_cached("SELECT namespace FROM volumes WHERE uid = ?1")?
+                .query_row([uid], |r| r.get(0))
+                .optional()?;
+            let Some(namespace) = namespace else {
+                return Ok(Outcome::MaybeRow(None));
+            };
+            let version = next_version(conn, &namespace, floor)?;
             let row = conn
                 .prepare_cached(concat!(
                     "UPDATE volumes SET phase = ?1, reason = ?2, message = ?3, location = COALESCE(?4, location), \
@@ -361,15 +379,12 @@ fn apply(conn: &Connection, cmd: &Command, rv: &mut i64) -> Result<Outcome, Fail
                         update.message,
                         update.location,
                         now(),
-                        *rv + 1,
+                        version,
                         uid,
                     ],
                     super::row_from,
                 )
                 .optional()?;
-            if row.is_some() {
-                *rv += 1;
-            }
             Ok(Outcome::MaybeRow(row.map(Box::new)))
         }
         Command::Remove { uid, retain, .. } => {
