@@ -16,7 +16,7 @@ use domain::Code;
 use service_kit::ApiError;
 
 use crate::auth::{Forwarded, Remembered, TokenEntry, TokenStore};
-use crate::limits::{FailureLimiter, InFlight, InFlightCall, RateLimiter};
+use crate::limits::{FailureLimiter, InFlight, InFlightCall, RateLimiter, count_refusal};
 use crate::openapi::OpenApiCache;
 use crate::proxy::{Forwarder, Upstream};
 use crate::routes::{RouteInfo, UpstreamId};
@@ -80,7 +80,16 @@ impl Gateway {
         };
         match admitted {
             Err(refusal) if refusal.status().code == Code::Unauthenticated => {
-                Err(self.limit_failures(peer).unwrap_or(refusal))
+                Err(match self.limit_failures(peer) {
+                    Some(limited) => {
+                        count_refusal("auth_failures_limited");
+                        limited
+                    }
+                    None => {
+                        count_refusal("unauthenticated");
+                        refusal
+                    }
+                })
             }
             other => other,
         }
@@ -109,6 +118,7 @@ impl Gateway {
         if let Some(limiter) = &self.limiter
             && let Err(wait) = limiter.check(entry.identity())
         {
+            count_refusal("rate_limited");
             return Err(ApiError::from_code(
                 Code::ResourceExhausted,
                 format!("token {:?} is over its rate limit", entry.name),
@@ -116,6 +126,7 @@ impl Gateway {
             .with_retry_after(wait));
         }
         if !entry.allows(route.scope) {
+            count_refusal("forbidden");
             service_kit::tenancy::audit_refused(
                 &entry.name,
                 &entry.namespaces,
@@ -137,6 +148,7 @@ impl Gateway {
         let call = match &self.in_flight {
             None => None,
             Some(in_flight) => Some(in_flight.enter(entry.identity()).ok_or_else(|| {
+                count_refusal("in_flight");
                 ApiError::from_code(
                     Code::ResourceExhausted,
                     format!(

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
+use service_kit::metrics::{Counter, Family, Gauge};
 
 /// Token-bucket settings: `rps` sustained, `burst` at once.
 #[derive(Debug, Clone, Copy)]
@@ -137,6 +138,25 @@ impl Drop for InFlightCall {
 /// guesser a 429 long before it costs the gateway much.
 pub(crate) type FailureLimiter = KeyedLimiter<IpAddr>;
 
+/// Each upstream's breaker state.
+static BREAKER_STATE: Family<Gauge> = Family::new(
+    "berth_gateway_breaker_state",
+    "Each upstream's circuit breaker: 0 closed, 1 open (calls refused), 2 half-open (one trial call out).",
+    &["upstream"],
+);
+
+/// Calls the gateway refused before forwarding them, by why.
+static REFUSALS: Family<Counter> = Family::new(
+    "berth_gateway_refusals_total",
+    "Calls the gateway refused before forwarding, by reason: unauthenticated (401), auth_failures_limited (429 to an address guessing tokens), rate_limited, in_flight (429 to a token), forbidden (403, the token's scope).",
+    &["reason"],
+);
+
+/// Counts one refusal; `reason` is one of the closed set [`REFUSALS`] describes.
+pub(crate) fn count_refusal(reason: &'static str) {
+    REFUSALS.series(&[reason]).increment(1);
+}
+
 /// Circuit-breaker settings.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BreakerConfig {
@@ -173,6 +193,8 @@ enum State {
 /// the next call is the trial. A trial that never ends at all expires after `trial_limit` (the
 /// upstream's own timeout and a margin). Either way the half-open state always resolves.
 pub(crate) struct Breaker {
+    /// Where its state is published, once named ([`Breaker::publishing_as`]).
+    published: Option<Arc<Gauge>>,
     config: BreakerConfig,
     trial_limit: Duration,
     state: Mutex<State>,
@@ -221,11 +243,30 @@ impl Breaker {
     /// A closed breaker; a trial call may take `trial_limit` before another is let through.
     pub(crate) fn new(config: BreakerConfig, trial_limit: Duration) -> Self {
         Breaker {
+            published: None,
             config,
             trial_limit,
             state: Mutex::new(State::Closed { failures: 0 }),
             trials: std::sync::atomic::AtomicU64::new(0),
             healthy: AtomicBool::new(true),
+        }
+    }
+
+    /// The breaker of `upstream`, its state published as `berth_gateway_breaker_state`.
+    pub(crate) fn publishing_as(mut self, upstream: &'static str) -> Self {
+        let gauge = BREAKER_STATE.series(&[upstream]);
+        gauge.set(0);
+        self.published = Some(gauge);
+        self
+    }
+
+    fn publish(&self, state: &State) {
+        if let Some(gauge) = &self.published {
+            gauge.set(match state {
+                State::Closed { .. } => 0,
+                State::Open { .. } => 1,
+                State::HalfOpen { .. } => 2,
+            });
         }
     }
 
@@ -256,6 +297,7 @@ impl Breaker {
             State::Open { .. } | State::HalfOpen { .. } => {
                 let trial = self.trials.fetch_add(1, Ordering::Relaxed) + 1;
                 *state = State::HalfOpen { since: now, trial };
+                self.publish(&state);
                 Ok(permit(Some(trial)))
             }
         }
@@ -282,6 +324,7 @@ impl Breaker {
             }
             (open @ State::Open { .. }, false) => open,
         };
+        self.publish(&state);
         self.healthy
             .store(*state == State::Closed { failures: 0 }, Ordering::Relaxed);
     }
@@ -294,6 +337,7 @@ impl Breaker {
             *state = State::Open {
                 until: Instant::now(),
             };
+            self.publish(&state);
         }
     }
 

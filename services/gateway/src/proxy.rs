@@ -125,7 +125,7 @@ impl Upstream {
             })?,
             timeout,
             // A trial call may take the upstream's whole time, and a caller's body a little more.
-            breaker: Breaker::new(breaker, timeout + Duration::from_secs(5)),
+            breaker: Breaker::new(breaker, timeout + Duration::from_secs(5)).publishing_as(label),
             latency: UPSTREAM_LATENCY.series(&[label]),
             responses: (100..600).map(|_| OnceLock::new()).collect(),
             timeouts: UPSTREAM_RESPONSES.series(&[label, "timeout"]),
