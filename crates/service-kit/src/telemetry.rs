@@ -66,14 +66,29 @@ pub fn check_settings(env: &Env) -> Result<(), crate::config::ConfigError> {
             problem: "must be json, or human (the default)".into(),
         });
     }
-    if let Some(filter) = env.get(vars::LOG)
-        && let Err(e) = EnvFilter::try_new(filter)
-    {
-        return Err(crate::config::ConfigError {
+    if let Some(filter) = env.get(vars::LOG) {
+        let refused = |why: String| crate::config::ConfigError {
             var: vars::LOG.into(),
             value: filter.into(),
-            problem: format!("is not a log filter such as info or warn,gateway=debug ({e})"),
-        });
+            problem: format!("is not a log filter such as info or warn,gateway=debug ({why})"),
+        };
+        EnvFilter::try_new(filter).map_err(|e| refused(e.to_string()))?;
+        // `tracing` reads a bare word as a target to log at every level, so a misspelt level
+        // (`warning`, `inof`) is taken as the name of a target nothing logs under, and every log
+        // line, audit lines included, is off. Here a bare word must be a level; a target is
+        // written `target=level`.
+        for directive in filter.split(',').map(str::trim).filter(|d| !d.is_empty()) {
+            let bare = !directive.contains(['=', '[', ':']);
+            let level = matches!(
+                directive.to_ascii_lowercase().as_str(),
+                "trace" | "debug" | "info" | "warn" | "error" | "off"
+            );
+            if bare && !level {
+                return Err(refused(format!(
+                    "{directive:?} is no level (trace, debug, info, warn, error, off); write a target as {directive}=LEVEL"
+                )));
+            }
+        }
     }
     Ok(())
 }

@@ -444,6 +444,8 @@ enum Failure {
     BodyBroken,
     /// The caller's body did not arrive within the upstream's time.
     BodyTooSlow,
+    /// The upstream gave up waiting for the caller's body (its own 504 before the body was in).
+    BodyTooSlowForUpstream,
     /// The caller's body stopped bringing bytes for [`body_stall_limit`].
     BodyStalled(Duration),
 }
@@ -562,7 +564,7 @@ impl Forwarder {
             (Ok(response), state)
                 if response.status() == StatusCode::GATEWAY_TIMEOUT && state != FINISHED =>
             {
-                Err(Failure::BodyTooSlow)
+                Err(Failure::BodyTooSlowForUpstream)
             }
             (Err(Failure::Unreachable(_) | Failure::Timeout), TOO_LARGE) => {
                 Err(Failure::BodyTooLarge)
@@ -623,6 +625,15 @@ impl Forwarder {
                 Code::InvalidArgument,
                 "body: ended before its declared length, or was malformed",
             )),
+            // The service's own limit, which may be shorter than the gateway's: not a figure
+            // the gateway can state.
+            Err(Failure::BodyTooSlowForUpstream) => Err(ApiError::from_code(
+                Code::DeadlineExceeded,
+                format!(
+                    "body: did not arrive whole before {name} stopped waiting for it; send it faster, or a smaller one"
+                ),
+            )
+            .with_http_status(StatusCode::REQUEST_TIMEOUT)),
             Err(Failure::BodyTooSlow) => Err(ApiError::from_code(
                 Code::DeadlineExceeded,
                 format!(

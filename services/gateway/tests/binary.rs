@@ -104,7 +104,12 @@ fn a_misspelled_variable_stops_the_start_and_a_retired_one_warns() {
         "{stderr}"
     );
     // A log setting with a typo is refused too, naming it (it was ignored, or exit 1).
-    for (var, value) in [("BERTH_LOG_FORMAT", "jsn"), ("BERTH_LOG", "nonsense===")] {
+    for (var, value) in [
+        ("BERTH_LOG_FORMAT", "jsn"),
+        ("BERTH_LOG", "nonsense==="),
+        ("BERTH_LOG", "warning"),
+        ("BERTH_LOG", "info,inof"),
+    ] {
         let (code, stderr) = start_with(var, value);
         assert_eq!(code, Some(2), "{var}: {stderr}");
         assert!(stderr.contains(var), "{stderr}");

@@ -218,6 +218,22 @@ impl Settings {
                     })
                 })
                 .collect::<Result<_, _>>()?;
+            // Roots that nest would give one directory two namespace layouts: `<outer>/team-a/x`
+            // is also `<inner>/x` when the inner root is `<outer>/team-a`, so namespace x's
+            // machines could write where team-a's read (a break-it finding).
+            for (i, a) in s.mount_roots.iter().enumerate() {
+                for b in &s.mount_roots[i + 1..] {
+                    if is_within(a, b) || is_within(b, a) {
+                        return Err(config_error(
+                            env,
+                            ENV_MOUNT_PATHS,
+                            format!(
+                                "entries {a:?} and {b:?} nest: each root holds one directory per namespace, so roots must lie apart"
+                            ),
+                        ));
+                    }
+                }
+            }
         }
         if let Some(v) = env.get(ENV_ALLOW_PRIVILEGED) {
             s.allow_privileged = match v.to_ascii_lowercase().as_str() {
@@ -510,6 +526,11 @@ mod tests {
         assert_eq!(s.engine_for(Some("tcp://b:2376")).unwrap(), "tcp://b:2376");
         assert!(s.engine_for(Some(DEFAULT_DOCKER_HOST)).is_err());
         assert_eq!(s.mount_roots, ["/srv/berth", "/data"]);
+        // Roots that nest are refused: each holds one directory per namespace.
+        for nested in ["/srv/berth,/srv/berth/team-a", "/data/x,/data", "/a,/a/"] {
+            let e = Settings::from_env(&Env::default().with(ENV_MOUNT_PATHS, nested)).unwrap_err();
+            assert!(e.to_string().contains("nest"), "{nested}: {e}");
+        }
         assert!(s.allow_privileged);
         assert!(s.may_pull_from("localhost:5000"));
         assert!(!s.may_pull_from("docker.io"));
