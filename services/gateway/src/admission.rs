@@ -32,7 +32,7 @@ pub(crate) struct Gateway {
     /// Failed authentications per caller address; `None` when off.
     pub(crate) failures: Option<FailureLimiter>,
     /// Calls in flight per token; `None` when off.
-    pub(crate) in_flight: Option<Arc<InFlight>>,
+    pub(crate) in_flight: Option<InFlight>,
     pub(crate) openapi: OpenApiCache,
 }
 
@@ -147,7 +147,7 @@ impl Gateway {
         }
         let call = match &self.in_flight {
             None => None,
-            Some(in_flight) => Some(in_flight.enter(entry.identity()).ok_or_else(|| {
+            Some(in_flight) => Some(in_flight.enter(&entry.in_flight).ok_or_else(|| {
                 count_refusal("in_flight");
                 ApiError::from_code(
                     Code::ResourceExhausted,

@@ -58,6 +58,8 @@ pub struct TokenEntry {
     forwarded: Forwarded,
     /// The Unix second its use was last recorded (0: not since the file was read).
     last_used: Arc<AtomicI64>,
+    /// Its calls in flight ([`crate::limits::InFlight`]); a reload of the file starts it again.
+    pub(crate) in_flight: Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// The caller's identity as the services read it ([`service_kit::tenancy`]): the token's name and its
@@ -420,6 +422,7 @@ fn parse_token_line(line: &str, number: usize) -> Result<TokenEntry, TokenLinePr
         line: number,
         forwarded,
         last_used: Arc::default(),
+        in_flight: Arc::default(),
     })
 }
 

@@ -4,7 +4,7 @@
 use std::hash::Hash;
 use std::net::IpAddr;
 use std::num::NonZeroU32;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -81,33 +81,26 @@ pub(crate) type RateLimiter = KeyedLimiter<[u8; 32]>;
 /// The calls each token has in flight, capped: a rate limit bounds how often a token calls, not
 /// how many of its calls are open at once, and a call whose body comes slowly holds an upstream
 /// connection for as long as it takes. Without a cap, one token sending slow bodies within its
-/// rate filled a service's connections, and other tokens' calls to it failed.
+/// rate filled a service's connections, and other tokens' calls to it failed. Each token counts
+/// in an atomic of its own entry, so a call takes no lock the worker threads share.
 pub(crate) struct InFlight {
     cap: u32,
-    open: Mutex<std::collections::HashMap<[u8; 32], u32>>,
 }
 
 impl InFlight {
-    pub(crate) fn new(cap: u32) -> Arc<Self> {
-        Arc::new(InFlight {
-            cap: cap.max(1),
-            open: Mutex::new(std::collections::HashMap::new()),
-        })
+    pub(crate) fn new(cap: u32) -> Self {
+        InFlight { cap: cap.max(1) }
     }
 
-    /// One more call of the token `identity`, held until the guard is dropped; `None` when the
-    /// token has its cap of calls open.
-    pub(crate) fn enter(self: &Arc<Self>, identity: &[u8; 32]) -> Option<InFlightCall> {
-        let mut open = self.open.lock().expect("in-flight lock");
-        let count = open.entry(*identity).or_insert(0);
-        if *count >= self.cap {
-            return None;
-        }
-        *count += 1;
-        Some(InFlightCall {
-            calls: self.clone(),
-            identity: *identity,
-        })
+    /// One more call of the token counting in `count`, held until the guard is dropped; `None`
+    /// when the token has its cap of calls open.
+    pub(crate) fn enter(&self, count: &Arc<AtomicU32>) -> Option<InFlightCall> {
+        count
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.cap).then_some(n + 1)
+            })
+            .ok()?;
+        Some(InFlightCall(count.clone()))
     }
 
     pub(crate) fn cap(&self) -> u32 {
@@ -116,21 +109,11 @@ impl InFlight {
 }
 
 /// One call counted in [`InFlight`] until it is dropped.
-pub(crate) struct InFlightCall {
-    calls: Arc<InFlight>,
-    identity: [u8; 32],
-}
+pub(crate) struct InFlightCall(Arc<AtomicU32>);
 
 impl Drop for InFlightCall {
     fn drop(&mut self) {
-        let mut open = self.calls.open.lock().expect("in-flight lock");
-        if let Some(count) = open.get_mut(&self.identity) {
-            *count -= 1;
-            // Tokens with nothing in flight take no room.
-            if *count == 0 {
-                open.remove(&self.identity);
-            }
-        }
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
