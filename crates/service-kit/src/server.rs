@@ -114,15 +114,15 @@ pub async fn serve_limited(
             continue;
         }
         let closing = stopping.child_token();
-        let activity = std::sync::Arc::new(TokenCloser {
+        let state = std::sync::Arc::new(TokenCloser {
             activity: Activity::default(),
             closing: closing.clone(),
         });
-        let registered = capped.register(activity.clone());
+        let registered = capped.register(state.clone());
         // Answers are small and written whole: Nagle's algorithm would only hold them back.
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let activity_for_close = activity.clone();
+        let activity = state.clone();
         connections.spawn(async move {
             let _registered = registered;
             let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
@@ -150,7 +150,7 @@ pub async fn serve_limited(
                     // With no call being answered (idle, or part-way through a head) it closes
                     // now: a graceful close would wait up to the idle timeout for a slow head,
                     // holding the descriptor the cap asked back. Calls being answered finish.
-                    if activity_for_close.activity.is_idle() {
+                    if state.activity.is_idle() {
                         return;
                     }
                     connection.as_mut().graceful_shutdown();
