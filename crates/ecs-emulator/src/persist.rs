@@ -2,7 +2,8 @@
 //!
 //! A state directory holds two files:
 //! - `state.json`: `{"version": 1, "account": {...}}`, every instance (id, status, tags, ...),
-//!   disk, network interface and ClientToken, plus the id sequence, so ids never repeat;
+//!   disk, network interface and ClientToken, plus the address counter and its key, so addresses
+//!   never repeat;
 //! - `access-key.json`: `{"id": "...", "secret": "..."}`, written by [`stored_access_key`] the first
 //!   time and read back every time after, so clients configured with it keep working.
 //!

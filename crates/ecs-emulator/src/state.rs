@@ -1,9 +1,12 @@
 //! The emulated account: instances, disks and network interfaces in ordered maps, plus client
 //! tokens and the instance lifecycle.
 //!
-//! Resource ids start with a fixed-width base-36 sequence number, so the maps' key order is creation
-//! order and a `NextToken` (the last id of a page) resumes a scan in O(log n) even while resources
-//! are added or removed between pages.
+//! Resource ids are random: under `berth up` every namespace's machines share this one account, and
+//! an id (or an address) counting up would tell a tenant how many machines the others made between
+//! two of its own. The maps' key order is therefore no order in particular, as ECS promises none;
+//! a `NextToken` (the last id of a page) still resumes a scan in O(log n) even while resources are
+//! added or removed between pages. Addresses come from a keyed permutation of a private counter:
+//! unique while fewer than 2^24 are made, and in no telling order.
 //!
 //! Everything here (de)serialises, so `persist` can keep the account across restarts. A status's
 //! start ([`Instance::since`]) is a monotonic instant in memory and a wall-clock time on disk.
@@ -314,7 +317,11 @@ pub(crate) struct State {
     pub(crate) disks: BTreeMap<String, Disk>,
     pub(crate) nics: BTreeMap<String, Nic>,
     pub(crate) client_tokens: HashMap<String, TokenUse>,
+    /// How many addresses were given out: never shown, only permuted ([`State::address_slot`]).
     sequence: u64,
+    /// The permutation's key, random per account (0 in a state file written before there was one;
+    /// [`State::address_slot`] replaces it then).
+    address_key: u64,
 }
 
 /// Now, in Unix milliseconds (the clock ClientTokens are kept by: they outlive the process).
@@ -353,45 +360,68 @@ mod wall_clock {
 
 const ALNUM: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyz";
 
+/// SplitMix64's finaliser: the Feistel rounds' mixing function.
+fn splitmix64(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 impl State {
-    /// A fresh id: `prefix-` + 8 base-36 sequence digits + 12 random characters (real ids are
-    /// 20 lower-case alphanumerics after the prefix, too).
+    /// A fresh id: `prefix-` + 20 random lower-case alphanumerics, as real ids look, unused in
+    /// the account.
     pub(crate) fn new_id(&mut self, prefix: &str) -> String {
-        self.sequence += 1;
-        let mut n = self.sequence;
-        let mut seq = [b'0'; 8];
-        for slot in seq.iter_mut().rev() {
-            *slot = ALNUM[(n % 36) as usize];
-            n /= 36;
-        }
         let mut rng = rand::rng();
-        let tail: String = (0..12)
-            .map(|_| ALNUM[rng.random_range(0..ALNUM.len())] as char)
-            .collect();
-        format!(
-            "{prefix}-{}{tail}",
-            std::str::from_utf8(&seq).expect("ascii")
-        )
+        loop {
+            let tail: String = (0..20)
+                .map(|_| ALNUM[rng.random_range(0..ALNUM.len())] as char)
+                .collect();
+            let id = format!("{prefix}-{tail}");
+            let taken = self.instances.contains_key(&id)
+                || self.disks.contains_key(&id)
+                || self.nics.contains_key(&id);
+            if !taken {
+                return id;
+            }
+        }
     }
 
-    /// A private address in 10.0.0.0/8 derived from the sequence, unique per account.
-    pub(crate) fn next_ip(&self) -> String {
-        let n = self.sequence;
+    /// The next network interface's 24 bits of address: a private counter through a keyed
+    /// four-round Feistel permutation of 24 bits, so addresses are unique (until 2^24) and say
+    /// nothing of how many came before.
+    pub(crate) fn address_slot(&mut self) -> u32 {
+        if self.address_key == 0 {
+            self.address_key = rand::rng().random::<u64>() | 1;
+        }
+        self.sequence += 1;
+        let n = (self.sequence & 0xff_ffff) as u32;
+        let (mut left, mut right) = (n >> 12, n & 0xfff);
+        for round in 0..4u64 {
+            let mixed =
+                splitmix64(u64::from(right) ^ self.address_key.rotate_left(16 * round as u32));
+            (left, right) = (right, left ^ (mixed as u32 & 0xfff));
+        }
+        (left << 12) | right
+    }
+
+    /// A private address in 10.0.0.0/8 for `slot`.
+    pub(crate) fn ip_of(slot: u32) -> String {
         format!(
             "10.{}.{}.{}",
-            (n >> 16) & 0xff,
-            (n >> 8) & 0xff,
-            (n & 0xff).max(2)
+            (slot >> 16) & 0xff,
+            (slot >> 8) & 0xff,
+            (slot & 0xff).max(2)
         )
     }
 
-    pub(crate) fn mac(&self) -> String {
-        let n = self.sequence;
+    /// A MAC in Alibaba Cloud's prefix for `slot`.
+    pub(crate) fn mac_of(slot: u32) -> String {
         format!(
             "00:16:3e:{:02x}:{:02x}:{:02x}",
-            (n >> 16) & 0xff,
-            (n >> 8) & 0xff,
-            n & 0xff
+            (slot >> 16) & 0xff,
+            (slot >> 8) & 0xff,
+            slot & 0xff
         )
     }
 
@@ -485,13 +515,41 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_sort_in_creation_order() {
+    fn ids_and_addresses_are_unique_and_do_not_count() {
+        // Issue 30: a tenant sharing the account must not read from its own machines' ids or
+        // addresses how many the others made in between.
         let mut s = State::default();
         let ids: Vec<String> = (0..2000).map(|_| s.new_id("i")).collect();
+        assert!(ids.iter().all(|id| id.len() == 22 && id.starts_with("i-")));
+        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
         let mut sorted = ids.clone();
         sorted.sort();
-        assert_eq!(ids, sorted);
-        assert_eq!(ids[0].len(), 22);
+        assert_ne!(
+            ids, sorted,
+            "ids in creation order tell the order, and so the count"
+        );
+        let slots: Vec<u32> = (0..100_000).map(|_| s.address_slot()).collect();
+        let distinct: std::collections::BTreeSet<_> = slots.iter().collect();
+        assert_eq!(distinct.len(), slots.len());
+        assert!(slots.iter().all(|slot| *slot < 1 << 24));
+        // Successive addresses are not near each other: a counter's would differ by 1.
+        let near = slots
+            .windows(2)
+            .filter(|w| w[0].abs_diff(w[1]) < 256)
+            .count();
+        assert!(
+            near < 10,
+            "{near} successive addresses within 256 of each other"
+        );
+        // Another account has another key.
+        let mut other = State::default();
+        let theirs: Vec<u32> = (0..8).map(|_| other.address_slot()).collect();
+        let mut again = State::default();
+        assert_ne!(
+            theirs,
+            (0..8).map(|_| again.address_slot()).collect::<Vec<_>>()
+        );
     }
 
     const HOUR_MS: u64 = 60 * 60 * 1000;

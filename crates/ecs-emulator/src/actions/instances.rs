@@ -191,8 +191,8 @@ pub(super) fn run_instances(
     for _ in 0..amount {
         let id = state.new_id("i");
         let nic_id = state.new_id("eni");
-        let ip = state.next_ip();
-        let mac = state.mac();
+        let slot = state.address_slot();
+        let (ip, mac) = (State::ip_of(slot), State::mac_of(slot));
         let now_text = ecs_time();
         let vswitch = opt(p, "VSwitchId").unwrap_or("vsw-emulator").to_owned();
         let instance = Instance {
