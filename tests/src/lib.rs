@@ -29,7 +29,7 @@ pub const ECS_KEY_ID: &str = "LTAItestkey";
 pub const ECS_KEY_SECRET: &str = "test-secret-do-not-log";
 
 /// Test tokens: (token, scopes). The token's name in the file is its text without `tok-`.
-pub const TOKENS: [(&str, &[Scope]); 8] = [
+pub const TOKENS: [(&str, &[Scope]); 9] = [
     ("tok-admin", &[Scope::Admin]),
     ("tok-machines-read", &[Scope::MachinesRead]),
     ("tok-machines-write", &[Scope::MachinesWrite]),
@@ -37,6 +37,7 @@ pub const TOKENS: [(&str, &[Scope]); 8] = [
     ("tok-volumes-write", &[Scope::VolumesWrite]),
     ("tok-orchestrators-read", &[Scope::OrchestratorsRead]),
     ("tok-orchestrators-write", &[Scope::OrchestratorsWrite]),
+    ("tok-metrics-read", &[Scope::MetricsRead]),
     ("tok-nothing", &[]),
 ];
 

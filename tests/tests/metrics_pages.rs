@@ -26,8 +26,13 @@ fn sampled(page: &str) -> Vec<&str> {
         .collect()
 }
 
+/// A page; the gateway's needs a metrics:read token, the services' (reached only inside the stack)
+/// none, so the token is sent to all.
 async fn metrics_page(url: &str) -> String {
-    reqwest::get(format!("{url}/metrics"))
+    reqwest::Client::new()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(token_for(Scope::MetricsRead))
+        .send()
         .await
         .unwrap()
         .text()

@@ -455,7 +455,8 @@ pub enum TokenCommand {
         #[arg(conflicts_with = "name")]
         token_name: Option<String>,
         /// Comma-separated scopes: machines:read, machines:write, volumes:read, volumes:write,
-        /// orchestrators:read, orchestrators:write, admin.
+        /// orchestrators:read, orchestrators:write, metrics:read (the gateway's /metrics, for a
+        /// scraper; cluster-wide only), admin.
         #[arg(long, value_delimiter = ',')]
         scopes: Vec<String>,
         /// The `admin` scope: everything, in every namespace (the same as `--scopes admin`).

@@ -14,12 +14,13 @@ use axum::extract::Request;
 use axum::http::header;
 use domain::Code;
 use service_kit::ApiError;
+use service_kit::tenancy::Namespaces;
 
 use crate::auth::{Forwarded, Remembered, TokenEntry, TokenStore};
 use crate::limits::{FailureLimiter, InFlight, InFlightCall, RateLimiter, count_refusal};
 use crate::openapi::OpenApiCache;
 use crate::proxy::{Forwarder, Upstream};
-use crate::routes::{RouteInfo, UpstreamId};
+use crate::routes::{Scope, UpstreamId};
 
 /// What the gateway's handlers share.
 pub(crate) struct Gateway {
@@ -41,13 +42,13 @@ impl Gateway {
         &self.upstreams[id.index()]
     }
 
-    /// The token checks for a proxied call from `peer`, in order: present, known, within its rate,
-    /// scoped. `memory` is what its connection remembers of the last token it presented. What an
-    /// admitted call forwards as its caller's identity.
+    /// The token checks for a call from `peer` to `template`, which needs `scope`, in order:
+    /// present, known, within its rate, scoped. `memory` is what its connection remembers of the last
+    /// token it presented. What an admitted call forwards as its caller's identity.
     pub(crate) fn admit(
         &self,
         request: &Request,
-        route: RouteInfo,
+        (scope, template): (Scope, &'static str),
         peer: IpAddr,
         memory: &mut Option<Remembered>,
     ) -> Result<(Forwarded, Option<InFlightCall>), ApiError> {
@@ -69,7 +70,7 @@ impl Gateway {
             Some(token) => self
                 .tokens
                 .authenticate_remembering(token, memory, |entry| {
-                    self.authorize(entry, request, route)
+                    self.authorize(entry, request, scope, template)
                 })
                 .unwrap_or_else(|| {
                     Err(ApiError::from_code(
@@ -113,7 +114,8 @@ impl Gateway {
         &self,
         entry: &TokenEntry,
         request: &Request,
-        route: RouteInfo,
+        scope: Scope,
+        template: &'static str,
     ) -> Result<(Forwarded, Option<InFlightCall>), ApiError> {
         if let Some(limiter) = &self.limiter
             && let Err(wait) = limiter.check(entry.identity())
@@ -125,25 +127,33 @@ impl Gateway {
             )
             .with_retry_after(wait));
         }
-        if !entry.allows(route.scope) {
+        let refusal = if !entry.allows(scope) {
+            Some(format!(
+                "token {:?} lacks the scope {scope} that {} {template} needs",
+                entry.name,
+                service_kit::metrics::method_label(request.method()),
+            ))
+        } else if scope.needs_cluster_wide() && entry.namespaces != Namespaces::All {
+            // A line written by hand can pair metrics:read with namespaces; what it reads is
+            // every namespace's, so such a token reads none of it.
+            Some(format!(
+                "token {:?} acts only in namespaces {}, and {template} counts every namespace's \
+                 calls together: it needs a cluster-wide token",
+                entry.name, entry.namespaces
+            ))
+        } else {
+            None
+        };
+        if let Some(refusal) = refusal {
             count_refusal("forbidden");
             service_kit::tenancy::audit_refused(
                 &entry.name,
                 &entry.namespaces,
                 request.method(),
-                route.template,
+                template,
                 403,
             );
-            return Err(ApiError::from_code(
-                Code::PermissionDenied,
-                format!(
-                    "token {:?} lacks the scope {} that {} {} needs",
-                    entry.name,
-                    route.scope,
-                    service_kit::metrics::method_label(request.method()),
-                    route.template
-                ),
-            ));
+            return Err(ApiError::from_code(Code::PermissionDenied, refusal));
         }
         let call = match &self.in_flight {
             None => None,

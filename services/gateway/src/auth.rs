@@ -347,6 +347,32 @@ pub fn parse_token_lines(text: &str) -> ParsedTokens {
     parsed
 }
 
+/// Whether a token with `scopes` may be made acting in `namespaces` (`None`: nothing said), as
+/// both ways of making one (`berth token create`, `gateway token create`) check it; the refusal is
+/// worded for their flags.
+pub fn grant_rule(scopes: &[Scope], namespaces: Option<&Namespaces>) -> Result<(), String> {
+    let wide = scopes.iter().find(|s| s.needs_cluster_wide());
+    match (namespaces, wide) {
+        (Some(Namespaces::Only(_)), Some(Scope::Admin)) => Err(
+            "--namespaces: an admin token acts in every namespace; drop --namespaces, or give \
+             --scopes without admin"
+                .into(),
+        ),
+        (Some(Namespaces::Only(_)), Some(scope)) => Err(format!(
+            "--namespaces: {scope} reads what every namespace does together, so its token must be \
+             --cluster-wide"
+        )),
+        (None, None) => Err(
+            "--namespaces: say which namespaces the token may act in (--namespaces team-a,team-b), \
+             or give --cluster-wide for every namespace"
+                .into(),
+        ),
+        // An admin token that says nothing is cluster-wide; so is metrics:read's (`None` is
+        // written as no `namespaces=` field, which reads as every namespace).
+        _ => Ok(()),
+    }
+}
+
 /// Whether `name` may name a token: what a header value carries (it is passed on to the services),
 /// without `#` (a comment in the file) or `=`.
 pub fn valid_token_name(name: &str) -> bool {

@@ -90,7 +90,10 @@ use tower::ServiceExt;
 
 use crate::admission::Gateway;
 use crate::proxy::ConnectionPool;
-use crate::routes::{Classified, UpstreamId, check_path, classify};
+use crate::routes::{Classified, Scope, UpstreamId, check_path, classify};
+
+/// The gateway's own metrics page, which only a cluster-wide `metrics:read` token reads.
+const METRICS_PATH: &str = "/metrics";
 
 /// Header fields a caller may send. The services take hyper's default of 100, and the gateway adds
 /// up to seven to what it forwards (`host` and `authorization` replaced, `x-forwarded-for`,
@@ -658,8 +661,39 @@ impl Worker {
             Ok(()) => classify(request.method(), path),
             Err(rule) => Classified::Refused(rule),
         };
+        // The gateway's counts are every namespace's calls together: a tenant's token must not read
+        // them, so the page needs metrics:read on a cluster-wide token (issue 30).
+        let own_metrics = path == METRICS_PATH;
         async move {
             let response = match route {
+                Classified::NotProxied if own_metrics => {
+                    let admitted = {
+                        let mut memory = busy.0.token.lock().expect("token memory lock");
+                        self.shared.gateway.admit(
+                            &request,
+                            (Scope::MetricsRead, METRICS_PATH),
+                            peer.ip(),
+                            &mut memory,
+                        )
+                    };
+                    match admitted {
+                        Ok((_identity, _in_flight)) => {
+                            request.extensions_mut().insert(ConnectInfo(peer));
+                            match self.shared.router.clone().oneshot(request).await {
+                                Ok(response) => response,
+                                Err(never) => match never {},
+                            }
+                        }
+                        Err(refusal) => {
+                            self.shared
+                                .stack
+                                .handle(request, METRICS_PATH, |_| async move {
+                                    refusal.into_response()
+                                })
+                                .await
+                        }
+                    }
+                }
                 Classified::NotProxied => {
                     request.extensions_mut().insert(ConnectInfo(peer));
                     match self.shared.router.clone().oneshot(request).await {
@@ -701,7 +735,12 @@ impl Worker {
                         .handle(request, route.template, |mut request| async move {
                             let admitted = {
                                 let mut memory = caller.token.lock().expect("token memory lock");
-                                gateway.admit(&request, route, peer.ip(), &mut memory)
+                                gateway.admit(
+                                    &request,
+                                    (route.scope, route.template),
+                                    peer.ip(),
+                                    &mut memory,
+                                )
                             };
                             // Held until the upstream has answered: a call counts against its
                             // token's calls in flight while its body is being sent.

@@ -14,7 +14,7 @@ use service_kit::Env;
 use service_kit::tenancy::Namespaces;
 
 use crate::auth::{
-    LineFields, append_token_line, new_token, parse_token_lines, tokens_file_line_with,
+    LineFields, append_token_line, grant_rule, new_token, parse_token_lines, tokens_file_line_with,
     valid_token_name,
 };
 use crate::routes::Scope;
@@ -27,7 +27,8 @@ Usage: gateway token create [--admin] [--scopes SCOPE,...] [--namespaces NS,... 
 Adds a new token to the tokens file this gateway serves (BERTH_TOKENS_FILE, default
 <BERTH_DATA_DIR>/tokens) and prints it once on stdout; a running gateway accepts it within a second.
 Scopes: machines:read, machines:write, volumes:read, volumes:write, orchestrators:read,
-orchestrators:write, admin. --admin adds the admin scope. A token without admin acts only in the
+orchestrators:write, metrics:read (the gateway's /metrics; cluster-wide only), admin. --admin adds
+the admin scope. A token without admin acts only in the
 namespaces --namespaces names, or in every one with --cluster-wide: one of the two is required. The
 name (default `admin` with --admin, else `token`, or the first of NAME-2, NAME-3, ... free) is for
 people and logs, unique in the file.
@@ -115,20 +116,7 @@ fn parse(args: &[String]) -> Result<Option<Request>, MintError> {
     if scopes.is_empty() {
         return Err(usage("give --admin or --scopes".into()));
     }
-    let is_admin = scopes.contains(&Scope::Admin);
-    match (&namespaces, is_admin) {
-        (Some(Namespaces::Only(_)), true) => {
-            return Err(usage(
-                "--namespaces: an admin token acts in every namespace".into(),
-            ));
-        }
-        (None, false) => {
-            return Err(usage(
-                "give --namespaces NS,... (where the token may act) or --cluster-wide".into(),
-            ));
-        }
-        _ => {}
-    }
+    grant_rule(&scopes, namespaces.as_ref()).map_err(usage)?;
     if let Some(name) = &name
         && !valid_token_name(name)
     {
@@ -283,6 +271,10 @@ mod tests {
             ("create --scopes root", "unknown scope"),
             ("create --scopes volumes:read", "--cluster-wide"),
             ("create --admin --namespaces a", "every namespace"),
+            (
+                "create --scopes metrics:read --namespaces a",
+                "metrics:read reads what every namespace does together",
+            ),
             (
                 "create --scopes volumes:read --namespaces A",
                 "--namespaces:",

@@ -187,7 +187,7 @@ pub(crate) fn merge(docs: &[(UpstreamId, Option<Value>)]) -> Value {
         "securitySchemes".into(),
         json!({"bearer": {"type": "http", "scheme": "bearer"}}),
     );
-    let mut description = "Berth's public API. Every /v1 call needs a bearer token whose scopes include the operation's `x-berth-scope` (or `admin`); reads need `<family>:read`, writes `<family>:write`. /healthz, /readyz and /metrics need no token. Every error answer is application/problem+json (schema Problem).".to_string();
+    let mut description = "Berth's public API. Every /v1 call needs a bearer token whose scopes include the operation's `x-berth-scope` (or `admin`); reads need `<family>:read`, writes `<family>:write`. /healthz and /readyz need no token; the gateway's /metrics needs `metrics:read` on a cluster-wide token (its counts are every namespace's together). Every error answer is application/problem+json (schema Problem).".to_string();
     if !missing.is_empty() {
         description.push_str(&format!(
             " Not included right now (unreachable): {}.",

@@ -61,21 +61,36 @@ pub enum Scope {
     OrchestratorsRead,
     /// Register and deregister orchestrators.
     OrchestratorsWrite,
+    /// Read the gateway's `/metrics`. Its counts are every namespace's together, so only a
+    /// cluster-wide token may carry it ([`Scope::needs_cluster_wide`]).
+    MetricsRead,
     /// Everything.
     Admin,
 }
 
 impl Scope {
     /// Every scope.
-    pub const ALL: [Scope; 7] = [
+    pub const ALL: [Scope; 8] = [
         Scope::MachinesRead,
         Scope::MachinesWrite,
         Scope::VolumesRead,
         Scope::VolumesWrite,
         Scope::OrchestratorsRead,
         Scope::OrchestratorsWrite,
+        Scope::MetricsRead,
         Scope::Admin,
     ];
+
+    /// Every scope's name, comma-separated, for usage texts and refusals.
+    pub fn names() -> String {
+        Scope::ALL.map(Scope::as_str).join(", ")
+    }
+
+    /// Whether a token with this scope must act in every namespace: what it reads is not one
+    /// namespace's.
+    pub fn needs_cluster_wide(self) -> bool {
+        matches!(self, Scope::MetricsRead | Scope::Admin)
+    }
 
     /// The scope's name as written in tokens files.
     pub fn as_str(self) -> &'static str {
@@ -86,6 +101,7 @@ impl Scope {
             Scope::VolumesWrite => "volumes:write",
             Scope::OrchestratorsRead => "orchestrators:read",
             Scope::OrchestratorsWrite => "orchestrators:write",
+            Scope::MetricsRead => "metrics:read",
             Scope::Admin => "admin",
         }
     }

@@ -133,12 +133,45 @@ async fn every_route_needs_a_known_token_with_its_scope() {
     let unknown = call(&h.url, "GET", "/v1/secrets", Some("tok-root")).await;
     assert_eq!(unknown.status(), 404);
     // Probes need no token.
-    for path in ["/healthz", "/metrics"] {
-        assert_eq!(
-            call(&h.url, "GET", path, None).await.status(),
-            200,
-            "{path}"
-        );
+    assert_eq!(call(&h.url, "GET", "/healthz", None).await.status(), 200);
+}
+
+#[tokio::test]
+async fn the_metrics_page_needs_metrics_read_on_a_cluster_wide_token() {
+    // Its counts are every namespace's calls together: a tenant watching them would see when
+    // another tenant works (issue 30).
+    let namespaced = service_kit::tenancy::Namespaces::parse("team-a").unwrap();
+    let line = gateway::auth::tokens_file_line_with(
+        "team-scraper",
+        "tok-team-scraper",
+        &[Scope::MetricsRead],
+        &gateway::auth::LineFields {
+            namespaces: Some(namespaced),
+            ..Default::default()
+        },
+    );
+    let h = spawn_gateway_with(&[], &[line], None).await;
+    let page = call(&h.url, "GET", "/metrics", None).await;
+    assert_eq!(page.status(), 401);
+    assert!(
+        page.text()
+            .await
+            .unwrap()
+            .contains("bearer token is required")
+    );
+    let page = call(&h.url, "GET", "/metrics", Some("tok-reader")).await;
+    assert_eq!(page.status(), 403);
+    assert!(page.text().await.unwrap().contains("metrics:read"));
+    let page = call(&h.url, "GET", "/metrics", Some("tok-team-scraper")).await;
+    assert_eq!(page.status(), 403);
+    assert!(
+        page.text().await.unwrap().contains("cluster-wide"),
+        "a namespaced scraper is told why"
+    );
+    for token in ["tok-scraper", "tok-root"] {
+        let page = call(&h.url, "GET", "/metrics", Some(token)).await;
+        assert_eq!(page.status(), 200, "{token}");
+        assert!(page.text().await.unwrap().contains("berth_build_info"));
     }
 }
 
@@ -390,7 +423,7 @@ async fn metrics_count_proxied_calls_by_route_template_and_upstream() {
             .status(),
         401
     );
-    let text = call(&h.url, "GET", "/metrics", None)
+    let text = call(&h.url, "GET", "/metrics", Some("tok-scraper"))
         .await
         .text()
         .await

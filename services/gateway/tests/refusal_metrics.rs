@@ -7,7 +7,10 @@ mod common;
 use common::*;
 
 async fn page(url: &str) -> String {
-    reqwest::get(format!("{url}/metrics"))
+    reqwest::Client::new()
+        .get(format!("{url}/metrics"))
+        .bearer_auth("tok-scraper")
+        .send()
         .await
         .unwrap()
         .text()

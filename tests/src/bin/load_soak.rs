@@ -679,6 +679,9 @@ impl Sampler {
                 let r = self
                     .http
                     .get(format!("{url}/metrics"))
+                    // The gateway's page needs a cluster-wide metrics:read token; the services'
+                    // ignore it.
+                    .bearer_auth(ADMIN_TOKEN)
                     .timeout(CALL_TIMEOUT)
                     .send()
                     .await

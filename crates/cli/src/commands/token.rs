@@ -124,7 +124,7 @@ pub fn parse_expires(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, St
 fn namespaces_of(
     namespaces: &Option<String>,
     cluster_wide: bool,
-    admin: bool,
+    scopes: &[Scope],
 ) -> Result<Option<Namespaces>, CliError> {
     let asked = match (namespaces.as_deref(), cluster_wide) {
         (_, true) => Some(Namespaces::All),
@@ -140,21 +140,9 @@ fn namespaces_of(
         }
         (None, false) => None,
     };
-    match (asked, admin) {
-        (Some(Namespaces::Only(_)), true) => Err(CliError::Usage(
-            "--namespaces: an admin token acts in every namespace; drop --namespaces, or give \
-             --scopes without admin"
-                .into(),
-        )),
-        // Written out, so the file says what the token is.
-        (Some(ns), _) => Ok(Some(ns)),
-        (None, true) => Ok(None),
-        (None, false) => Err(CliError::Usage(
-            "--namespaces: say which namespaces the token may act in (--namespaces team-a,team-b), \
-             or give --cluster-wide for every namespace"
-                .into(),
-        )),
-    }
+    gateway::auth::grant_rule(scopes, asked.as_ref()).map_err(CliError::Usage)?;
+    // Written out when given, so the file says what the token is.
+    Ok(asked)
 }
 
 /// `berth token create`.
@@ -179,9 +167,8 @@ fn create(command: &TokenCommand) -> Result<(), CliError> {
         .map(|s| {
             Scope::parse(s.trim()).ok_or_else(|| {
                 CliError::Usage(format!(
-                    "--scopes: unknown scope {s:?}; the scopes are machines:read, \
-                     machines:write, volumes:read, volumes:write, orchestrators:read, \
-                     orchestrators:write, admin"
+                    "--scopes: unknown scope {s:?}; the scopes are {}",
+                    Scope::names()
                 ))
             })
         })
@@ -189,8 +176,7 @@ fn create(command: &TokenCommand) -> Result<(), CliError> {
     if *admin && !parsed.contains(&Scope::Admin) {
         parsed.push(Scope::Admin);
     }
-    let is_admin = parsed.contains(&Scope::Admin);
-    let namespaces = namespaces_of(namespaces, *cluster_wide, is_admin)?;
+    let namespaces = namespaces_of(namespaces, *cluster_wide, &parsed)?;
     let now = Utc::now();
     let expires = expires
         .as_deref()
@@ -230,7 +216,11 @@ fn create(command: &TokenCommand) -> Result<(), CliError> {
         // The default name is the first one free, so the way back in never collides with the
         // admin token it replaces.
         None => {
-            let base = if is_admin { "admin" } else { "token" };
+            let base = if parsed.contains(&Scope::Admin) {
+                "admin"
+            } else {
+                "token"
+            };
             std::iter::once(base.to_string())
                 .chain((2..).map(|n| format!("{base}-{n}")))
                 .find(|candidate| !taken.contains(candidate))

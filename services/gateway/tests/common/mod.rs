@@ -59,7 +59,7 @@ pub struct Harness {
     pub dir: tempfile::TempDir,
 }
 
-pub const TOKENS: [(&str, &[Scope]); 4] = [
+pub const TOKENS: [(&str, &[Scope]); 5] = [
     (
         "reader",
         &[
@@ -78,6 +78,7 @@ pub const TOKENS: [(&str, &[Scope]); 4] = [
     ),
     ("root", &[Scope::Admin]),
     ("volumes-only", &[Scope::VolumesRead]),
+    ("scraper", &[Scope::MetricsRead]),
 ];
 
 pub async fn spawn_gateway(extra: &[(&str, &str)]) -> Harness {

@@ -211,7 +211,20 @@ pub(crate) async fn no_secret_anywhere(shared: &Shared, stack: &ProcessStack, da
         .into_iter()
         .filter(|(s, _)| *s != Service::Emulator)
     {
-        if let Ok(r) = reqwest::get(format!("{url}/metrics")).await {
+        // The gateway's page needs a cluster-wide metrics:read token (admin has it); without one
+        // this would read its 401 and check nothing.
+        let page = reqwest::Client::new()
+            .get(format!("{url}/metrics"))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await;
+        if let Ok(r) = page {
+            assert!(
+                r.status().is_success(),
+                "{} /metrics answered {}",
+                service.binary(),
+                r.status()
+            );
             places.push((
                 format!("{} /metrics", service.binary()),
                 r.text().await.unwrap_or_default(),
