@@ -119,6 +119,15 @@ impl Violations {
     }
 }
 
+/// What a DeleteMachine that found nothing of the caller's adds when the machine's name is held
+/// by a `what` (VM, container) made for another machine UID in the caller's own namespace: that one
+/// is left running, and how to reach it.
+pub fn held_by_another(name: &str, what: &str) -> String {
+    format!(
+        "; but machine name {name:?} is held by a {what} made for another machine UID in this namespace, which this call leaves running: send that machine's UID (machine.metadata.uid) or its providerID to delete it"
+    )
+}
+
 /// A machine provider plugin (MCM's `driver.Driver`).
 ///
 /// Every method is called with the class the registry chose the plugin for (except

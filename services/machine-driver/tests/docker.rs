@@ -445,6 +445,21 @@ async fn a_machine_is_created_adopted_bootstrapped_once_listed_and_deleted() {
         .unwrap();
     assert!(none.machine_list.is_empty(), "{none:?}");
 
+    // Without its UID (or with another), a delete leaves it and says its name is held (a
+    // break-it finding: it said only "nothing to delete" of a running container).
+    for uid in ["", "someone-else"] {
+        let mut other = req.clone();
+        other.machine.metadata.uid = uid.into();
+        let kept = app.machines.delete(&other).await.unwrap();
+        assert!(
+            kept.last_known_state
+                .contains("is held by a container made for another machine UID"),
+            "{uid:?}: {}",
+            kept.last_known_state
+        );
+        assert_eq!(app.containers().await.len(), 1, "left running");
+    }
+
     // Delete stops it within its grace period (the machine stops on SIGTERM) and removes it.
     let deleting = Instant::now();
     let gone = app.machines.delete(&req).await.unwrap();

@@ -145,6 +145,10 @@ impl Prepared {
     }
 }
 
+/// Regions the machine quota lists at once: enough that counting in every known region takes a
+/// few round trips, few enough not to trip ECS's per-account rate limit.
+const QUOTA_REGIONS_AT_ONCE: usize = 8;
+
 /// Who keeps a machine name, decided from one DescribeInstances answer ([`decide`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
@@ -283,6 +287,21 @@ impl Alicloud {
     /// Whether this process released `instance_id`.
     fn was_released(&self, instance_id: &str) -> bool {
         self.released().instances.contains(instance_id)
+    }
+
+    /// The regions the machine quota counts in: the operator's allow-list, else every region ECS
+    /// is known to serve, with the request's own region always among them.
+    fn quota_regions(&self, own: &Region) -> BTreeSet<Region> {
+        let mut regions: BTreeSet<Region> = if self.regions.allowed.is_empty() {
+            alicloud::endpoint::known_regions()
+                .into_iter()
+                .filter_map(|r| Region::parse(r).ok())
+                .collect()
+        } else {
+            self.regions.allowed.clone()
+        };
+        regions.insert(own.clone());
+        regions
     }
 
     /// Allows only these regions (the operator's allow-list); an empty list keeps the default.
@@ -1125,7 +1144,20 @@ impl Provider for Alicloud {
                 )));
             }
             let mut state = if released.is_empty() {
-                nothing_released(&name)
+                let mut state = nothing_released(&name);
+                // By name, another UID's VM in the caller's own namespace holds the name: said,
+                // so a caller that sent no UID (or a stale one) does not take a running VM for
+                // gone (a break-it finding). Other namespaces' VMs are never looked at.
+                if req.machine.spec.provider_id.is_empty()
+                    && self
+                        .by_name(&client, &name, &p.spec.cluster_tags(), deadline)
+                        .await?
+                        .iter()
+                        .any(|i| in_namespace(i, request_namespace(req)))
+                {
+                    state.push_str(&crate::provider::held_by_another(&name, "VM"));
+                }
+                state
             } else {
                 format!(
                     "ECS instance(s) [{}] deleted for machine {name}",
@@ -1204,8 +1236,8 @@ impl Provider for Alicloud {
         req: &MachineRequest,
         namespace: &str,
     ) -> Result<Vec<Listed>, Status> {
+        use futures::StreamExt as _;
         let p = self.prepare(&req.machine_class, &req.secret, false)?;
-        let client = p.home(&self.ecs);
         // Every machine Berth made carries its name tag; `default` also holds those made before
         // the namespace stamp, so only the other namespaces can be asked for by their stamp.
         let tag = if namespace == service_kit::tenancy::DEFAULT_NAMESPACE {
@@ -1217,15 +1249,46 @@ impl Provider for Alicloud {
             tags: vec![tag],
             ..DescribeInstances::default()
         };
-        let instances = client
-            .describe_all_instances(&filter, self.deadline())
-            .await
-            .map_err(|e| ecs_status(&e))?;
-        Ok(instances
-            .into_iter()
-            .filter(|i| i.tag(MACHINE_TAG).is_some() && in_namespace(i, namespace))
-            .map(listed)
-            .collect())
+        // The quota is the namespace's, not one region's: counted in every region a create could
+        // use (the operator's allow-list, else every region ECS is known to serve), a few at a
+        // time. Counted in the class's region alone, a tenant past it went on in the next region
+        // (a break-it finding).
+        let deadline = self.deadline();
+        let regions = self.quota_regions(&p.region);
+        let lists: Vec<_> = futures::stream::iter(regions)
+            .map(|region| {
+                let client = self.ecs.client(&region, p.credentials.clone());
+                let filter = &filter;
+                let own = region == p.region;
+                async move {
+                    match client.describe_all_instances(filter, deadline).await {
+                        // A region this account (or endpoint) does not have holds none of its
+                        // machines; only the class's own must exist.
+                        Err(e)
+                            if !own
+                                && e.ecs_code()
+                                    .is_some_and(|c| c.starts_with("InvalidRegionId")) =>
+                        {
+                            Ok(Vec::new())
+                        }
+                        other => other,
+                    }
+                }
+            })
+            .buffer_unordered(QUOTA_REGIONS_AT_ONCE)
+            .collect()
+            .await;
+        let mut machines = Vec::new();
+        for list in lists {
+            let instances = list.map_err(|e| ecs_status(&e))?;
+            machines.extend(
+                instances
+                    .into_iter()
+                    .filter(|i| i.tag(MACHINE_TAG).is_some() && in_namespace(i, namespace))
+                    .map(listed),
+            );
+        }
+        Ok(machines)
     }
 
     fn missing(&self, machine_name: &str) -> Status {

@@ -800,6 +800,28 @@ impl Docker {
     /// the request's shape is checked before the Engine is chosen (the spec, its scope, bootstrap
     /// and grace period, and `extra`), so a malformed request is a 400 even on a driver whose
     /// Engine is unusable (412) or down (503).
+    /// The namespace's machines on one Engine: every container Berth made carries the machine
+    /// label; `default` also holds those made before the namespace stamp, so the stamp is checked
+    /// here, not by the Engine.
+    async fn machines_on(&self, engine: &Engine, namespace: &str) -> Result<Vec<Listed>, Status> {
+        let listed_containers = engine
+            .list_containers(Some(ListContainersOptions {
+                all: true,
+                filters: Some(HashMap::from([(
+                    "label".to_owned(),
+                    vec![LABEL_MACHINE.to_owned()],
+                )])),
+                ..ListContainersOptions::default()
+            }))
+            .await
+            .map_err(|e| EngineError::new("listing the namespace's containers", e).to_status())?;
+        Ok(listed_containers
+            .into_iter()
+            .filter_map(|c| listed_machine(&c.labels?))
+            .filter(|m| m.namespace == namespace)
+            .collect())
+    }
+
     async fn target(
         &self,
         class: &MachineClass,
@@ -1740,7 +1762,24 @@ impl Provider for Docker {
             // With a providerID, only that container: the orphan collector sends a live machine's
             // name with an orphan's id, and the live machine's container must survive.
             let Some(c) = self.find(&t, req, &name, &uid, false).await? else {
-                return Ok(self.nothing_to_delete(&name));
+                let mut answer = self.nothing_to_delete(&name);
+                // The name's container in the caller's own namespace made for another UID: said,
+                // so a caller that sent no UID (or a stale one) does not take a running container
+                // for gone (a break-it finding). Other namespaces' are never looked at.
+                if req.machine.spec.provider_id.is_empty() {
+                    let named = spec::container_name(request_namespace(req), &name);
+                    let held = self.by_name(&t, &named).await?.is_some_and(|c| {
+                        t.scope.holds(&c.labels)
+                            && c.labels.get(LABEL_MACHINE).is_some_and(|m| m == &name)
+                            && c.namespace() == request_namespace(req)
+                    });
+                    if held {
+                        answer
+                            .last_known_state
+                            .push_str(&crate::provider::held_by_another(&name, "container"));
+                    }
+                }
+                return Ok(answer);
             };
             // Leave time to remove it after the grace period, within the call's own limit.
             let budget = self.operation_timeout.as_secs().saturating_sub(2) / 2;
@@ -1864,27 +1903,29 @@ impl Provider for Docker {
             let (t, _) = self
                 .target(&req.machine_class, &req.secret, |_| Ok(()))
                 .await?;
-            // Every container Berth made carries the machine label; `default` also holds those
-            // made before the namespace stamp, so the stamp is checked here, not by the Engine.
-            let listed_containers = t
-                .engine
-                .list_containers(Some(ListContainersOptions {
-                    all: true,
-                    filters: Some(HashMap::from([(
-                        "label".to_owned(),
-                        vec![LABEL_MACHINE.to_owned()],
-                    )])),
-                    ..ListContainersOptions::default()
-                }))
-                .await
-                .map_err(|e| {
-                    EngineError::new("listing the namespace's containers", e).to_status()
-                })?;
-            Ok(listed_containers
-                .into_iter()
-                .filter_map(|c| listed_machine(&c.labels?))
-                .filter(|m| m.namespace == namespace)
-                .collect())
+            // The quota is the namespace's, not one Engine's: counted on every Engine a secret may
+            // name (a break-it finding: counted on one, a tenant went on on the next). The
+            // request's own Engine must answer; another that cannot be reached holds nothing a
+            // create could add to now, and is left out with a warning.
+            let mut hosts: std::collections::BTreeSet<String> = self.settings.allowed_hosts.clone();
+            if let Ok(default) = &self.settings.default_host {
+                hosts.insert(default.clone());
+            }
+            hosts.remove(&t.host);
+            let mut machines = self.machines_on(&t.engine, namespace).await?;
+            for host in hosts {
+                let listed = match self.engine(&host).await {
+                    Ok(engine) => self.machines_on(&engine, namespace).await,
+                    Err(e) => Err(e),
+                };
+                match listed {
+                    Ok(more) => machines.extend(more),
+                    Err(e) => {
+                        tracing::warn!(engine = %host, error = %e.message, "machine quota: an allowed Docker Engine could not be counted")
+                    }
+                }
+            }
+            Ok(machines)
         };
         self.bounded("counting the namespace's machines".to_owned(), call)
             .await

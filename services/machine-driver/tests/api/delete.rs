@@ -95,6 +95,29 @@ async fn delete_without_provider_id_releases_every_same_named_instance_across_pa
 }
 
 #[tokio::test]
+async fn a_delete_without_the_machines_uid_says_the_name_is_held_and_leaves_the_vm() {
+    // A break-it finding: sent without the UID (or with another), the delete released nothing
+    // and said only "nothing to release", so the caller took a running VM for gone.
+    let app = spawn_app().await;
+    app.create(&req("m-held")).await.unwrap();
+    for uid in ["", "another-uid"] {
+        let mut r = req("m-held");
+        r.machine.metadata.uid = uid.into();
+        let d = app.delete(&r).await.unwrap();
+        assert!(d.last_known_state.contains("nothing to release"), "{d:?}");
+        assert!(
+            d.last_known_state
+                .contains("is held by a VM made for another machine UID in this namespace"),
+            "{uid:?}: {d:?}"
+        );
+        assert_eq!(app.instances_named("m-held").len(), 1, "left running");
+    }
+    // A name nobody holds says nothing more.
+    let d = app.delete(&req("m-free")).await.unwrap();
+    assert!(!d.last_known_state.contains("held"), "{d:?}");
+}
+
+#[tokio::test]
 async fn delete_of_a_missing_machine_is_ok() {
     let app = spawn_app().await;
     let d = app.delete(&req("m-never")).await.unwrap();

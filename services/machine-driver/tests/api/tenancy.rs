@@ -254,6 +254,15 @@ async fn a_namespace_has_at_most_the_quota_of_machines() {
     let (code, answer) = app.as_tenant(&A, "/v1/machines:create", &elsewhere).await;
     assert_eq!(code, 429, "{answer}");
     assert_eq!(app.instances_named("m-q1").len(), 1);
+    // Another region holds the same namespace's machines: counted together, and refused (counted
+    // in the class's region alone, a tenant went on in the next: a break-it finding).
+    let beijing = serde_json::to_string(&in_namespace("m-q5", "team-a"))
+        .unwrap()
+        .replace(REGION, "cn-beijing");
+    let beijing: Value = serde_json::from_str(&beijing).unwrap();
+    let (code, answer) = app.as_tenant(&A, "/v1/machines:create", &beijing).await;
+    assert_eq!(code, 429, "{answer}");
+    assert!(app.instances_named("m-q5").is_empty());
     // Another namespace has its own count.
     let (code, answer) = app
         .as_tenant(&B, "/v1/machines:create", &in_namespace("m-q3", "team-b"))
