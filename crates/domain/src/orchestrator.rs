@@ -12,6 +12,9 @@ use serde_json::{Map, Value, json};
 use crate::code::{Code, Status};
 use crate::quantity::Quantity;
 
+pub mod kubernetes;
+pub use kubernetes::{KubernetesConfig, validate_server as validate_kubernetes_server};
+
 /// A kind of orchestrator the registry knows how to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -21,7 +24,7 @@ pub enum OrchestratorKind {
     Local,
     /// Docker Engine volumes.
     Docker,
-    /// Kubernetes (StorageOps not yet implemented).
+    /// Kubernetes: volumes are PersistentVolumeClaims.
     Kubernetes,
     /// Nomad (StorageOps not yet implemented).
     Nomad,
@@ -61,7 +64,10 @@ impl OrchestratorKind {
 
     /// Whether Berth implements StorageOps for this kind.
     pub fn supports_storage_ops(self) -> bool {
-        matches!(self, OrchestratorKind::Local | OrchestratorKind::Docker)
+        matches!(
+            self,
+            OrchestratorKind::Local | OrchestratorKind::Docker | OrchestratorKind::Kubernetes
+        )
     }
 }
 
@@ -231,7 +237,7 @@ impl OrchestratorKind {
             }
             OrchestratorKind::Docker => "Volumes are Docker Engine volumes on the Engine at host.",
             OrchestratorKind::Kubernetes => {
-                "Kubernetes; registered and detected, but StorageOps are not implemented yet."
+                "Volumes are PersistentVolumeClaims in one namespace of a Kubernetes cluster, which pods mount by claimName."
             }
             OrchestratorKind::Nomad => {
                 "Nomad; registered and detected, but StorageOps are not implemented yet."
@@ -264,10 +270,12 @@ impl OrchestratorKind {
                     "maxLength": MAX_PATH_LEN,
                 },
             }),
-            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => json!({}),
+            OrchestratorKind::Kubernetes => KubernetesConfig::schema_properties(),
+            OrchestratorKind::Nomad => json!({}),
         };
         let required: &[&str] = match self {
             OrchestratorKind::Local => &["basePath"],
+            OrchestratorKind::Kubernetes => &["namespace"],
             _ => &[],
         };
         json!({
@@ -301,7 +309,8 @@ impl OrchestratorKind {
         match self {
             OrchestratorKind::Local => LocalConfig::from_map(map).map(|c| c.to_config()),
             OrchestratorKind::Docker => DockerConfig::from_map(map).map(|c| c.to_config()),
-            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => {
+            OrchestratorKind::Kubernetes => KubernetesConfig::from_map(map).map(|c| c.to_config()),
+            OrchestratorKind::Nomad => {
                 refuse_unknown_keys(self, map, &[])?;
                 Ok(Value::Object(Map::new()))
             }
@@ -441,6 +450,8 @@ fn refuse_unknown_keys(
 pub const LOCAL_ROOTS_SETTING: &str = "BERTH_LOCAL_ROOTS";
 /// The setting that names the Docker Engines `docker` orchestrators may use.
 pub const DOCKER_ENDPOINTS_SETTING: &str = "BERTH_DOCKER_ENDPOINTS";
+/// The setting that names the Kubernetes API servers `kubernetes` orchestrators may use.
+pub const KUBERNETES_SERVERS_SETTING: &str = "BERTH_KUBERNETES_SERVERS";
 
 /// Where a registered orchestrator may point, as the operator allows it: nothing a caller sends
 /// chooses a directory to write into or an Engine to connect to outside these lists.
@@ -455,6 +466,10 @@ pub struct OrchestratorLimits {
     pub local_roots: Vec<String>,
     /// The Docker Engine addresses a `docker` orchestrator may name, normalised.
     pub docker_endpoints: Vec<String>,
+    /// The API servers a `kubernetes` orchestrator may name, normalised.
+    pub kubernetes_servers: Vec<String>,
+    /// Whether a `kubernetes` orchestrator may name no server (in-cluster): only in a pod.
+    pub in_cluster: bool,
 }
 
 impl OrchestratorLimits {
@@ -472,7 +487,30 @@ impl OrchestratorLimits {
                 let config = DockerConfig::from_config(config)?;
                 self.check_docker_host("config.host", &config.host)
             }
-            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => Ok(()),
+            OrchestratorKind::Kubernetes => {
+                let config = KubernetesConfig::from_config(config)?;
+                self.check_kubernetes_server("config.server", config.server.as_deref())
+            }
+            OrchestratorKind::Nomad => Ok(()),
+        }
+    }
+
+    /// Whether the normalised API server `server` (`None`: in-cluster) may be used.
+    pub fn check_kubernetes_server(&self, field: &str, server: Option<&str>) -> Result<(), Status> {
+        match server {
+            None if self.in_cluster => Ok(()),
+            None => Err(not_allowed(
+                field,
+                "is required here: in-cluster (no server) is allowed only to a Berth running in a Kubernetes pod; name an API server this service may use",
+            )),
+            Some(server) if self.kubernetes_servers.iter().any(|s| s == server) => Ok(()),
+            Some(server) => Err(not_allowed(
+                field,
+                format!(
+                    "{server:?} is not a Kubernetes API server this service may use ({}); an operator allows more with {KUBERNETES_SERVERS_SETTING}",
+                    list(&self.kubernetes_servers)
+                ),
+            )),
         }
     }
 
@@ -908,6 +946,8 @@ mod tests {
         let limits = OrchestratorLimits {
             local_roots: vec!["/srv/volumes".into(), "/mnt/b".into()],
             docker_endpoints: vec![DEFAULT_DOCKER_HOST.into(), "tcp://engine:2376".into()],
+            kubernetes_servers: Vec::new(),
+            in_cluster: false,
         };
         let local = |base: &str| {
             let config = OrchestratorKind::Local

@@ -71,6 +71,11 @@ pub mod vars {
     /// Docker Engine addresses `docker` orchestrators may use, comma-separated (default the local
     /// socket, and `DOCKER_HOST` when set).
     pub const DOCKER_ENDPOINTS: &str = domain::orchestrator::DOCKER_ENDPOINTS_SETTING;
+    /// Kubernetes API servers `kubernetes` orchestrators may use, comma-separated (default none;
+    /// in-cluster is allowed in a pod whatever this says).
+    pub const KUBERNETES_SERVERS: &str = domain::orchestrator::KUBERNETES_SERVERS_SETTING;
+    /// Set by Kubernetes in every pod: the in-cluster API server's host.
+    pub const KUBERNETES_SERVICE_HOST: &str = "KUBERNETES_SERVICE_HOST";
     /// The `basePath` of the `local` orchestrator the registry registers on a first start.
     pub const LOCAL_BASE_PATH: &str = "BERTH_LOCAL_BASE_PATH";
     /// The Docker Engine this process is pointed at (Docker's own variable).
@@ -100,6 +105,8 @@ pub mod vars {
         LOCAL_BASE_PATH,
         DATA_DIR,
         DOCKER_HOST,
+        KUBERNETES_SERVERS,
+        KUBERNETES_SERVICE_HOST,
     ];
 }
 
@@ -695,7 +702,8 @@ pub enum BasePathError {
     Rule(String),
 }
 
-/// Where registered orchestrators may point (`BERTH_LOCAL_ROOTS`, `BERTH_DOCKER_ENDPOINTS`). The
+/// Where registered orchestrators may point (`BERTH_LOCAL_ROOTS`, `BERTH_DOCKER_ENDPOINTS`,
+/// `BERTH_KUBERNETES_SERVERS`, and in-cluster Kubernetes in a pod). The
 /// registry checks a registration against these and storage-ops checks them again before it acts,
 /// so both read them with this one function. Unset, the roots are `<data dir>/volumes` (and
 /// `BERTH_LOCAL_BASE_PATH` when set: the operator named it) and the endpoints the local socket (and
@@ -766,9 +774,23 @@ pub fn orchestrator_limits(
             endpoints
         }
     };
+    let kubernetes_servers = match env.get(vars::KUBERNETES_SERVERS) {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|s| domain::orchestrator::validate_kubernetes_server(vars::KUBERNETES_SERVERS, s))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|s| bad(vars::KUBERNETES_SERVERS, list, s.message))?,
+        None => Vec::new(),
+    };
     Ok(domain::orchestrator::OrchestratorLimits {
         local_roots,
         docker_endpoints,
+        kubernetes_servers,
+        in_cluster: env
+            .get(vars::KUBERNETES_SERVICE_HOST)
+            .is_some_and(|h| !h.trim().is_empty()),
     })
 }
 

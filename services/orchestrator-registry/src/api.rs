@@ -491,6 +491,8 @@ mod tests {
         let limits = OrchestratorLimits {
             local_roots: vec!["/srv".into()],
             docker_endpoints: vec![domain::orchestrator::DEFAULT_DOCKER_HOST.into()],
+            kubernetes_servers: Vec::new(),
+            in_cluster: false,
         };
         for (body, field) in [
             (json!([]), "body:"),
@@ -550,6 +552,8 @@ mod tests {
         let limits = OrchestratorLimits {
             local_roots: vec!["/srv".into()],
             docker_endpoints: vec![],
+            kubernetes_servers: Vec::new(),
+            in_cluster: false,
         };
         let example = json!({"kind": "nomad", "label": "batch jobs", "region": "eu-1"});
         let want = parse_registration(&example, &limits).unwrap();

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use domain::OrchestratorKind;
-use domain::orchestrator::{DockerConfig, LocalConfig, OrchestratorLimits};
+use domain::orchestrator::{DockerConfig, KubernetesConfig, LocalConfig, OrchestratorLimits};
 use service_kit::config::{ConfigError, SqliteServiceConfig, absolute_base_path, vars};
 use service_kit::health::{Check, NotReady};
 use service_kit::server::Application;
@@ -49,6 +49,8 @@ pub const VARS: &[&str] = &[
     env_vars::LOCAL_ROOTS,
     env_vars::DOCKER_ENDPOINTS,
     env_vars::DOCKER_PING_TIMEOUT,
+    env_vars::KUBERNETES_NAMESPACE,
+    service_kit::config::vars::KUBERNETES_SERVERS,
     detect::KUBERNETES_SERVICE_HOST,
     detect::NOMAD_ADDR,
     detect::DOCKER_HOST,
@@ -69,7 +71,15 @@ pub mod env_vars {
     pub const DOCKER_ENDPOINTS: &str = service_kit::config::vars::DOCKER_ENDPOINTS;
     /// How long detection waits for a Docker Engine to answer `GET /_ping`.
     pub const DOCKER_PING_TIMEOUT: &str = "BERTH_DOCKER_PING_TIMEOUT";
+    /// The Kubernetes namespace of the claims of the in-cluster orchestrator a first start in a pod
+    /// registers (default: the pod's own namespace).
+    pub const KUBERNETES_NAMESPACE: &str = "BERTH_KUBERNETES_NAMESPACE";
 }
+
+/// Where a pod's service account says which namespace the pod runs in.
+pub const POD_NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+/// The claims' namespace when neither `BERTH_KUBERNETES_NAMESPACE` nor the pod says one.
+pub const DEFAULT_KUBERNETES_NAMESPACE: &str = "berth-volumes";
 
 /// How long detection waits for a Docker Engine by default.
 pub const DEFAULT_DOCKER_PING_TIMEOUT: Duration = Duration::from_millis(500);
@@ -89,6 +99,10 @@ pub struct Config {
     pub limits: OrchestratorLimits,
     /// `KUBERNETES_SERVICE_HOST`, `NOMAD_ADDR`, `DOCKER_HOST`.
     pub detection: DetectionEnv,
+    /// The claims' namespace of the in-cluster `kubernetes` orchestrator a first start in a pod
+    /// registers: `BERTH_KUBERNETES_NAMESPACE`, else the pod's own ([`POD_NAMESPACE_FILE`]), else
+    /// [`DEFAULT_KUBERNETES_NAMESPACE`].
+    pub kubernetes_namespace: String,
     /// Decides whether a Docker Engine is reachable; [`PingProbe`] unless a test injects another.
     pub docker_probe: Arc<dyn EngineProbe>,
 }
@@ -125,9 +139,23 @@ impl Config {
             })?;
         let ping_timeout =
             env.duration_or(env_vars::DOCKER_PING_TIMEOUT, DEFAULT_DOCKER_PING_TIMEOUT)?;
+        let kubernetes_namespace = match env.get(env_vars::KUBERNETES_NAMESPACE) {
+            Some(ns) => {
+                domain::names::validate_dns1123_label(env_vars::KUBERNETES_NAMESPACE, ns).map_err(
+                    |s| ConfigError {
+                        var: env_vars::KUBERNETES_NAMESPACE.to_string(),
+                        value: ns.to_string(),
+                        problem: s.message,
+                    },
+                )?;
+                ns.to_string()
+            }
+            None => pod_namespace().unwrap_or_else(|| DEFAULT_KUBERNETES_NAMESPACE.to_string()),
+        };
         Ok(Config {
             service,
             local_base_path,
+            kubernetes_namespace,
             limits,
             detection: DetectionEnv::from_env(env),
             docker_probe: Arc::new(PingProbe {
@@ -162,11 +190,13 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
 }
 
 /// On a first start (a database never bootstrapped and empty), registers the detected kind as the
-/// default orchestrator, named after its kind. A detected kind that cannot serve volumes (kubernetes,
-/// nomad: Berth has no StorageOps for them) would make every AddStorage without an orchestrator a 412,
-/// so `local` is registered as the default in its place, on `BERTH_LOCAL_BASE_PATH` (on Kubernetes the
-/// StatefulSet's volume); detection itself still answers the detected kind, and an operator switches
-/// with `berth orchestrator register NAME --kind K --default`.
+/// default orchestrator, named after its kind. In a pod that is an in-cluster `kubernetes` one, whose
+/// claims go in [`Config::kubernetes_namespace`], so the volumes are claims pods can mount, not
+/// directories inside Berth's pod. A detected kind that cannot serve volumes (nomad: Berth has no
+/// StorageOps for it) would make every AddStorage without an orchestrator a 412, so `local` is
+/// registered as the default in its place, on `BERTH_LOCAL_BASE_PATH`; detection itself still answers
+/// the detected kind, and an operator switches with `berth orchestrator register NAME --kind K
+/// --default`.
 pub async fn bootstrap(
     config: &Config,
     store: &Store,
@@ -195,7 +225,12 @@ pub async fn bootstrap(
             host: config.detection.docker_host()?,
         }
         .to_config(),
-        OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => {
+        // In a pod: claims in the cluster the pod runs in, through its service account.
+        OrchestratorKind::Kubernetes => KubernetesConfig::from_config(&serde_json::json!({
+            "namespace": config.kubernetes_namespace,
+        }))?
+        .to_config(),
+        OrchestratorKind::Nomad => {
             unreachable!("a kind without StorageOps is never the first start's default")
         }
     };
@@ -229,6 +264,21 @@ pub async fn build(
     bootstrap(&config, &store).await?;
     let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
     Ok(Application::new(router(&config, store), listener))
+}
+
+/// The pod's namespace, read from its service account's file: at most one DNS-1123 label, or none.
+fn pod_namespace() -> Option<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(POD_NAMESPACE_FILE)
+        .ok()?
+        .take(64)
+        .read_to_string(&mut text)
+        .ok()?;
+    let ns = text.trim();
+    domain::names::validate_dns1123_label("namespace", ns)
+        .is_ok()
+        .then(|| ns.to_string())
 }
 
 #[cfg(test)]

@@ -61,6 +61,9 @@ pub const VARS: &[&str] = &[
     service_kit::config::vars::DOCKER_ENDPOINTS,
     service_kit::config::vars::LOCAL_BASE_PATH,
     service_kit::config::vars::DOCKER_HOST,
+    service_kit::config::vars::KUBERNETES_SERVERS,
+    service_kit::config::vars::KUBERNETES_SERVICE_HOST,
+    env_vars::KUBECONFIG,
 ];
 
 /// Storage-ops' names retired in this release: a service's database is named for the service, as
@@ -90,6 +93,9 @@ pub mod env_vars {
     /// The most capacity one namespace's volumes may sum to, a quantity such as `100Gi` (unset: no
     /// limit).
     pub const QUOTA_VOLUME_BYTES: &str = "BERTH_QUOTA_VOLUME_BYTES";
+    /// A kubeconfig file with credentials for the API servers `BERTH_KUBERNETES_SERVERS` allows:
+    /// a `kubernetes` orchestrator naming a server uses the context whose cluster is that server.
+    pub const KUBECONFIG: &str = "BERTH_KUBECONFIG";
 }
 
 /// The registry when `BERTH_REGISTRY_URL` is unset.
@@ -131,6 +137,9 @@ pub struct Config {
     /// What one namespace's volumes may hold (`BERTH_QUOTA_VOLUMES`, `BERTH_QUOTA_VOLUME_BYTES`;
     /// unset, no limit). An AddStorage past either is a 429 naming the quota.
     pub quota: NamespaceQuota,
+    /// Credentials for named Kubernetes API servers (`BERTH_KUBECONFIG`; unset: none, so only
+    /// in-cluster and servers that take anonymous calls, such as a test's loopback stand-in).
+    pub kubeconfig: Option<std::path::PathBuf>,
 }
 
 impl Config {
@@ -176,9 +185,11 @@ impl Config {
                 Some(_) => Some(env.bytes_or(env_vars::QUOTA_VOLUME_BYTES, 0)?),
             },
         };
+        let kubeconfig = env.get(env_vars::KUBECONFIG).map(std::path::PathBuf::from);
         Ok(Config {
             limits,
             quota,
+            kubeconfig,
             service,
             registry_url,
             registry_timeout,
@@ -290,12 +301,10 @@ pub async fn ops(config: &Config) -> Result<Arc<Ops>, Box<dyn std::error::Error 
             )),
         },
     ));
-    Ok(Arc::new(Ops::new(
-        store,
-        registry,
-        config.orphan_policy,
-        config.limits.clone(),
-    )))
+    Ok(Arc::new(
+        Ops::new(store, registry, config.orphan_policy, config.limits.clone())
+            .with_kubeconfig(config.kubeconfig.clone()),
+    ))
 }
 
 /// Runs the reconciler: once now, then every `interval`.

@@ -183,6 +183,34 @@ async fn orchestrators_may_point_only_where_the_operator_allows() {
             "config.host",
             "BERTH_DOCKER_ENDPOINTS",
         ),
+        // Kubernetes (issue 31): an API server the operator did not allow, in-cluster outside a
+        // pod, plain http off loopback, a credential in the config, a claim namespace that is not
+        // a label.
+        (
+            json!({"kind": "kubernetes", "config": {"server": "https://k8s.example:6443", "namespace": "v"}}),
+            "config.server",
+            "BERTH_KUBERNETES_SERVERS",
+        ),
+        (
+            json!({"kind": "kubernetes", "config": {"namespace": "v"}}),
+            "config.server",
+            "in-cluster",
+        ),
+        (
+            json!({"kind": "kubernetes", "config": {"server": "http://10.0.0.1:6443", "namespace": "v"}}),
+            "config.server",
+            "",
+        ),
+        (
+            json!({"kind": "kubernetes", "config": {"namespace": "v", "token": "s3cret"}}),
+            "config.token",
+            "",
+        ),
+        (
+            json!({"kind": "kubernetes", "config": {"namespace": "Volumes"}}),
+            "config.namespace",
+            "",
+        ),
     ]
     .into_iter()
     .enumerate()
@@ -223,7 +251,8 @@ async fn orchestrators_may_point_only_where_the_operator_allows() {
     let app = spawn_app_with(
         Env::default()
             .with("BERTH_LOCAL_ROOTS", format!("{other_roots},/srv/berth"))
-            .with("BERTH_DOCKER_ENDPOINTS", "tcp://10.0.0.1:2375"),
+            .with("BERTH_DOCKER_ENDPOINTS", "tcp://10.0.0.1:2375")
+            .with("BERTH_KUBERNETES_SERVERS", "https://k8s.example:6443"),
         false,
         Some(other),
     )
@@ -231,6 +260,14 @@ async fn orchestrators_may_point_only_where_the_operator_allows() {
     assert_eq!(app.put("srv", local("/srv/berth/v")).await.status, 201);
     let docker = json!({"kind": "docker", "config": {"host": "tcp://10.0.0.1:2375/"}});
     assert_eq!(app.put("remote", docker).await.status, 201);
+    let k8s = json!({"kind": "kubernetes", "config": {"server": "https://K8S.example:6443/", "namespace": "v"}});
+    let made = app.put("cluster", k8s).await;
+    assert_eq!(made.status, 201, "{}", made.body);
+    assert_eq!(
+        made.body["config"],
+        json!({"server": "https://k8s.example:6443", "namespace": "v", "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"})
+    );
+    assert_eq!(made.body["storageOps"], true);
     app.put("socket", json!({"kind": "docker"}))
         .await
         .assert_not_allowed("config.host");

@@ -27,8 +27,10 @@ async fn detection_follows_each_variable_and_the_first_start_registers_a_default
             docker_up: true,
             kind: OrchestratorKind::Kubernetes,
             rule: DetectionRule::KubernetesServiceHost,
-            registers: OrchestratorKind::Local,
-            config: |dir| json!({"basePath": dir.join("volumes/local").display().to_string()}),
+            // In a pod, claims in the cluster through the pod's service account (issue 31), in
+            // the pod's namespace (none here: the default).
+            registers: OrchestratorKind::Kubernetes,
+            config: |_| json!({"namespace": "berth-volumes", "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}),
         },
         Case {
             env: Env::default().with("NOMAD_ADDR", "http://127.0.0.1:4646"),
@@ -74,12 +76,13 @@ async fn detection_follows_each_variable_and_the_first_start_registers_a_default
         Case {
             env: Env::default()
                 .with("NOMAD_ADDR", "http://n:4646")
-                .with("KUBERNETES_SERVICE_HOST", "k"),
+                .with("KUBERNETES_SERVICE_HOST", "k")
+                .with("BERTH_KUBERNETES_NAMESPACE", "team-volumes"),
             docker_up: false,
             kind: OrchestratorKind::Kubernetes,
             rule: DetectionRule::KubernetesServiceHost,
-            registers: OrchestratorKind::Local,
-            config: |dir| json!({"basePath": dir.join("volumes/local").display().to_string()}),
+            registers: OrchestratorKind::Kubernetes,
+            config: |_| json!({"namespace": "team-volumes", "accessModes": ["ReadWriteOnce"], "volumeMode": "Filesystem"}),
         },
         Case {
             env: Env::default().with("KUBERNETES_SERVICE_HOST", ""),

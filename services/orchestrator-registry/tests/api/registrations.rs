@@ -28,13 +28,10 @@ async fn register_get_has_list_and_deregister_through_the_typed_client() {
     assert!(c.has("engine").await.unwrap());
     assert!(!c.has("absent").await.unwrap());
 
-    let mut k8s = RegisterOrchestrator::new(OrchestratorKind::Kubernetes);
+    let mut k8s = RegisterOrchestrator::new(OrchestratorKind::Nomad);
     k8s.default = Some(true);
     let k = c.register("a-cluster", &k8s).await.unwrap();
-    assert!(
-        !k.storage_ops,
-        "kubernetes StorageOps are reported honestly"
-    );
+    assert!(!k.storage_ops, "nomad StorageOps are reported honestly");
     assert!(k.default);
     assert_eq!(c.default_orchestrator().await.unwrap().name, "a-cluster");
 

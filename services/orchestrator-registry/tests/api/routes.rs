@@ -61,7 +61,11 @@ async fn kinds_lists_the_four_factories_with_their_config_schemas() {
     assert_eq!(kinds.len(), 4);
     assert_eq!(by_kind("local")["storageOps"], true);
     assert_eq!(by_kind("docker")["storageOps"], true);
-    assert_eq!(by_kind("kubernetes")["storageOps"], false);
+    assert_eq!(by_kind("kubernetes")["storageOps"], true);
+    assert_eq!(
+        by_kind("kubernetes")["configSchema"]["required"],
+        json!(["namespace"])
+    );
     assert_eq!(by_kind("nomad")["storageOps"], false);
     assert!(by_kind("local")["configSchema"]["properties"]["basePath"].is_object());
     assert_eq!(

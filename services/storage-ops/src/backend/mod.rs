@@ -16,19 +16,22 @@
 //! # Layout
 //! - [`local`]: a directory (or sparse file) per volume under the orchestrator's `basePath`.
 //! - [`docker`]: a Docker Engine volume per Berth volume, labelled with its uid.
-//! - [`Backends`]: builds the backend for an orchestrator's kind and config (Kubernetes and Nomad are
+//! - [`kubernetes`]: a PersistentVolumeClaim per Berth volume, which the cluster binds in its own
+//!   time: the one backend that [`Backend::observe`]s.
+//! - [`Backends`]: builds the backend for an orchestrator's kind and config (Nomad is
 //!   Unimplemented).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use domain::orchestrator::{DockerConfig, LocalConfig, OrchestratorLimits};
+use domain::orchestrator::{DockerConfig, KubernetesConfig, LocalConfig, OrchestratorLimits};
 use domain::{Code, OrchestratorKind, Status};
 use futures::future::BoxFuture;
 
 use crate::store::VolumeRow;
 
 pub mod docker;
+pub mod kubernetes;
 pub mod local;
 
 /// A failed backend operation: the machine code it maps to, the backend's words for the caller, and
@@ -142,6 +145,31 @@ pub struct Found {
     pub uncommitted: bool,
 }
 
+/// What a backend whose objects become usable in their own time ([`Backend::observes`]) says of
+/// one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Observed {
+    /// Usable, at `location`; `message` says what it is bound to.
+    Ready {
+        /// Where it is.
+        location: String,
+        /// What it is (a claim bound to a PersistentVolume, with what was granted).
+        message: String,
+    },
+    /// Made, not usable yet; `message` says what it waits for.
+    Pending {
+        /// What it waits for.
+        message: String,
+    },
+    /// Will not become usable: `reason` in one word, `message` for people.
+    Failed {
+        /// One word.
+        reason: &'static str,
+        /// A sentence.
+        message: String,
+    },
+}
+
 /// A new object [`Backend::create_uncommitted`] made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Uncommitted {
@@ -216,8 +244,29 @@ pub trait Backend: Send + Sync {
         let _ = v;
         Box::pin(std::future::ready(Ok(())))
     }
+    /// Whether an object this backend made becomes usable in its own time (a claim the cluster
+    /// binds), so a volume stays Pending after [`Backend::create`] until [`Backend::observe`] says
+    /// otherwise. Backends whose objects are usable once made say no.
+    fn observes(&self) -> bool {
+        false
+    }
+    /// Where the object of `v` is in its life, for a backend that [`Backend::observes`].
+    fn observe<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Observed, BackendError>> {
+        let _ = v;
+        Box::pin(std::future::ready(Err(BackendError::new(
+            Code::Unimplemented,
+            format!("{} has nothing to observe", self.identity()),
+        ))))
+    }
     /// Removes the object for `v`; an object already gone is success.
     fn delete<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>>;
+    /// Lets the object for `v` go without removing it (`reclaimPolicy: Retain`): what marks it as
+    /// Berth's is taken off, so the orphan scan does not report it. Nothing to do for a backend
+    /// whose objects carry no such mark outside Berth's store.
+    fn release<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = v;
+        Box::pin(std::future::ready(Ok(())))
+    }
     /// Measures the object for `v`.
     fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>>;
     /// Every object this backend holds that Berth made.
@@ -236,6 +285,8 @@ pub struct Backends {
     limits: OrchestratorLimits,
     local_roots: Arc<[String]>,
     docker_clients: Arc<Mutex<HashMap<String, docker::SharedClient>>>,
+    kubeconfig: Option<std::path::PathBuf>,
+    kubernetes_clients: Arc<Mutex<HashMap<Option<String>, kubernetes::SharedClient>>>,
 }
 
 impl Backends {
@@ -247,7 +298,16 @@ impl Backends {
             local_roots: limits.local_roots.clone().into(),
             limits,
             docker_clients: Arc::default(),
+            kubeconfig: None,
+            kubernetes_clients: Arc::default(),
         }
+    }
+
+    /// Where credentials for named Kubernetes API servers are (`BERTH_KUBECONFIG`): the context
+    /// whose cluster's server is the orchestrator's is used.
+    pub fn with_kubeconfig(mut self, path: Option<std::path::PathBuf>) -> Self {
+        self.kubeconfig = path;
+        self
     }
 
     /// The backend of an orchestrator of `kind` configured with `config`. A config that does not
@@ -298,7 +358,30 @@ impl Backends {
                     &self.instance,
                 )))
             }
-            OrchestratorKind::Kubernetes | OrchestratorKind::Nomad => Err(Status::new(
+            OrchestratorKind::Kubernetes => {
+                let config = KubernetesConfig::from_config(config).map_err(bad_config)?;
+                self.limits
+                    .check_kubernetes_server("config.server", config.server.as_deref())
+                    .map_err(bad_config)?;
+                let client = self
+                    .kubernetes_clients
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(config.server.clone())
+                    .or_insert_with(|| {
+                        kubernetes::SharedClient::new(
+                            config.server.clone(),
+                            self.kubeconfig.clone(),
+                        )
+                    })
+                    .clone();
+                Ok(Arc::new(kubernetes::KubernetesBackend::new(
+                    config,
+                    client,
+                    &self.instance,
+                )))
+            }
+            OrchestratorKind::Nomad => Err(Status::new(
                 Code::Unimplemented,
                 format!(
                     "StorageOps on {kind} orchestrators are not implemented yet (orchestrator {orchestrator:?}); use a local or docker orchestrator"
@@ -327,6 +410,8 @@ mod tests {
         OrchestratorLimits {
             local_roots: vec!["/srv".into()],
             docker_endpoints: vec![domain::orchestrator::DEFAULT_DOCKER_HOST.into()],
+            kubernetes_servers: Vec::new(),
+            in_cluster: false,
         }
     }
 
@@ -359,14 +444,12 @@ mod tests {
     #[test]
     fn kinds_without_a_backend_are_unimplemented_and_bad_configs_a_precondition() {
         let backends = Backends::new("test", limits());
-        for kind in [OrchestratorKind::Kubernetes, OrchestratorKind::Nomad] {
-            let e = backends
-                .for_orchestrator("o", kind, &serde_json::json!({}))
-                .err()
-                .unwrap();
-            assert_eq!(e.code, Code::Unimplemented);
-            assert!(e.message.contains("not implemented"), "{}", e.message);
-        }
+        let e = backends
+            .for_orchestrator("o", OrchestratorKind::Nomad, &serde_json::json!({}))
+            .err()
+            .unwrap();
+        assert_eq!(e.code, Code::Unimplemented);
+        assert!(e.message.contains("not implemented"), "{}", e.message);
         let e = backends
             .for_orchestrator(
                 "o",

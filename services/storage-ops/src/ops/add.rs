@@ -31,7 +31,7 @@ use domain::{Volume, VolumePhase, VolumeSpec};
 use sha2::{Digest, Sha256};
 
 use super::{Ops, OpsError, reasons, to_volume};
-use crate::backend::{Backend, NewObject, ObjectRef, capacity_limit};
+use crate::backend::{Backend, BackendError, NewObject, ObjectRef, Observed, capacity_limit};
 use crate::store::{StatusUpdate, StoreError, VolumeRow, now};
 
 /// The hash of a normalised spec: two requests are "the same volume" when these are equal.
@@ -284,15 +284,45 @@ impl Ops {
         backend: &dyn Backend,
         row: VolumeRow,
     ) -> Result<VolumeRow, OpsError> {
-        let outcome = backend.create(&ObjectRef::of(&row)).await;
-        let update = match &outcome {
-            Ok(location) => StatusUpdate {
+        let object = ObjectRef::of(&row);
+        let mut outcome = backend.create(&object).await;
+        // A backend whose objects become usable in their own time says where this one is: the
+        // volume is Ready only once it is (a claim Bound), and a failure it sees is the volume's.
+        let mut observed = None;
+        if outcome.is_ok() && backend.observes() {
+            match backend.observe(&object).await {
+                Ok(Observed::Failed { reason, message }) => {
+                    outcome = Err(BackendError::new(domain::Code::FailedPrecondition, message)
+                        .with_detail(reason));
+                }
+                Ok(seen) => observed = Some(seen),
+                Err(e) => {
+                    observed = Some(Observed::Pending {
+                        message: format!("made; its state could not be read yet: {}", e.message),
+                    })
+                }
+            }
+        }
+        let update = match (&outcome, observed) {
+            (Ok(_), Some(Observed::Pending { message })) => StatusUpdate {
+                phase: VolumePhase::Pending,
+                reason: reasons::BINDING.into(),
+                message,
+                location: outcome.as_ref().ok().cloned(),
+            },
+            (Ok(_), Some(Observed::Ready { location, message })) => StatusUpdate {
+                phase: VolumePhase::Ready,
+                reason: reasons::PROVISIONED.into(),
+                message,
+                location: Some(location),
+            },
+            (Ok(location), _) => StatusUpdate {
                 phase: VolumePhase::Ready,
                 reason: reasons::PROVISIONED.into(),
                 message: String::new(),
                 location: Some(location.clone()),
             },
-            Err(e) => StatusUpdate {
+            (Err(e), _) => StatusUpdate {
                 phase: VolumePhase::Failed,
                 reason: reasons::BACKEND_ERROR.into(),
                 message: e.message.clone(),

@@ -78,16 +78,33 @@ impl Ops {
 
     /// Removes the backend object (unless retained), then the row.
     pub(super) async fn finish_delete(&self, row: VolumeRow, retain: bool) -> Result<(), OpsError> {
-        if !retain {
-            let backend = self.stored_backend(&row)?;
-            if let Err(e) = backend.delete(&ObjectRef::of(&row)).await {
+        // Retained, the object stays but is let go (a Kubernetes claim loses Berth's managed-by
+        // label); a backend this service may no longer use keeps whatever mark it had.
+        let backend = match retain {
+            false => Some(self.stored_backend(&row)?),
+            true => self.stored_backend(&row).ok(),
+        };
+        if let Some(backend) = backend {
+            let object = ObjectRef::of(&row);
+            let done = if retain {
+                backend.release(&object).await
+            } else {
+                backend.delete(&object).await
+            };
+            if let Err(e) = done {
                 tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, error = %e, "backend failed to delete a volume");
                 self.store
                     .set_status(
                         &row.uid,
                         StatusUpdate {
                             phase: VolumePhase::Deleting,
-                            reason: reasons::BACKEND_ERROR.into(),
+                            // Kept Retaining, so a retry retains it still.
+                            reason: if retain {
+                                reasons::RETAINING
+                            } else {
+                                reasons::BACKEND_ERROR
+                            }
+                            .into(),
                             message: e.message.clone(),
                             location: None,
                         },

@@ -7,8 +7,9 @@ use hmac::{Hmac, Mac};
 use service_kit::tenancy::Namespaces;
 use sha2::Sha256;
 
-use super::{Ops, OpsError, to_volume};
-use crate::backend::ObjectRef;
+use super::{Ops, OpsError, reasons, to_volume};
+use crate::backend::{ObjectRef, Observed};
+use crate::store::{StatusUpdate, VolumeRow};
 
 /// The most rows one ListStorage call examines when a label selector filters them out; past this it
 /// answers the matches it has with a `continue` token, so one call's cost stays bounded.
@@ -99,14 +100,62 @@ impl ContinueTokens {
 impl Ops {
     /// ReadStorage.
     pub async fn get(&self, namespace: &str, name: &str) -> Result<Volume, OpsError> {
-        self.store
+        let row = self
+            .store
             .get(namespace, name)
             .await?
-            .map(|r| to_volume(&r))
             .ok_or_else(|| OpsError::NotFound {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
-            })
+            })?;
+        Ok(to_volume(&self.refresh(row).await))
+    }
+
+    /// A Pending volume whose backend binds in its own time, as the backend sees it now: a caller
+    /// waiting for Ready (`berth volume create --wait`) is not held to the reconciler's period.
+    /// Left as stored when someone is working on it, or the backend cannot say.
+    pub(super) async fn refresh(&self, row: VolumeRow) -> VolumeRow {
+        if row.phase != VolumePhase::Pending {
+            return row;
+        }
+        let Ok(backend) = self.stored_backend(&row) else {
+            return row;
+        };
+        if !backend.observes() {
+            return row;
+        }
+        let Some(_guard) = self.locks.try_lock(&row.namespace, &row.name) else {
+            return row;
+        };
+        let update = match backend.observe(&ObjectRef::of(&row)).await {
+            Ok(Observed::Pending { message }) if message == row.message => return row,
+            Ok(Observed::Pending { message }) => StatusUpdate {
+                phase: VolumePhase::Pending,
+                reason: reasons::BINDING.into(),
+                message,
+                location: None,
+            },
+            Ok(Observed::Ready { location, message }) => StatusUpdate {
+                phase: VolumePhase::Ready,
+                reason: reasons::PROVISIONED.into(),
+                message,
+                location: Some(location),
+            },
+            Ok(Observed::Failed { reason, message }) => StatusUpdate {
+                phase: VolumePhase::Failed,
+                reason: reason.into(),
+                message,
+                location: None,
+            },
+            Err(e) => {
+                tracing::debug!(namespace = %row.namespace, name = %row.name, error = %e, "a pending volume's state could not be read");
+                return row;
+            }
+        };
+        match self.store.set_status(&row.uid, update).await {
+            Ok(Some(updated)) => updated,
+            _ => row,
+        }
     }
 
     /// ListStorage: one keyset page; with a selector, rounds of rows until the page is full, the

@@ -52,6 +52,8 @@ pub mod reasons {
     pub const DELETING: &str = "Deleting";
     /// Being deleted, backend object kept (`reclaimPolicy: Retain`).
     pub const RETAINING: &str = "Retaining";
+    /// Made, waiting for the orchestrator to bind it (a Kubernetes claim not yet Bound).
+    pub const BINDING: &str = "Binding";
 }
 
 /// The service's logic.
@@ -121,6 +123,12 @@ impl Ops {
             locks: KeyLocks::default(),
             orphan_policy,
         }
+    }
+
+    /// Credentials for named Kubernetes API servers (`BERTH_KUBECONFIG`).
+    pub fn with_kubeconfig(mut self, path: Option<std::path::PathBuf>) -> Self {
+        self.backends = self.backends.with_kubeconfig(path);
+        self
     }
 
     /// The `continue` token for the position after `namespace/name`.

@@ -400,6 +400,8 @@ mod tests {
         let limits = OrchestratorLimits {
             local_roots: vec![dir.display().to_string()],
             docker_endpoints: Vec::new(),
+            kubernetes_servers: Vec::new(),
+            in_cluster: false,
         };
         Ops::new(store, registry, policy, limits)
     }

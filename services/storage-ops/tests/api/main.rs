@@ -25,6 +25,7 @@ mod crash;
 mod docker;
 #[path = "../fake_registry/mod.rs"]
 mod fake_registry;
+mod kubernetes;
 mod orchestrators;
 mod read;
 mod reconcile;

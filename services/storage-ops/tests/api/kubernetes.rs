@@ -1,0 +1,242 @@
+//! The kubernetes backend against the stand-in API server (`kube-standin`): claims made, bound,
+//! read, listed, measured, deleted and retained; a foreign claim never adopted; what the API server
+//! refuses said in Berth's words (issue 31).
+
+use std::collections::BTreeSet;
+
+use domain::orchestrator::RegisterOrchestrator;
+use domain::{Code, OrchestratorKind, VolumePhase};
+use kube_standin::{Faults, Quota, StandIn};
+use serde_json::json;
+
+use crate::support::*;
+
+/// The Kubernetes namespace the claims go in.
+const CLAIMS: &str = "berth-volumes";
+
+/// A stand-in cluster, storage-ops allowed to use it, and an orchestrator `cluster` on it.
+async fn cluster_app() -> (StandIn, TestApp) {
+    let standin = StandIn::start(&[CLAIMS]).await;
+    let app = spawn_app_with(&[("BERTH_KUBERNETES_SERVERS", standin.url.as_str())]).await;
+    app.registry
+        .register(
+            "cluster",
+            &RegisterOrchestrator {
+                config: Some(
+                    json!({"server": standin.url, "namespace": CLAIMS, "storageClassName": "fast"}),
+                ),
+                ..RegisterOrchestrator::new(OrchestratorKind::Kubernetes)
+            },
+        )
+        .await
+        .unwrap();
+    (standin, app)
+}
+
+fn on_cluster(name: &str, ns: &str, capacity: &str) -> domain::VolumeProvisionerProfile {
+    let mut p = profile(name, capacity);
+    p.namespace = Some(ns.into());
+    p.orchestrator = Some("cluster".into());
+    p
+}
+
+#[tokio::test]
+async fn a_claim_is_made_pending_then_bound_ready_read_measured_and_deleted() {
+    let (standin, app) = cluster_app().await;
+    let (v, created) = app
+        .storage
+        .add(&on_cluster("data", "team", "1Gi"))
+        .await
+        .unwrap();
+    assert!(created);
+    // Made, not bound: Pending, with the claim's place.
+    assert_eq!(v.status.phase, VolumePhase::Pending, "{v:?}");
+    assert_eq!(v.status.reason, "Binding");
+    assert_eq!(v.status.location, format!("{CLAIMS}/team.data"));
+    let claim = standin.claim(CLAIMS, "team.data").expect("the claim");
+    let labels = &claim["metadata"]["labels"];
+    assert_eq!(labels["app.kubernetes.io/managed-by"], "berth");
+    assert_eq!(labels["berth.io/volume-uid"], v.metadata.uid.as_str());
+    assert!(labels["berth.io/instance"].is_string());
+    assert_eq!(
+        claim["metadata"]["annotations"]["berth.io/namespace"],
+        "team"
+    );
+    assert_eq!(claim["metadata"]["annotations"]["berth.io/name"], "data");
+    // The capacity in exact bytes, the class and access modes the orchestrator names.
+    assert_eq!(
+        claim["spec"]["resources"]["requests"]["storage"],
+        "1073741824"
+    );
+    assert_eq!(claim["spec"]["storageClassName"], "fast");
+    assert_eq!(claim["spec"]["accessModes"], json!(["ReadWriteOnce"]));
+
+    // The same request again: the same volume, no second claim.
+    let (again, created) = app
+        .storage
+        .add(&on_cluster("data", "team", "1Gi"))
+        .await
+        .unwrap();
+    assert!(!created);
+    assert_eq!(again.metadata.uid, v.metadata.uid);
+    assert_eq!(standin.claims(CLAIMS).len(), 1);
+
+    // A class that binds on first consumer is said as such, not as a failure.
+    standin.event(
+        CLAIMS,
+        "team.data",
+        "WaitForFirstConsumer",
+        "waiting for first consumer to be created before binding",
+    );
+    let read = app.storage.get("team", "data").await.unwrap();
+    assert_eq!(read.status.phase, VolumePhase::Pending);
+    assert!(
+        read.status.message.contains("waits for a first consumer"),
+        "{read:?}"
+    );
+
+    // Bound by the cluster: Ready, naming the PersistentVolume and what was granted.
+    assert!(standin.bind(CLAIMS, "team.data"));
+    let read = app.storage.get("team", "data").await.unwrap();
+    assert_eq!(read.status.phase, VolumePhase::Ready, "{read:?}");
+    let pv = format!(
+        "pvc-{}",
+        standin.claim(CLAIMS, "team.data").unwrap()["metadata"]["uid"]
+            .as_str()
+            .unwrap()
+    );
+    assert!(read.status.message.contains(&pv), "{read:?}");
+    assert!(read.status.message.contains("1073741824"), "{read:?}");
+
+    let stats = app.storage.stats("team", "data").await.unwrap();
+    assert_eq!(stats.capacity_bytes, 1 << 30);
+    let list = app
+        .storage
+        .list(&client::storage::ListParams {
+            namespace: Some("team".into()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert!(app.storage.orphans().await.unwrap().items.is_empty());
+
+    assert!(app.storage.delete("team", "data").await.unwrap().deleted);
+    assert!(standin.claim(CLAIMS, "team.data").is_none());
+    assert!(!app.storage.delete("team", "data").await.unwrap().deleted);
+}
+
+#[tokio::test]
+async fn a_claim_berth_did_not_make_is_never_adopted_nor_changed() {
+    let (standin, app) = cluster_app().await;
+    let foreign = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "team.taken", "labels": {"owner": "someone"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    });
+    let before = standin.put_claim(CLAIMS, foreign).unwrap();
+    let e = app
+        .storage
+        .add(&on_cluster("taken", "team", "1Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::AlreadyExists, "{e}");
+    let message = e.status.message.clone();
+    assert!(
+        message.contains("\"team.taken\"") && message.contains("not made by Berth"),
+        "{message}"
+    );
+    assert_eq!(
+        standin.claim(CLAIMS, "team.taken").unwrap(),
+        before,
+        "never changed"
+    );
+    // Deleting the volume the clash left Failed leaves the foreign claim alone.
+    app.storage.delete("team", "taken").await.unwrap();
+    assert_eq!(standin.claim(CLAIMS, "team.taken").unwrap(), before);
+}
+
+#[tokio::test]
+async fn rbac_quota_and_invalid_claims_are_said_in_berths_words_without_the_server() {
+    let (standin, app) = cluster_app().await;
+    standin.set_faults(Faults {
+        denied: BTreeSet::from([("create".to_string(), "persistentvolumeclaims".to_string())]),
+        ..Faults::default()
+    });
+    let e = app
+        .storage
+        .add(&on_cluster("rbac", "team", "1Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
+    for part in ["create", "persistentvolumeclaims", CLAIMS] {
+        assert!(e.status.message.contains(part), "{part}: {e}");
+    }
+    assert!(!e.status.message.contains(&standin.url), "{e}");
+    app.storage.delete("team", "rbac").await.unwrap();
+
+    standin.set_faults(Faults {
+        quota: Some(Quota {
+            name: "berth-quota".into(),
+            claims: None,
+            storage: Some(2 << 30),
+        }),
+        ..Faults::default()
+    });
+    app.storage
+        .add(&on_cluster("fits", "team", "1Gi"))
+        .await
+        .unwrap();
+    let e = app
+        .storage
+        .add(&on_cluster("over", "team", "2Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
+    assert!(e.status.message.contains("berth-quota"), "{e}");
+    assert!(standin.claim(CLAIMS, "team.over").is_none());
+}
+
+#[tokio::test]
+async fn retain_leaves_the_claim_unlabelled_and_an_in_use_claim_keeps_its_volume_deleting() {
+    let (standin, app) = cluster_app().await;
+    app.storage
+        .add(&on_cluster("kept", "team", "1Gi"))
+        .await
+        .unwrap();
+    app.storage
+        .delete_with_policy("team", "kept", domain::volume::ReclaimPolicy::Retain)
+        .await
+        .unwrap();
+    let claim = standin.claim(CLAIMS, "team.kept").expect("retained");
+    assert!(claim["metadata"]["labels"]["app.kubernetes.io/managed-by"].is_null());
+    assert!(claim["metadata"]["labels"]["berth.io/volume-uid"].is_string());
+    assert!(app.storage.orphans().await.unwrap().items.is_empty());
+
+    // A pod mounts it: the claim stays terminating, and the volume Deleting until it is gone.
+    app.storage
+        .add(&on_cluster("mounted", "team", "1Gi"))
+        .await
+        .unwrap();
+    standin.set_in_use(CLAIMS, "team.mounted", true);
+    let e = app.storage.delete("team", "mounted").await.unwrap_err();
+    assert_eq!(code(&e), Code::Unavailable, "{e}");
+    let read = app.storage.get("team", "mounted").await.unwrap();
+    assert_eq!(read.status.phase, VolumePhase::Deleting);
+    standin.set_in_use(CLAIMS, "team.mounted", false);
+    assert!(app.storage.delete("team", "mounted").await.unwrap().deleted);
+    assert!(standin.claim(CLAIMS, "team.mounted").is_none());
+}
+
+#[tokio::test]
+async fn an_api_server_that_is_down_is_unavailable() {
+    let (standin, app) = cluster_app().await;
+    drop(standin);
+    let e = app
+        .storage
+        .add(&on_cluster("down", "team", "1Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::Unavailable, "{e}");
+    assert!(!e.status.message.contains("127.0.0.1"), "{e}");
+}
