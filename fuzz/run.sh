@@ -3,26 +3,32 @@
 #
 #   fuzz/run.sh [SECONDS]
 #
-# CI runs `fuzz/run.sh 5`; the long suite runs it for minutes (RELIABILITY.md, "Hostile input:
-# fuzzing", has the figures of a 60-second run). It needs rustup's nightly toolchain (libFuzzer's
-# instrumentation) and cargo-fuzz, which it installs from crates.io when missing
-# (`cargo install cargo-fuzz --locked`, into the default cargo bin). The targets are built once, in
-# fuzz/target (a workspace of its own: the main workspace never builds libFuzzer), optimised, with
-# debug assertions and overflow checks, without a sanitizer (the code under test is safe Rust; set
+# CI's short form runs `FUZZ_PROFILE=dev fuzz/run.sh 5`; the long suite runs it for minutes, optimised
+# (RELIABILITY.md, "Hostile input: fuzzing", has the figures). It needs rustup's nightly toolchain
+# (libFuzzer's instrumentation). The targets are built by cargo itself with the instrumentation
+# cargo-fuzz gives them (SanitizerCoverage's inline 8-bit counters, PC table and compare tracing,
+# `--cfg fuzzing`, debug assertions and overflow checks), so no cargo-fuzz has to be installed first
+# (its cold install was 136 s of CI's time), in fuzz/target (a workspace of its own: the main
+# workspace never builds libFuzzer), without a sanitizer (the code under test is safe Rust; set
 # FUZZ_SANITIZER=address to add ASan).
+#
+# FUZZ_PROFILE: `release` (default: optimised, as `cargo fuzz run -O`) or `dev` (unoptimised: its cold
+# build took 225 s where the optimised one took 624 s; slower runs, which a few seconds a target do
+# not miss).
 #
 # Each target runs on a copy of its committed corpus (fuzz/corpus/<target>), so a run never rewrites
 # it, with fuzz/dict/<target>.dict where there is one. The copies are kept in
 # fuzz/target/run-corpus/<target>: after a long run, merge what it found into the committed corpus,
-# keeping only inputs that add coverage, with
+# keeping only inputs that add coverage, with cargo-fuzz (`cargo install cargo-fuzz`)
 #
 #   cd fuzz && cargo +nightly fuzz cmin -O -a -s none <target> corpus/<target> target/run-corpus/<target>
 #
 # (cmin minimises into its first directory), then review and commit the new files.
 #
 # A crash (a panic, a failed property, a timeout, running out of memory) fails the run: the input
-# is kept under fuzz/artifacts/<target>/ and the script prints its path and how to see it
-# (`cargo fuzz fmt`) and replay it. The last line is `N passed, N failed`, one count per target.
+# is kept under fuzz/artifacts/<target>/ and the script prints its path and how to replay it (the
+# target's binary with the input as its argument). The last line is `N passed, N failed`, one count
+# per target.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -31,24 +37,42 @@ case "$seconds" in
   '' | *[!0-9]*) echo "usage: fuzz/run.sh [SECONDS]" >&2; exit 2 ;;
 esac
 sanitizer="${FUZZ_SANITIZER:-none}"
-flags=(-O -a -s "$sanitizer")
+profile="${FUZZ_PROFILE:-release}"
+case "$profile" in
+  release) profile_flag=(--release) ;;
+  dev) profile_flag=() ; ;;
+  *) echo "fuzz/run.sh: FUZZ_PROFILE must be release or dev" >&2; exit 2 ;;
+esac
 started=$(date +%s)
 
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   echo "fuzz/run.sh: needs the nightly toolchain (rustup toolchain install nightly)" >&2
   exit 2
 fi
-if ! cargo fuzz --version >/dev/null 2>&1; then
-  echo "== installing cargo-fuzz (cargo install cargo-fuzz --locked)"
-  cargo install cargo-fuzz --locked
-fi
 
-echo "== cargo +nightly fuzz build ${flags[*]}"
-cargo +nightly fuzz build "${flags[@]}"
+# cargo-fuzz's instrumentation, given to cargo directly. An explicit --target keeps these flags off
+# build scripts and proc macros, as cargo-fuzz does.
+host=$(rustc +nightly -vV | sed -n 's/^host: //p')
+rustflags="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
+rustflags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table"
+rustflags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks"
+if [ "$sanitizer" != none ]; then
+  rustflags+=" -Zsanitizer=$sanitizer"
+fi
+# Its own target directory (FUZZ_TARGET_DIR, default fuzz/target), whatever CARGO_TARGET_DIR says:
+# these flags must not meet the main workspace's builds.
+target_dir="${FUZZ_TARGET_DIR:-$PWD/target}"
+echo "== cargo +nightly build --target $host ${profile_flag[*]} (the fuzz targets, $profile, instrumented)"
+RUSTFLAGS="$rustflags" CARGO_TARGET_DIR="$target_dir" \
+  cargo +nightly build --target "$host" "${profile_flag[@]}" --bins
 built=$(date +%s)
 echo "   built in $((built - started))s"
+case "$profile" in
+  release) bin_dir="$target_dir/$host/release" ;;
+  dev) bin_dir="$target_dir/$host/debug" ;;
+esac
 
-targets=$(cargo +nightly fuzz list)
+targets=$(sed -n 's/^name = "\(.*\)"$/\1/p' Cargo.toml | grep -v '^berth-fuzz$')
 passed=0
 failed=0
 summary=()
@@ -65,7 +89,7 @@ for target in $targets; do
   fi
   log="target/run-$target.log"
   echo "== $target: ${seconds}s on a copy of corpus/$target ($(find "$work" -type f | wc -l) inputs)"
-  if cargo +nightly fuzz run "${flags[@]}" "$target" "$work" -- "${options[@]}" >"$log" 2>&1; then
+  if "$bin_dir/$target" "${options[@]}" -artifact_prefix="artifacts/$target/" "$work" >"$log" 2>&1; then
     passed=$((passed + 1))
     stat() { sed -n "s/^stat::$1: *//p" "$log" | tail -1; }
     cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
@@ -77,8 +101,8 @@ for target in $targets; do
     tail -n 40 "$log"
     if [ -n "$artifact" ]; then
       echo "   crashing input: fuzz/$artifact"
-      echo "   see it:     (cd fuzz && cargo +nightly fuzz fmt ${flags[*]} $target $artifact)"
-      echo "   replay it:  (cd fuzz && cargo +nightly fuzz run ${flags[*]} $target $artifact)"
+      echo "   replay it:  $bin_dir/$target fuzz/$artifact"
+      echo "   see it:     (cd fuzz && cargo +nightly fuzz fmt -a -s none $target $artifact), with cargo-fuzz installed"
     fi
     echo "   full log: fuzz/$log"
   fi

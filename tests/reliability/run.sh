@@ -8,7 +8,8 @@
 #                                      # gateway capacity
 #   tests/reliability/run.sh --short   # CI: debug binaries (those `cargo test` built), 2 seeds of 150
 #                                      # operations, the fault and hostile-input suites, each fuzz target
-#                                      # for FUZZ_SECONDS (default 5; BERTH_FUZZ_IN_SHORT=0 leaves them out),
+#                                      # built unoptimised for FUZZ_SECONDS (default 5;
+#                                      # BERTH_FUZZ_IN_SHORT=0 leaves them out),
 #                                      # the load soak for LOAD_SECONDS (default 20; about 30 s in all) at
 #                                      # 50 % of the measured capacity
 #
@@ -71,13 +72,16 @@ tally "$log"
 
 echo "== hostile input: the fuzz targets, ${fuzz_seconds}s each"
 if [ "$mode" = short ] && [ "${BERTH_FUZZ_IN_SHORT:-1}" = 0 ]; then
-  # For a quick local try only: CI runs them, a few seconds each (their cold build is about ten
-  # minutes on an idle 2-core machine, fuzz/run.sh's first lines).
+  # For a quick local try only: CI runs them, a few seconds each (their cold unoptimised build is
+  # about four minutes on an idle 2-core machine, fuzz/run.sh's first lines).
   echo "   SKIPPED: BERTH_FUZZ_IN_SHORT=0 (CI runs them in the short form too)"
 elif [ "$mode" = short ] && ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   # libFuzzer's instrumentation needs nightly; a machine without it cannot build the targets at all.
   echo "   SKIPPED: no nightly toolchain here (rustup toolchain install nightly); the long form fails without it"
 elif [ -x fuzz/run.sh ]; then
+  # The short form builds the targets unoptimised: a few seconds a target miss little of the speed,
+  # and the cold build takes a third of the optimised one's time (fuzz/run.sh's first lines).
+  if [ "$mode" = short ]; then export FUZZ_PROFILE="${FUZZ_PROFILE:-dev}"; fi
   fuzz/run.sh "$fuzz_seconds" | tee "$log" || true
   tally "$log"
 else

@@ -381,7 +381,7 @@ pub enum OrchestratorCommand {
         /// The region it serves.
         #[arg(long)]
         region: Option<String>,
-        /// A config entry `key=value` (repeatable): `basePath=/srv/vols`, `capacity=100Gi`, `host=unix:///var/run/docker.sock`.
+        /// A config entry `key=value` (repeatable): `basePath=/srv/vols`, `capacity=100Gi`, `host=unix:///var/run/docker.sock`, `namespace=berth-volumes`, `accessModes=["ReadWriteMany"]` (a value in `[...]` is a JSON list).
         #[arg(short, long = "config", value_parser = parse_pair)]
         config: Vec<(String, String)>,
         /// Make it the default orchestrator (the one new volumes go to).

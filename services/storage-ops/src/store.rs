@@ -467,6 +467,27 @@ impl Store {
             .await
     }
 
+    /// Ready volumes on orchestrators of `kind`: those whose backend observes its objects, for the
+    /// reconciler to see whether each is still there.
+    pub async fn ready_of_kind(
+        &self,
+        kind: OrchestratorKind,
+    ) -> Result<Vec<VolumeRow>, StoreError> {
+        let kind = kind.as_str();
+        self.inner
+            .read
+            .read(move |c| {
+                c.prepare_cached(concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM volumes WHERE phase = 'Ready' AND kind = ?1"
+                ))?
+                .query_map([kind], row_from)?
+                .collect()
+            })
+            .await
+    }
+
     /// How many volumes each orchestrator holds in each phase (for the metrics page).
     pub async fn volume_counts(&self) -> Result<Vec<(String, String, u64)>, StoreError> {
         self.inner

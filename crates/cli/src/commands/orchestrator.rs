@@ -28,7 +28,21 @@ pub async fn run(
             default,
         } => {
             let kind = OrchestratorKind::parse_field("kind", kind).map_err(CliError::Local)?;
-            let config: BTreeMap<String, String> = config.iter().cloned().collect();
+            // A value written as a JSON list (`accessModes=["ReadWriteMany"]`) is that list;
+            // every other value is the text as given.
+            let config: BTreeMap<String, serde_json::Value> = config
+                .iter()
+                .map(|(k, v)| {
+                    let list = v
+                        .starts_with('[')
+                        .then(|| serde_json::from_str::<serde_json::Value>(v).ok())
+                        .flatten();
+                    (
+                        k.clone(),
+                        list.unwrap_or_else(|| serde_json::Value::String(v.clone())),
+                    )
+                })
+                .collect();
             let request = RegisterOrchestrator {
                 kind,
                 label: label.clone(),

@@ -13,7 +13,7 @@
 //! a Lost claim is Failed; a `WaitForFirstConsumer` class or a `ProvisioningFailed` event is said in
 //! the message. What the API server says is mapped to Berth's codes in [`api_error`]: RBAC's 403 is a
 //! precondition naming the verb, resource and namespace, a ResourceQuota's 403 is 429 naming the
-//! quota, an invalid claim 400, an unreachable or hung server 503/504; the server's address only
+//! quota, an invalid claim 400, an unreachable or hung server 503 with Retry-After; the server's address only
 //! ever reaches the log.
 
 use std::collections::BTreeMap;
@@ -48,7 +48,7 @@ pub const ANNOTATION_NAMESPACE: &str = "berth.io/namespace";
 /// The annotation holding the Berth name.
 pub const ANNOTATION_NAME: &str = "berth.io/name";
 
-/// How long one call to the API server may take: a hung server is answered 504 well within a
+/// How long one call to the API server may take: a hung server is answered 503 well within a
 /// caller's deadline (the kit's default request timeout is 30 s).
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -570,8 +570,10 @@ async fn call<T>(
     match tokio::time::timeout(CALL_TIMEOUT, future).await {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(api_error(verb, namespace, &e)),
+        // 503 with Retry-After rather than 504: the caller's call did not run out of time, the API
+        // server's did, and the same call may well succeed in a moment.
         Err(_) => Err(BackendError::new(
-            Code::DeadlineExceeded,
+            Code::Unavailable,
             format!(
                 "the Kubernetes API server did not answer {verb} persistentvolumeclaims within {}s",
                 CALL_TIMEOUT.as_secs()

@@ -21,8 +21,8 @@ use service_kit::metrics::{DurationHistogram, Family, Gauge};
 use domain::{OrchestratorKind, Orphan, OrphanList, VolumePhase};
 
 use super::{Ops, reasons};
-use crate::backend::{Backend, Found, ObjectRef};
-use crate::store::VolumeRow;
+use crate::backend::{Backend, Found, ObjectRef, Observed};
+use crate::store::{StatusUpdate, VolumeRow};
 
 /// Reconcile passes, with how long each took.
 static RECONCILE_PASSES: Family<DurationHistogram> = Family::new(
@@ -216,6 +216,7 @@ impl Ops {
             }
             Err(e) => tracing::error!(error = %e, "reconcile: cannot read unfinished volumes"),
         }
+        self.recheck_observed().await;
         let (scanned, unscanned) = self.scan_objects().await;
         for problem in unscanned {
             tracing::warn!(%problem, "reconcile: a backend was not scanned");
@@ -243,6 +244,45 @@ impl Ops {
         }
         self.count_volumes().await;
         RECONCILE_PASSES.series(&[]).record(started.elapsed());
+    }
+
+    /// Ready volumes whose objects live on in the orchestrator's own time (Kubernetes claims): one
+    /// deleted behind Berth's back, or Lost, makes its volume Failed, saying so, rather than Ready
+    /// over nothing.
+    async fn recheck_observed(&self) {
+        let rows = match self.store.ready_of_kind(OrchestratorKind::Kubernetes).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "reconcile: cannot read the volumes to recheck");
+                return;
+            }
+        };
+        for row in rows {
+            let Some(_guard) = self.locks.try_lock(&row.namespace, &row.name) else {
+                continue; // someone is working on it right now
+            };
+            let Ok(backend) = self.stored_backend(&row) else {
+                continue;
+            };
+            match backend.observe(&ObjectRef::of(&row)).await {
+                Ok(Observed::Failed { reason, message }) => {
+                    tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, %message, "reconcile: a volume's object is gone");
+                    let update = StatusUpdate {
+                        phase: VolumePhase::Failed,
+                        reason: reason.into(),
+                        message,
+                        location: None,
+                    };
+                    if let Err(e) = self.store.set_status(&row.uid, update).await {
+                        tracing::warn!(error = %e, "reconcile: could not record a volume Failed");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(namespace = %row.namespace, name = %row.name, error = %e, "reconcile: a volume's object could not be read")
+                }
+            }
+        }
     }
 
     /// Sets the volumes-by-orchestrator-and-phase gauges from the store.

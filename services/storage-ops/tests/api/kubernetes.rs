@@ -9,6 +9,9 @@ use domain::{Code, OrchestratorKind, VolumePhase};
 use kube_standin::{Faults, Quota, StandIn};
 use serde_json::json;
 
+use service_kit::testing::eventually;
+use storage_ops::env_vars;
+
 use crate::support::*;
 
 /// The Kubernetes namespace the claims go in.
@@ -16,8 +19,14 @@ const CLAIMS: &str = "berth-volumes";
 
 /// A stand-in cluster, storage-ops allowed to use it, and an orchestrator `cluster` on it.
 async fn cluster_app() -> (StandIn, TestApp) {
+    cluster_app_with(&[]).await
+}
+
+async fn cluster_app_with(extra: &[(&str, &str)]) -> (StandIn, TestApp) {
     let standin = StandIn::start(&[CLAIMS]).await;
-    let app = spawn_app_with(&[("BERTH_KUBERNETES_SERVERS", standin.url.as_str())]).await;
+    let mut env = vec![("BERTH_KUBERNETES_SERVERS", standin.url.as_str())];
+    env.extend_from_slice(extra);
+    let app = spawn_app_with(&env).await;
     app.registry
         .register(
             "cluster",
@@ -229,8 +238,25 @@ async fn retain_leaves_the_claim_unlabelled_and_an_in_use_claim_keeps_its_volume
 }
 
 #[tokio::test]
-async fn an_api_server_that_is_down_is_unavailable() {
+async fn an_api_server_that_hangs_or_is_down_is_unavailable_with_retry_after() {
     let (standin, app) = cluster_app().await;
+    standin.set_faults(Faults {
+        hang: true,
+        ..Faults::default()
+    });
+    let started = std::time::Instant::now();
+    let e = app
+        .storage
+        .add(&on_cluster("hung", "team", "1Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::Unavailable, "{e}");
+    assert!(e.retry_after.is_some(), "{e:?}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "answered within the caller's deadline: {:?}",
+        started.elapsed()
+    );
     drop(standin);
     let e = app
         .storage
@@ -238,5 +264,33 @@ async fn an_api_server_that_is_down_is_unavailable() {
         .await
         .unwrap_err();
     assert_eq!(code(&e), Code::Unavailable, "{e}");
+    assert!(e.retry_after.is_some(), "{e:?}");
     assert!(!e.status.message.contains("127.0.0.1"), "{e}");
+}
+
+#[tokio::test]
+async fn a_claim_deleted_behind_berths_back_or_lost_fails_its_volume() {
+    let (standin, app) = cluster_app_with(&[(env_vars::RECONCILE_INTERVAL, "100ms")]).await;
+    for name in ["gone", "lost"] {
+        app.storage
+            .add(&on_cluster(name, "team", "1Gi"))
+            .await
+            .unwrap();
+        assert!(standin.bind(CLAIMS, &format!("team.{name}")));
+        let read = app.storage.get("team", name).await.unwrap();
+        assert_eq!(read.status.phase, VolumePhase::Ready, "{read:?}");
+    }
+    // kubectl delete pvc, and a PersistentVolume gone from under its claim.
+    assert!(standin.delete_claim(CLAIMS, "team.gone"));
+    assert!(standin.lose(CLAIMS, "team.lost"));
+    for (name, reason) in [("gone", "ClaimMissing"), ("lost", "ClaimLost")] {
+        let failed = eventually("the reconciler notices", WAIT, || async {
+            let v = app.storage.get("team", name).await.unwrap();
+            (v.status.phase == VolumePhase::Failed).then_some(v)
+        })
+        .await;
+        assert_eq!(failed.status.reason, reason, "{failed:?}");
+    }
+    // Deleting the volume of a claim already gone succeeds.
+    assert!(app.storage.delete("team", "gone").await.unwrap().deleted);
 }
