@@ -245,6 +245,22 @@ fn router(cluster: Shared) -> Router {
             get(get_claim).delete(delete_claim).patch(patch_claim),
         )
         .route("/api/v1/namespaces/{namespace}/events", get(list_events))
+        // Discovery, as kubectl reads it before its first call.
+        .route(
+            "/api",
+            get(|| async { axum::Json(json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})) }),
+        )
+        .route(
+            "/apis",
+            get(|| async { axum::Json(json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": []})) }),
+        )
+        .route("/api/v1", get(|| async { axum::Json(resources()) }))
+        .route(
+            "/version",
+            get(|| async {
+                axum::Json(json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-standin", "platform": "linux/amd64"}))
+            }),
+        )
         .fallback(|request: Request| async move {
             failure(
                 StatusCode::NOT_FOUND,
@@ -258,6 +274,21 @@ fn router(cluster: Shared) -> Router {
         })
         .layer(axum::middleware::from_fn_with_state(cluster.clone(), gate))
         .with_state(cluster)
+}
+
+/// The core group's resources the stand-in serves.
+fn resources() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [
+            {"name": "persistentvolumeclaims", "singularName": "persistentvolumeclaim", "namespaced": true,
+             "kind": "PersistentVolumeClaim", "verbs": ["create", "delete", "get", "list", "patch"],
+             "shortNames": ["pvc"]},
+            {"name": "events", "singularName": "event", "namespaced": true, "kind": "Event",
+             "verbs": ["get", "list"], "shortNames": ["ev"]},
+        ],
+    })
 }
 
 /// Records the call, then the faults every call meets: a hung server, a required token.

@@ -296,8 +296,14 @@ async fn wait_ready(
                         current.status.reason, current.status.message
                     ),
                 ))),
-                phase => Ok(Step::Pending {
+                // What it waits for, said as the server says it: a Kubernetes claim waiting to be
+                // bound, or for a first pod to mount it.
+                phase if current.status.message.is_empty() => Ok(Step::Pending {
                     state: format!("it is {phase}"),
+                    after: POLL,
+                }),
+                phase => Ok(Step::Pending {
+                    state: format!("it is {phase}: {}", current.status.message),
                     after: POLL,
                 }),
             }

@@ -78,6 +78,11 @@ impl SharedClient {
     async fn get(&self) -> Result<kube::Client, BackendError> {
         self.client
             .get_or_try_init(|| async {
+                // Where the whole workspace is built, a test crate's dependencies compile rustls'
+                // ring provider in beside aws-lc-rs, and rustls then has no default: kube's client
+                // would panic making its TLS config. The process's is said here, once: aws-lc-rs,
+                // the one reqwest uses (an error only means one is installed already).
+                let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
                 let mut config = self.config().await?;
                 config.connect_timeout = Some(Duration::from_secs(5));
                 config.read_timeout = Some(CALL_TIMEOUT);

@@ -14,22 +14,29 @@ use crate::support::*;
 #[tokio::test]
 async fn orchestrators_that_cannot_serve_are_refused_with_their_reason() {
     let app = spawn_app().await;
+    // A kind without StorageOps (nomad), and a kubernetes registration outside what this
+    // service's operator allows (registered before its limits, or with a registry set up apart).
+    app.registry
+        .register("batch", &RegisterOrchestrator::new(OrchestratorKind::Nomad))
+        .await
+        .unwrap();
     app.registry
         .register(
             "k8s",
-            &RegisterOrchestrator::new(OrchestratorKind::Kubernetes),
+            &RegisterOrchestrator {
+                config: Some(json!({"server": "https://k8s.example:6443", "namespace": "v"})),
+                ..RegisterOrchestrator::new(OrchestratorKind::Kubernetes)
+            },
         )
         .await
         .unwrap();
     let mut p = profile("data", "1Gi");
-    p.orchestrator = Some("k8s".into());
-    let e = app.storage.add(&p).await.unwrap_err();
-    assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
-    assert!(
-        e.status.message.contains("kubernetes"),
-        "{}",
-        e.status.message
-    );
+    for (orchestrator, says) in [("batch", "nomad"), ("k8s", "BERTH_KUBERNETES_SERVERS")] {
+        p.orchestrator = Some(orchestrator.into());
+        let e = app.storage.add(&p).await.unwrap_err();
+        assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
+        assert!(e.status.message.contains(says), "{}", e.status.message);
+    }
 
     p.orchestrator = Some("ghost".into());
     let e = app.storage.add(&p).await.unwrap_err();
