@@ -15,6 +15,7 @@ use std::future::Future;
 
 pub mod openapi_compat;
 pub mod processes;
+pub mod python;
 
 use gateway::auth::tokens_file_line;
 use gateway::routes::Scope;

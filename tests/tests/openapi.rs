@@ -13,7 +13,7 @@
 //!   under the target directory). Skips, saying why, when Python cannot provide it; fails instead
 //!   under `BERTH_REQUIRE_PYTHON=1`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use berth_tests::Stack;
 use berth_tests::openapi_compat::{Breaking, unexcused_breaking_changes};
@@ -31,12 +31,7 @@ const DOCUMENTS: [&str; 4] = [
     "gateway",
 ];
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits in the workspace")
-        .to_path_buf()
-}
+use berth_tests::python::workspace;
 
 fn committed_path(name: &str) -> PathBuf {
     workspace().join("openapi").join(format!("{name}.json"))
@@ -274,34 +269,9 @@ fn committed_documents_describe_every_response_and_errors_as_problems() {
 
 #[test]
 fn committed_documents_are_valid_openapi_3_1() {
-    let required = std::env::var("BERTH_REQUIRE_PYTHON").as_deref() == Ok("1");
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace().join("target"));
-    let target = if target.is_absolute() {
-        target
-    } else {
-        workspace().join(target)
-    };
-    let venv = target.join("openapi-venv");
-    let setup = std::process::Command::new("bash")
-        .arg(workspace().join("tests/python/venv.sh"))
-        .arg(&venv)
-        .arg(workspace().join("tests/python/requirements-openapi.txt"))
-        .output();
-    let why_not = match &setup {
-        Err(e) => Some(format!("bash could not run tests/python/venv.sh: {e}")),
-        Ok(out) if !out.status.success() => Some(format!(
-            "tests/python/venv.sh could not provide openapi-spec-validator: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )),
-        Ok(_) => None,
-    };
-    if let Some(why) = why_not {
-        assert!(!required, "BERTH_REQUIRE_PYTHON=1, but {why}");
-        eprintln!("skipping the OpenAPI validator: {why}");
+    let Some(venv) = berth_tests::python::tools_venv_or_skip("the OpenAPI validator") else {
         return;
-    }
+    };
     for name in DOCUMENTS {
         let path = committed_path(name);
         assert!(path.exists(), "openapi/{name}.json is missing; {BLESS}");

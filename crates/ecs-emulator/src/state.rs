@@ -1,12 +1,14 @@
 //! The emulated account: instances, disks and network interfaces in ordered maps, plus client
 //! tokens and the instance lifecycle.
 //!
-//! Resource ids are random: under `berth up` every namespace's machines share this one account, and
-//! an id (or an address) counting up would tell a tenant how many machines the others made between
-//! two of its own. The maps' key order is therefore no order in particular, as ECS promises none;
-//! a `NextToken` (the last id of a page) still resumes a scan in O(log n) even while resources are
-//! added or removed between pages. Addresses come from a keyed permutation of a private counter:
-//! unique while fewer than 2^24 are made, and in no telling order.
+//! Resource ids start with the time they were made (microseconds, fixed-width base 36, one more than
+//! the last id's when two fall in the same microsecond), then random characters: so the maps' key
+//! order is creation order, and a `NextToken` (the last id of a page) resumes a scan in O(log n) even
+//! while resources are added or removed between pages. Under `berth up` every namespace's machines
+//! share this one account, and an id counting up would tell a tenant how many machines the others
+//! made between two of its own; a clock tells only when (which `CreationTime` says anyway).
+//! Addresses come from a keyed permutation of a private counter: unique while fewer than 2^24 are
+//! made, and in no telling order.
 //!
 //! Everything here (de)serialises, so `persist` can keep the account across restarts. A status's
 //! start ([`Instance::since`]) is a monotonic instant in memory and a wall-clock time on disk.
@@ -319,6 +321,9 @@ pub(crate) struct State {
     pub(crate) client_tokens: HashMap<String, TokenUse>,
     /// How many addresses were given out: never shown, only permuted ([`State::address_slot`]).
     sequence: u64,
+    /// The time part of the last id given out ([`State::new_id`]), so ids stay in creation order
+    /// when the clock stands still or steps back.
+    last_id_us: u64,
     /// The permutation's key, random per account (0 in a state file written before there was one;
     /// [`State::address_slot`] replaces it then).
     address_key: u64,
@@ -369,22 +374,28 @@ fn splitmix64(mut z: u64) -> u64 {
 }
 
 impl State {
-    /// A fresh id: `prefix-` + 20 random lower-case alphanumerics, as real ids look, unused in
-    /// the account.
+    /// A fresh id: `prefix-` + 10 base-36 digits of the time it was made (Unix microseconds, at
+    /// least one more than the last id's) + 10 random characters (real ids are 20 lower-case
+    /// alphanumerics after the prefix, too).
     pub(crate) fn new_id(&mut self, prefix: &str) -> String {
-        let mut rng = rand::rng();
-        loop {
-            let tail: String = (0..20)
-                .map(|_| ALNUM[rng.random_range(0..ALNUM.len())] as char)
-                .collect();
-            let id = format!("{prefix}-{tail}");
-            let taken = self.instances.contains_key(&id)
-                || self.disks.contains_key(&id)
-                || self.nics.contains_key(&id);
-            if !taken {
-                return id;
-            }
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        self.last_id_us = now_us.max(self.last_id_us + 1);
+        let mut n = self.last_id_us;
+        let mut time = [b'0'; 10];
+        for slot in time.iter_mut().rev() {
+            *slot = ALNUM[(n % 36) as usize];
+            n /= 36;
         }
+        let mut rng = rand::rng();
+        let tail: String = (0..10)
+            .map(|_| ALNUM[rng.random_range(0..ALNUM.len())] as char)
+            .collect();
+        format!(
+            "{prefix}-{}{tail}",
+            std::str::from_utf8(&time).expect("ascii")
+        )
     }
 
     /// The next network interface's 24 bits of address: a private counter through a keyed
@@ -515,20 +526,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_and_addresses_are_unique_and_do_not_count() {
+    fn ids_sort_in_creation_order_and_tell_the_time_not_a_count() {
         // Issue 30: a tenant sharing the account must not read from its own machines' ids or
         // addresses how many the others made in between.
         let mut s = State::default();
         let ids: Vec<String> = (0..2000).map(|_| s.new_id("i")).collect();
         assert!(ids.iter().all(|id| id.len() == 22 && id.starts_with("i-")));
-        let distinct: std::collections::BTreeSet<_> = ids.iter().collect();
-        assert_eq!(distinct.len(), ids.len());
         let mut sorted = ids.clone();
         sorted.sort();
-        assert_ne!(
-            ids, sorted,
-            "ids in creation order tell the order, and so the count"
-        );
+        sorted.dedup();
+        assert_eq!(ids, sorted, "unique, in creation order");
+        // Made apart in time, with others made between, two ids differ by the time passed, not
+        // by how many came between.
+        let time_of = |id: &str| u64::from_str_radix(&id[2..12], 36).unwrap();
+        let first = s.new_id("i");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        let second = s.new_id("i");
+        let apart = time_of(&second) - time_of(&first);
+        assert!((30_000..5_000_000).contains(&apart), "{apart}");
+        assert!(time_of(&first).abs_diff(unix_ms_now() * 1000) < 60_000_000);
         let slots: Vec<u32> = (0..100_000).map(|_| s.address_slot()).collect();
         let distinct: std::collections::BTreeSet<_> = slots.iter().collect();
         assert_eq!(distinct.len(), slots.len());

@@ -65,6 +65,8 @@ struct Cluster {
     faults: Faults,
     /// Every call, `METHOD path?query`, for tests that check what was asked.
     calls: Vec<String>,
+    /// Every object a client sent to be created, as sent: what a schema check holds the client to.
+    sent: Vec<Value>,
 }
 
 impl Cluster {
@@ -129,6 +131,11 @@ impl StandIn {
     /// Every call so far, `METHOD path?query`.
     pub fn calls(&self) -> Vec<String> {
         lock(&self.cluster).calls.clone()
+    }
+
+    /// Every object a client sent to be created, exactly as sent (before any check).
+    pub fn sent(&self) -> Vec<Value> {
+        lock(&self.cluster).sent.clone()
     }
 
     /// The claim `namespace/name` as stored.
@@ -546,6 +553,7 @@ async fn post_claim(
                 None,
             )
         })?;
+        cluster.sent.push(claim.clone());
         create_claim(&mut cluster, &namespace, claim)
     })();
     match result {
