@@ -180,6 +180,21 @@ impl StandIn {
         })
     }
 
+    /// The PV controller of a cluster with capacity to spare: binds every Pending claim of
+    /// `namespace`, and says how many.
+    pub fn bind_pending(&self, namespace: &str) -> usize {
+        let pending: Vec<String> = self
+            .claims(namespace)
+            .into_iter()
+            .filter(|(_, c)| c["status"]["phase"] == "Pending")
+            .map(|(name, _)| name)
+            .collect();
+        pending
+            .iter()
+            .filter(|name| self.bind(namespace, name))
+            .count()
+    }
+
     /// The claim's volume is gone: `Lost`.
     pub fn lose(&self, namespace: &str, name: &str) -> bool {
         self.update(namespace, name, |claim| {

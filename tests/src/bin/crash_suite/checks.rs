@@ -264,3 +264,37 @@ impl Shared {
         }
     }
 }
+
+/// A Kubernetes round's claims against its volumes: every volume acknowledged as made has its
+/// claim, none acknowledged as deleted has one, and no claim labelled as Berth's is no volume's.
+pub(crate) async fn claims_match_volumes(shared: &Shared, standin: &kube_standin::StandIn) {
+    let claims = standin.claims(crate::CLAIMS_NAMESPACE);
+    let berths: std::collections::BTreeSet<String> = claims
+        .iter()
+        .filter(|(_, c)| c["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "berth")
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut expected = std::collections::BTreeSet::new();
+    for (i, state) in shared.volumes.iter().enumerate() {
+        let name = volume_name(i);
+        let claim = format!("{NAMESPACE}.{name}");
+        let present = state.lock().await.present;
+        if present {
+            expected.insert(claim.clone());
+            if !berths.contains(&claim) {
+                shared.count(|c| {
+                    c.data_lost += 1;
+                    c.findings
+                        .push(format!("{name}: acknowledged as made, no claim {claim}"));
+                });
+            }
+        }
+    }
+    for claim in berths.difference(&expected) {
+        shared.count(|c| {
+            c.orphans += 1;
+            c.findings
+                .push(format!("claim {claim}: Berth's, but no volume's"));
+        });
+    }
+}

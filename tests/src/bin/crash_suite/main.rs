@@ -23,7 +23,15 @@
 //!
 //! ```text
 //! crash-suite [--seeds N] [--first-seed S] [--ops N] [--workers N] [--bin-dir DIR]
+//!             [--kubernetes-seeds N] [--kubernetes-ops N]
 //! ```
+//!
+//! After those rounds, `--kubernetes-seeds` (default 1) rounds put the volumes on a `kubernetes`
+//! orchestrator: the stand-in API server (`kube-standin`) runs in this process with a PV controller
+//! binding every claim, `--kubernetes-ops` (default 200) volume operations run while storage-ops
+//! alone is killed, and the claims are checked against the volumes: one claim per volume
+//! acknowledged as made, none for one acknowledged as deleted, no claim of Berth's without a
+//! volume.
 //!
 //! The binaries are looked for beside this one (build them in the same profile:
 //! `tests/reliability/run.sh` does). Prints a table per round and a summary, and closes with
@@ -74,7 +82,23 @@ struct Options {
     ops: usize,
     workers: usize,
     bin_dir: PathBuf,
+    /// Rounds on a `kubernetes` orchestrator (the stand-in API server, in this process), after the
+    /// others: volumes only, storage-ops killed.
+    kubernetes_seeds: u64,
+    kubernetes_ops: usize,
 }
+
+/// Where a round's volumes live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// The default `local` orchestrator, with machines beside the volumes.
+    Local,
+    /// Claims on the stand-in API server.
+    Kubernetes,
+}
+
+/// The claims' namespace of a Kubernetes round.
+pub(crate) const CLAIMS_NAMESPACE: &str = "berth-volumes";
 
 fn options() -> Result<Options, String> {
     let mut o = Options {
@@ -82,6 +106,8 @@ fn options() -> Result<Options, String> {
         first_seed: 1,
         ops: 500,
         workers: 4,
+        kubernetes_seeds: 1,
+        kubernetes_ops: 200,
         bin_dir: std::env::current_exe()
             .map_err(|e| e.to_string())?
             .parent()
@@ -104,6 +130,16 @@ fn options() -> Result<Options, String> {
                 }
             }
             "--bin-dir" => o.bin_dir = PathBuf::from(value()?),
+            "--kubernetes-seeds" => {
+                o.kubernetes_seeds = value()?
+                    .parse()
+                    .map_err(|e| format!("--kubernetes-seeds: {e}"))?
+            }
+            "--kubernetes-ops" => {
+                o.kubernetes_ops = value()?
+                    .parse()
+                    .map_err(|e| format!("--kubernetes-ops: {e}"))?
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -125,7 +161,31 @@ fn verbose_logs() -> Vec<(Service, &'static str, &'static str)> {
     .collect()
 }
 
-async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
+async fn round(o: &Options, seed: u64, backend: Backend) -> Result<Counts, String> {
+    // A Kubernetes round's cluster: the stand-in, in this process (it is the cluster, not Berth:
+    // never killed), with a PV controller binding every claim soon after it is made.
+    let standin = match backend {
+        Backend::Local => None,
+        Backend::Kubernetes => Some(Arc::new(
+            kube_standin::StandIn::start(&[CLAIMS_NAMESPACE]).await,
+        )),
+    };
+    let binder = standin.clone().map(|s| {
+        tokio::spawn(async move {
+            loop {
+                s.bind_pending(CLAIMS_NAMESPACE);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    });
+    let mut settings = verbose_logs();
+    if let Some(s) = &standin {
+        // The processes' settings outlive this round's borrow of the URL.
+        let url: &'static str = Box::leak(s.url.clone().into_boxed_str());
+        for service in [Service::Registry, Service::StorageOps] {
+            settings.push((service, "BERTH_KUBERNETES_SERVERS", url));
+        }
+    }
     let data = tempfile::Builder::new()
         .prefix("berth-crash-")
         .tempdir()
@@ -136,19 +196,35 @@ async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
         ecs_key_id: ECS_KEY_ID.into(),
         ecs_key_secret: ECS_KEY_SECRET.into(),
     };
-    let stack = ProcessStack::start(&o.bin_dir, data.path(), &credentials, &verbose_logs()).await?;
+    let stack = ProcessStack::start(&o.bin_dir, data.path(), &credentials, &settings).await?;
+    if let Some(s) = &standin {
+        register_cluster(&stack.gateway, &s.url).await?;
+    }
+    let (machine_names, ops, victims) = match backend {
+        Backend::Local => (
+            MACHINE_NAMES,
+            o.ops,
+            vec![
+                Service::StorageOps,
+                Service::Registry,
+                Service::MachineDriver,
+            ],
+        ),
+        Backend::Kubernetes => (0, o.kubernetes_ops, vec![Service::StorageOps]),
+    };
     let shared = Arc::new(Shared {
         seed,
         clients: clients(&stack.gateway),
         volumes: (0..VOLUME_NAMES)
             .map(|_| Mutex::new(NameState::new()))
             .collect(),
-        machines: (0..MACHINE_NAMES)
+        machines: (0..machine_names)
             .map(|_| Mutex::new(NameState::new()))
             .collect(),
         next_op: AtomicUsize::new(0),
-        ops: o.ops,
+        ops,
         counts: std::sync::Mutex::new(Counts::default()),
+        victims,
     });
     let stack = Arc::new(Mutex::new(stack));
     let killing = tokio::spawn(killer(
@@ -179,6 +255,12 @@ async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
         p.start().await?;
     }
     checks::settle_and_check(&shared, &stack).await;
+    if let Some(s) = &standin {
+        checks::claims_match_volumes(&shared, s).await;
+    }
+    if let Some(b) = binder {
+        b.abort();
+    }
     checks::no_secret_anywhere(&shared, &stack, data.path()).await;
     stack.stop().await;
     let counts = shared.counts.lock().expect("counts").clone();
@@ -188,6 +270,28 @@ async fn round(o: &Options, seed: u64) -> Result<Counts, String> {
         eprintln!("round {seed}: kept {}", kept.display());
     }
     Ok(counts)
+}
+
+/// Registers the stand-in's cluster as the default orchestrator, through the gateway.
+async fn register_cluster(gateway: &str, server: &str) -> Result<(), String> {
+    let body = serde_json::json!({"kind": "kubernetes", "default": true,
+        "config": {"server": server, "namespace": CLAIMS_NAMESPACE}});
+    let answer = reqwest::Client::new()
+        .put(format!("{gateway}/v1/orchestrators/cluster"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| format!("registering the cluster: {e}"))?;
+    if answer.status().is_success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "registering the cluster: {} {}",
+            answer.status(),
+            answer.text().await.unwrap_or_default()
+        ))
+    }
 }
 
 #[tokio::main]
@@ -230,9 +334,21 @@ async fn main() -> std::process::ExitCode {
     );
     let mut total = Counts::default();
     let (mut passed, mut failed) = (0, 0);
-    for seed in o.first_seed..o.first_seed + o.seeds {
+    let rounds = (o.first_seed..o.first_seed + o.seeds)
+        .map(|seed| (seed, Backend::Local))
+        .chain(
+            (o.first_seed..o.first_seed + o.kubernetes_seeds)
+                .map(|seed| (seed, Backend::Kubernetes)),
+        );
+    for (seed, backend) in rounds {
         let started = Instant::now();
-        match round(&o, seed).await {
+        if backend == Backend::Kubernetes {
+            println!(
+                "      kubernetes: seed {seed}, {} volume operations on claims, storage-ops killed",
+                o.kubernetes_ops
+            );
+        }
+        match round(&o, seed, backend).await {
             Ok(c) => {
                 println!(
                     "{seed:>5} {:>6} {:>6} {:>8} {:>6} {:>10} {:>10} {:>8} {:>10} {:>8} {:>8.1}",

@@ -15,7 +15,7 @@ use crate::model::{
     Clients, Counts, Intent, NameState, machine_name, machine_request, profile, reason, retryable,
     volume_name,
 };
-use crate::{MACHINE_NAMES, NAMESPACE, SETTLE, VOLUME_NAMES};
+use crate::{NAMESPACE, SETTLE};
 
 pub(crate) struct Shared {
     pub(crate) seed: u64,
@@ -25,6 +25,8 @@ pub(crate) struct Shared {
     pub(crate) next_op: AtomicUsize,
     pub(crate) ops: usize,
     pub(crate) counts: std::sync::Mutex<Counts>,
+    /// The services the killer may kill (alone, or all together).
+    pub(crate) victims: Vec<Service>,
 }
 
 impl Shared {
@@ -63,7 +65,7 @@ impl Shared {
     pub(crate) async fn worker(self: Arc<Self>, worker: usize, workers: usize) {
         let mut rng = StdRng::seed_from_u64(self.seed * 1000 + worker as u64);
         let own = |n: usize| (0..n).filter(|i| i % workers == worker).collect::<Vec<_>>();
-        let (own_volumes, own_machines) = (own(VOLUME_NAMES), own(MACHINE_NAMES));
+        let (own_volumes, own_machines) = (own(self.volumes.len()), own(self.machines.len()));
         while self.next_op.fetch_add(1, Ordering::Relaxed) < self.ops {
             let roll = rng.random_range(0..100);
             let on_machine = roll >= 60 && !own_machines.is_empty();
@@ -181,15 +183,10 @@ pub(crate) async fn killer(stack: Arc<Mutex<ProcessStack>>, shared: Arc<Shared>,
         // Often enough that a seed of release binaries, 500 operations in a second or two, still
         // sees several kills (one every 0.1-0.9 s left some seeds with one).
         tokio::time::sleep(Duration::from_millis(rng.random_range(30..300))).await;
-        let victims: &[Service] = match rng.random_range(0..4) {
-            0 => &[Service::StorageOps],
-            1 => &[Service::Registry],
-            2 => &[Service::MachineDriver],
-            _ => &[
-                Service::StorageOps,
-                Service::Registry,
-                Service::MachineDriver,
-            ],
+        let pick = rng.random_range(0..=shared.victims.len());
+        let victims: &[Service] = match shared.victims.get(pick) {
+            Some(one) => std::slice::from_ref(one),
+            None => &shared.victims,
         };
         let mut stack = stack.lock().await;
         for v in victims {
