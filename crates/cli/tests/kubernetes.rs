@@ -237,6 +237,29 @@ fn volumes_on_kubernetes_through_the_cli_and_kubectl_sees_what_berth_made() {
     assert!(!said.contains(&standin.url), "{said}");
     standin.set_faults(Faults::default());
 
+    // An API server that hangs, then one that is gone: retryable (exit 3), said without its address.
+    standin.set_faults(Faults {
+        hang: true,
+        ..Faults::default()
+    });
+    let hung = stack.berth(&[
+        "volume",
+        "create",
+        "hung",
+        "--capacity",
+        "1Gi",
+        "--orchestrator",
+        "cluster",
+    ]);
+    assert_eq!(hung.status.code(), Some(3), "{}", stderr(&hung));
+    assert!(
+        stderr(&hung).contains("did not answer"),
+        "{}",
+        stderr(&hung)
+    );
+    assert!(!stderr(&hung).contains(&standin.url), "{}", stderr(&hung));
+    standin.set_faults(Faults::default());
+
     // Retain (the volume's own reclaim policy) leaves the claim, no longer Berth's; delete removes
     // the other's.
     assert!(stack.berth(&["volume", "delete", "cache"]).status.success());
@@ -252,4 +275,21 @@ fn volumes_on_kubernetes_through_the_cli_and_kubectl_sees_what_berth_made() {
     if let Some(seen) = kubectl_claims(&standin.url, "app.kubernetes.io/managed-by=berth") {
         assert!(seen.is_empty(), "{seen:?}");
     }
+
+    drop(standin);
+    let down = stack.berth(&[
+        "volume",
+        "create",
+        "down",
+        "--capacity",
+        "1Gi",
+        "--orchestrator",
+        "cluster",
+    ]);
+    assert_eq!(down.status.code(), Some(3), "{}", stderr(&down));
+    assert!(
+        stderr(&down).contains("could not be reached"),
+        "{}",
+        stderr(&down)
+    );
 }

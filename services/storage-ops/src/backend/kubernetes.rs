@@ -85,8 +85,10 @@ impl SharedClient {
                 let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
                 let mut config = self.config().await?;
                 config.connect_timeout = Some(Duration::from_secs(5));
-                config.read_timeout = Some(CALL_TIMEOUT);
-                config.write_timeout = Some(CALL_TIMEOUT);
+                // Past [`CALL_TIMEOUT`]: the call's own bound fires first and says the server did not
+                // answer, where the client's would read as a server that cannot be reached.
+                config.read_timeout = Some(CALL_TIMEOUT + Duration::from_secs(5));
+                config.write_timeout = Some(CALL_TIMEOUT + Duration::from_secs(5));
                 kube::Client::try_from(config).map_err(|e| {
                     BackendError::new(
                         Code::FailedPrecondition,

@@ -294,3 +294,60 @@ async fn a_claim_deleted_behind_berths_back_or_lost_fails_its_volume() {
     // Deleting the volume of a claim already gone succeeds.
     assert!(app.storage.delete("team", "gone").await.unwrap().deleted);
 }
+
+#[tokio::test]
+async fn credentials_for_a_named_server_come_from_the_operators_kubeconfig() {
+    let standin = StandIn::start(&[CLAIMS]).await;
+    standin.set_faults(Faults {
+        token: Some("operator-token-7f3a".into()),
+        ..Faults::default()
+    });
+    // Without credentials the server refuses: said as a precondition, the token never shown.
+    let bare = spawn_app_with(&[("BERTH_KUBERNETES_SERVERS", standin.url.as_str())]).await;
+    register_cluster(&bare, &standin.url).await;
+    let e = bare
+        .storage
+        .add(&on_cluster("anon", "team", "1Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
+    assert!(e.status.message.contains("credentials"), "{e}");
+    assert!(!e.status.message.contains("operator-token"), "{e}");
+    // The operator's kubeconfig has a context for the server: its token is used.
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: standin\n  cluster:\n    server: {}\ncontexts:\n- name: berth\n  context:\n    cluster: standin\n    user: berth\nusers:\n- name: berth\n  user:\n    token: operator-token-7f3a\ncurrent-context: berth\n",
+            standin.url
+        ),
+    )
+    .unwrap();
+    let app = spawn_app_with(&[
+        ("BERTH_KUBERNETES_SERVERS", standin.url.as_str()),
+        ("BERTH_KUBECONFIG", kubeconfig.to_str().unwrap()),
+    ])
+    .await;
+    register_cluster(&app, &standin.url).await;
+    let (v, _) = app
+        .storage
+        .add(&on_cluster("authed", "team", "1Gi"))
+        .await
+        .unwrap();
+    assert_eq!(v.status.phase, VolumePhase::Pending, "{v:?}");
+    assert!(standin.claim(CLAIMS, "team.authed").is_some());
+}
+
+async fn register_cluster(app: &TestApp, server: &str) {
+    app.registry
+        .register(
+            "cluster",
+            &RegisterOrchestrator {
+                config: Some(json!({"server": server, "namespace": CLAIMS})),
+                ..RegisterOrchestrator::new(OrchestratorKind::Kubernetes)
+            },
+        )
+        .await
+        .unwrap();
+}
