@@ -67,12 +67,68 @@ struct Cluster {
     calls: Vec<String>,
     /// Every object a client sent to be created, as sent: what a schema check holds the client to.
     sent: Vec<Value>,
+    /// The claims' changes, oldest first, for watches: at most [`WATCH_LOG`] of them.
+    changes: std::collections::VecDeque<Change>,
+    /// The newest change's resourceVersion, for watches to wait on.
+    newest: Option<tokio::sync::watch::Sender<u64>>,
+}
+
+/// Changes a watch can start from; an older resourceVersion is 410 Gone, as an API server whose
+/// watch cache moved on answers.
+const WATCH_LOG: usize = 10_000;
+
+/// One change of a claim, as a watch event says it.
+#[derive(Clone)]
+struct Change {
+    version: u64,
+    namespace: String,
+    kind: &'static str,
+    object: Value,
 }
 
 impl Cluster {
     fn next_version(&mut self) -> String {
         self.resource_version += 1;
         self.resource_version.to_string()
+    }
+
+    /// Records the claim at `key` as changed (`ADDED`, `MODIFIED`) or, removed, as `DELETED` at a
+    /// new resourceVersion; wakes the watches.
+    fn changed(&mut self, key: &(String, String), kind: &'static str, removed: Option<Value>) {
+        let object = match removed {
+            Some(mut gone) => {
+                let version = self.next_version();
+                gone["metadata"]["resourceVersion"] = json!(version);
+                gone
+            }
+            None => match self.claims.get(key) {
+                Some(claim) => claim.clone(),
+                None => return,
+            },
+        };
+        let version = object["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(self.resource_version);
+        self.changes.push_back(Change {
+            version,
+            namespace: key.0.clone(),
+            kind,
+            object,
+        });
+        while self.changes.len() > WATCH_LOG {
+            self.changes.pop_front();
+        }
+        if let Some(newest) = &self.newest {
+            newest.send_replace(version);
+        }
+    }
+
+    /// Removes the claim at `key`, recording its deletion.
+    fn remove_claim(&mut self, key: &(String, String)) -> Option<Value> {
+        let gone = self.claims.remove(key)?;
+        self.changed(key, "DELETED", Some(gone.clone()));
+        Some(gone)
     }
 }
 
@@ -109,9 +165,12 @@ impl StandIn {
     pub fn start_on(listener: tokio::net::TcpListener, namespaces: &[&str]) -> StandIn {
         let addr: SocketAddr = listener.local_addr().expect("an address");
         let cluster: Shared = Arc::default();
-        lock(&cluster)
-            .namespaces
-            .extend(namespaces.iter().map(|n| n.to_string()));
+        {
+            let mut c = lock(&cluster);
+            c.namespaces
+                .extend(namespaces.iter().map(|n| n.to_string()));
+            c.newest = Some(tokio::sync::watch::channel(0).0);
+        }
         let app = router(cluster.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -229,28 +288,26 @@ impl StandIn {
             .get(&key)
             .is_some_and(|c| !c["metadata"]["deletionTimestamp"].is_null());
         if terminating {
-            cluster.claims.remove(&key);
+            cluster.remove_claim(&key);
         }
     }
 
     /// Deletes a claim behind Berth's back (`kubectl delete pvc`).
     pub fn delete_claim(&self, namespace: &str, name: &str) -> bool {
         lock(&self.cluster)
-            .claims
-            .remove(&(namespace.to_string(), name.to_string()))
+            .remove_claim(&(namespace.to_string(), name.to_string()))
             .is_some()
     }
 
     fn update(&self, namespace: &str, name: &str, change: impl FnOnce(&mut Value)) -> bool {
         let mut cluster = lock(&self.cluster);
         let version = cluster.next_version();
-        match cluster
-            .claims
-            .get_mut(&(namespace.to_string(), name.to_string()))
-        {
+        let key = (namespace.to_string(), name.to_string());
+        match cluster.claims.get_mut(&key) {
             Some(claim) => {
                 change(claim);
                 claim["metadata"]["resourceVersion"] = json!(version);
+                cluster.changed(&key, "MODIFIED", None);
                 true
             }
             None => false,
@@ -305,7 +362,7 @@ fn resources() -> Value {
         "groupVersion": "v1",
         "resources": [
             {"name": "persistentvolumeclaims", "singularName": "persistentvolumeclaim", "namespaced": true,
-             "kind": "PersistentVolumeClaim", "verbs": ["create", "delete", "get", "list", "patch"],
+             "kind": "PersistentVolumeClaim", "verbs": ["create", "delete", "get", "list", "patch", "watch"],
              "shortNames": ["pvc"]},
             {"name": "events", "singularName": "event", "namespaced": true, "kind": "Event",
              "verbs": ["get", "list"], "shortNames": ["ev"]},
@@ -438,14 +495,22 @@ struct ListQuery {
     limit: Option<usize>,
     #[serde(rename = "continue")]
     continue_token: Option<String>,
+    watch: Option<bool>,
+    #[serde(rename = "resourceVersion")]
+    resource_version: Option<String>,
+    #[serde(rename = "timeoutSeconds")]
+    timeout_seconds: Option<u64>,
 }
 
 async fn list_claims(
-    AxumState(cluster): AxumState<Shared>,
+    AxumState(shared): AxumState<Shared>,
     Path(namespace): Path<String>,
     Query(query): Query<ListQuery>,
 ) -> Response {
-    let cluster = lock(&cluster);
+    if query.watch == Some(true) {
+        return watch_claims(shared, namespace, query);
+    }
+    let cluster = lock(&shared);
     answer((|| {
         authorize(&cluster, "list", "persistentvolumeclaims", &namespace, None)?;
         let selector: domain::Selector = query
@@ -492,6 +557,134 @@ async fn list_claims(
             json!({"kind": "PersistentVolumeClaimList", "apiVersion": "v1", "metadata": metadata, "items": items}),
         )
     })())
+}
+
+/// What a watch has still to send, and where it is in the changes.
+struct Watching {
+    shared: Shared,
+    namespace: String,
+    selector: domain::Selector,
+    /// The newest change already looked at.
+    after: u64,
+    lines: std::collections::VecDeque<Value>,
+    newest: tokio::sync::watch::Receiver<u64>,
+    until: tokio::time::Instant,
+}
+
+/// A watch of a namespace's claims, as the API server streams one: a JSON event a line, `ADDED` for
+/// every matching claim first when no resourceVersion (or `0`) is given, then every change after it
+/// until `timeoutSeconds` (default 300). A resourceVersion older than the changes kept is 410 Gone.
+fn watch_claims(shared: Shared, namespace: String, query: ListQuery) -> Response {
+    let start = {
+        let c = lock(&shared);
+        if let Err((code, status)) =
+            authorize(&c, "watch", "persistentvolumeclaims", &namespace, None)
+        {
+            return (code, axum::Json(status)).into_response();
+        }
+        let selector: domain::Selector = match query.label_selector.as_deref().unwrap_or("").parse()
+        {
+            Ok(s) => s,
+            Err(e) => {
+                let e: domain::Status = e;
+                return failure(StatusCode::BAD_REQUEST, "BadRequest", e.message, None);
+            }
+        };
+        let from: Option<u64> = match query.resource_version.as_deref() {
+            None | Some("" | "0") => None,
+            Some(v) => match v.parse() {
+                Ok(v) => Some(v),
+                Err(_) => {
+                    return failure(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequest",
+                        format!("resourceVersion {v:?} is not a resource version"),
+                        None,
+                    );
+                }
+            },
+        };
+        let mut lines = std::collections::VecDeque::new();
+        let after = match from {
+            None => {
+                for ((ns, _), claim) in &c.claims {
+                    if ns == &namespace && selector.matches(&labels_of(claim)) {
+                        lines.push_back(json!({"type": "ADDED", "object": claim}));
+                    }
+                }
+                c.resource_version
+            }
+            Some(v) => {
+                let oldest = c
+                    .changes
+                    .front()
+                    .map_or(c.resource_version, |ch| ch.version);
+                if c.changes.len() >= WATCH_LOG && v + 1 < oldest {
+                    return failure(
+                        StatusCode::GONE,
+                        "Expired",
+                        format!("too old resource version: {v} ({oldest})"),
+                        None,
+                    );
+                }
+                v
+            }
+        };
+        let Some(newest) = c.newest.as_ref().map(|n| n.subscribe()) else {
+            return failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                "no watch".into(),
+                None,
+            );
+        };
+        let seconds = query.timeout_seconds.unwrap_or(300).min(3600);
+        Watching {
+            shared: shared.clone(),
+            namespace,
+            selector,
+            after,
+            lines,
+            newest,
+            until: tokio::time::Instant::now() + std::time::Duration::from_secs(seconds),
+        }
+    };
+    let stream = futures::stream::unfold(start, |mut w| async move {
+        loop {
+            if let Some(event) = w.lines.pop_front() {
+                let mut line = serde_json::to_vec(&event).unwrap_or_default();
+                line.push(b'\n');
+                return Some((
+                    Ok::<_, std::convert::Infallible>(bytes::Bytes::from(line)),
+                    w,
+                ));
+            }
+            {
+                let c = lock(&w.shared);
+                for change in c.changes.iter().filter(|ch| ch.version > w.after) {
+                    if change.namespace == w.namespace
+                        && w.selector.matches(&labels_of(&change.object))
+                    {
+                        w.lines
+                            .push_back(json!({"type": change.kind, "object": change.object}));
+                    }
+                }
+                w.after = w.after.max(c.changes.back().map_or(0, |ch| ch.version));
+            }
+            if !w.lines.is_empty() {
+                continue;
+            }
+            tokio::select! {
+                changed = w.newest.changed() => if changed.is_err() { return None; },
+                () = tokio::time::sleep_until(w.until) => return None,
+            }
+        }
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
 }
 
 fn decode_continue(token: &str) -> Option<String> {
@@ -654,7 +847,8 @@ fn create_claim(
     if claim["spec"]["volumeMode"].is_null() {
         claim["spec"]["volumeMode"] = json!("Filesystem");
     }
-    cluster.claims.insert(key, claim.clone());
+    cluster.claims.insert(key.clone(), claim.clone());
+    cluster.changed(&key, "ADDED", None);
     Ok(claim)
 }
 
@@ -878,10 +1072,12 @@ async fn delete_claim(
                 claim["metadata"]["deletionTimestamp"] =
                     json!(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string());
                 claim["metadata"]["resourceVersion"] = json!(version);
+                cluster.changed(&key, "MODIFIED", None);
             }
-            return Ok(claim.clone());
+            let claim = cluster.claims.get(&key).cloned().expect("present");
+            return Ok(claim);
         }
-        cluster.claims.remove(&key);
+        cluster.remove_claim(&key);
         Ok(
             json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
             "details": {"name": name, "kind": "persistentvolumeclaims", "uid": claim["metadata"]["uid"]}}),
@@ -944,7 +1140,8 @@ async fn patch_claim(
         }
         let version = cluster.next_version();
         claim["metadata"]["resourceVersion"] = json!(version);
-        cluster.claims.insert(key, claim.clone());
+        cluster.claims.insert(key.clone(), claim.clone());
+        cluster.changed(&key, "MODIFIED", None);
         Ok(claim)
     })())
 }

@@ -351,3 +351,54 @@ async fn register_cluster(app: &TestApp, server: &str) {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_watch_sees_berths_claims_made_bound_and_deleted() {
+    use futures::StreamExt as _;
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use kube::api::{Api, WatchEvent, WatchParams};
+
+    let (standin, app) = cluster_app().await;
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let client = kube::Client::try_from(kube::Config::new(standin.url.parse().unwrap())).unwrap();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client, CLAIMS);
+    let params = WatchParams::default()
+        .labels("app.kubernetes.io/managed-by=berth")
+        .timeout(20);
+    let mut events = claims.watch(&params, "0").await.unwrap().boxed();
+
+    app.storage
+        .add(&on_cluster("watched", "team", "1Gi"))
+        .await
+        .unwrap();
+    assert!(standin.bind(CLAIMS, "team.watched"));
+    assert!(app.storage.delete("team", "watched").await.unwrap().deleted);
+
+    let mut seen = Vec::new();
+    while let Some(event) = events.next().await {
+        let (kind, claim) = match event.unwrap() {
+            WatchEvent::Added(c) => ("ADDED", c),
+            WatchEvent::Modified(c) => ("MODIFIED", c),
+            WatchEvent::Deleted(c) => ("DELETED", c),
+            other => panic!("{other:?}"),
+        };
+        let phase = claim.status.and_then(|s| s.phase).unwrap_or_default();
+        seen.push(format!("{kind} {} {phase}", claim.metadata.name.unwrap()));
+        if kind == "DELETED" {
+            break;
+        }
+    }
+    assert_eq!(
+        seen.first().unwrap(),
+        "ADDED team.watched Pending",
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&"MODIFIED team.watched Bound".to_string()),
+        "{seen:?}"
+    );
+    assert!(
+        seen.last().unwrap().starts_with("DELETED team.watched"),
+        "{seen:?}"
+    );
+}
