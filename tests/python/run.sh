@@ -57,13 +57,18 @@ py="$venv/bin/python"
 echo "   venv ready: $venv ($(( $(date +%s) - started ))s)"
 
 # --- 2. The stack ----------------------------------------------------------------------------------
-cargo build -q -p berth
+cargo build -q -p berth -p kube-standin
 berth="$target/debug/berth"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/berth-py.XXXXXX")
 up_pid=
+kube_pid=
 cleanup() {
   local status=$?
+  if [ -n "$kube_pid" ]; then
+    kill -TERM "$kube_pid" 2>/dev/null || true
+    wait "$kube_pid" 2>/dev/null || true
+  fi
   if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
     kill -TERM "$up_pid" 2>/dev/null || true
     # Drained within seconds; a stack that hangs is killed rather than left behind.
@@ -104,10 +109,19 @@ committed_gateway_doc="$repo/openapi/gateway.json"
 # allow-list would have them, so another well-formed region is refused (412) as it would be by a
 # driver calling Alibaba Cloud's own endpoints.
 no_engine="unix://$work/no-docker-engine.sock"
+# A Kubernetes cluster for test_kubernetes.py: the stand-in API server (its PV controller binds every
+# claim), which the stack may use (BERTH_KUBERNETES_SERVERS); the reconciler runs every second so a
+# claim deleted behind Berth's back is noticed within the test's patience.
+kube_url="http://127.0.0.1:$((port_base + 30))"
+"$target/debug/kube-standin" --listen "127.0.0.1:$((port_base + 30))" --namespaces berth-volumes \
+  --bind-pending >"$work/kube-standin.out" 2>&1 &
+kube_pid=$!
+export BERTH_KUBE_URL="$kube_url"
 DOCKER_HOST="ssh://no-docker-engine.invalid" BERTH_DOCKER_ENDPOINTS="$no_engine" \
   BERTH_ECS_EMULATOR_PENDING=0 BERTH_ECS_EMULATOR_STARTING=0 BERTH_ECS_EMULATOR_STOPPING=0 \
   BERTH_ALICLOUD_REGIONS="$("$py" tests/python/harness.py regions "$repo/openapi/machine-driver.json")" \
   BERTH_INTERNAL_TOKEN_FILE="$work/internal-token" BERTH_LOG=warn \
+  BERTH_KUBERNETES_SERVERS="$kube_url" BERTH_RECONCILE_INTERVAL=1s \
   "$berth" up --data-dir "$data" --port-base "$port_base" --bind 127.0.0.1 \
   >"$work/up.out" 2>"$work/up.log" &
 up_pid=$!
@@ -188,7 +202,7 @@ if PATH="$venv/bin:$PATH" "$venv/bin/openapi-python-client" generate --path "$ga
     --force-reinstall "$client_dir" >>"$work/generate.log" 2>&1; then
   pass "a client generated from the merged document installs"
   if BERTH_OPENAPI_DOCUMENT="$gateway_doc" PYTHONDONTWRITEBYTECODE=1 "$py" -m pytest -q -p no:cacheprovider \
-    tests/python/test_flows.py 2>&1 | sed 's/^/     /'; then
+    tests/python/test_flows.py tests/python/test_kubernetes.py 2>&1 | sed 's/^/     /'; then
     pass "pytest flows through the generated client"
   else
     fail "pytest flows through the generated client"

@@ -741,10 +741,12 @@ async fn post_claim(
             &namespace,
             None,
         )?;
+        // No content type is JSON, as the API server takes it (the first type it supports); the
+        // official Python client sends none.
         let json_body = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json"));
+            .is_none_or(|v| v.starts_with("application/json"));
         if !json_body {
             return Err(refusal(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -891,7 +893,10 @@ fn validate_claim(claim: &Value, namespace: &str) -> Result<(), Refusal> {
         &top,
         &["apiVersion", "kind", "metadata", "spec", "status"],
     )?;
-    if claim["apiVersion"] != "v1" || claim["kind"] != "PersistentVolumeClaim" {
+    // Absent, they are the URL's (the API server decodes with the resource's kind as the default);
+    // present, they must be it.
+    let said = |field: &str, want: &str| claim[field].is_null() || claim[field] == want;
+    if !said("apiVersion", "v1") || !said("kind", "PersistentVolumeClaim") {
         return Err(refusal(
             StatusCode::BAD_REQUEST,
             "BadRequest",
@@ -1077,11 +1082,12 @@ async fn delete_claim(
             let claim = cluster.claims.get(&key).cloned().expect("present");
             return Ok(claim);
         }
-        cluster.remove_claim(&key);
-        Ok(
-            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-            "details": {"name": name, "kind": "persistentvolumeclaims", "uid": claim["metadata"]["uid"]}}),
-        )
+        // The object as it was deleted, as the API server answers a DELETE it carried out at once.
+        let mut gone = cluster.remove_claim(&key).unwrap_or(claim);
+        gone["metadata"]["deletionTimestamp"] =
+            json!(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string());
+        gone["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        Ok(gone)
     })())
 }
 
