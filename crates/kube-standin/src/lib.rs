@@ -221,6 +221,13 @@ impl StandIn {
         create_claim(&mut cluster, namespace, claim).map_err(|(_, status)| status)
     }
 
+    /// Gives the claim the uid `uid`, as if the API server had (a pact's examples name one).
+    pub fn set_uid(&self, namespace: &str, name: &str, uid: &str) -> bool {
+        self.update(namespace, name, |claim| {
+            claim["metadata"]["uid"] = json!(uid);
+        })
+    }
+
     /// The PV controller binds the claim: a PersistentVolume of the requested size, `Bound`.
     pub fn bind(&self, namespace: &str, name: &str) -> bool {
         self.update(namespace, name, |claim| {

@@ -6,4 +6,5 @@
 mod alicloud_ecs;
 mod clients_gateway;
 mod gateway_services;
+mod storage_ops_kubernetes;
 mod storage_ops_registry;
