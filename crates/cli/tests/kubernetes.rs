@@ -70,7 +70,7 @@ fn kubectl_claims(url: &str, selector: &str) -> Option<BTreeSet<String>> {
 
 #[test]
 fn volumes_on_kubernetes_through_the_cli_and_kubectl_sees_what_berth_made() {
-    let (_rt, standin) = standin();
+    let (rt, standin) = standin();
     let stack = Stack::start_with(tempfile::tempdir().unwrap(), |cmd| {
         cmd.env("BERTH_KUBERNETES_SERVERS", &standin.url);
     });
@@ -276,6 +276,7 @@ fn volumes_on_kubernetes_through_the_cli_and_kubectl_sees_what_berth_made() {
         assert!(seen.is_empty(), "{seen:?}");
     }
 
+    let address = standin.url.trim_start_matches("http://").to_string();
     drop(standin);
     let down = stack.berth(&[
         "volume",
@@ -292,4 +293,53 @@ fn volumes_on_kubernetes_through_the_cli_and_kubectl_sees_what_berth_made() {
         "{}",
         stderr(&down)
     );
+
+    // --wait retries the create as the 503 asks, until the server is back (on the same address),
+    // then waits for the claim to be bound.
+    let mut late = berth_command(
+        &stack.url,
+        Some(&stack.admin_token),
+        &[
+            "volume",
+            "create",
+            "late",
+            "--capacity",
+            "1Gi",
+            "--orchestrator",
+            "cluster",
+            "--wait",
+            "--timeout",
+            "60s",
+            "-o",
+            "json",
+        ],
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(&address))
+        .unwrap();
+    let back = {
+        let _in_runtime = rt.enter();
+        StandIn::start_on(listener, &[CLAIMS])
+    };
+    let finished = loop {
+        back.bind_pending(CLAIMS);
+        if let Some(status) = late.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = late.wait_with_output().unwrap();
+    assert!(finished.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("could not be reached"),
+        "it said what it waited for: {}",
+        stderr(&out)
+    );
+    let made: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(made["status"]["phase"], "Ready", "{made}");
 }

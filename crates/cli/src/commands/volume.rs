@@ -68,10 +68,30 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<
             // Checked here too, so a typo costs no round trip and reads the same as the server's
             // answer (and exits the same: refused).
             profile.validate().map_err(CliError::Local)?;
-            let (mut volume, _created) = storage.add(&profile).await?;
-            if wait.wait {
-                volume = wait_ready(&storage, &volume, wait.timeout).await?;
-            }
+            let volume = if wait.wait {
+                // With --wait the create itself is retried as the server asks (a 503 or 429
+                // with Retry-After), within the same --timeout, as the README says --wait does.
+                let started = std::time::Instant::now();
+                let made = until(
+                    &format!("volume {} to be made", profile.name),
+                    wait.timeout,
+                    || async {
+                        match storage.add(&profile).await {
+                            Ok((volume, _)) => Ok(Step::Done(volume)),
+                            Err(e) => not_now(e),
+                        }
+                    },
+                )
+                .await?;
+                wait_ready(
+                    &storage,
+                    &made,
+                    wait.timeout.saturating_sub(started.elapsed()),
+                )
+                .await?
+            } else {
+                storage.add(&profile).await?.0
+            };
             print(
                 &Printable::of(&volume, std::slice::from_ref(&volume), wide),
                 output,

@@ -596,7 +596,12 @@ pub fn api_error(verb: &str, namespace: &str, e: &kube::Error) -> BackendError {
         )
         .with_detail(e.to_string());
     };
-    let said = status.message.clone();
+    // A server that is not an API server may answer with no Status at all: its code is then all.
+    let said = if status.message.is_empty() {
+        format!("HTTP {}", status.code)
+    } else {
+        status.message.clone()
+    };
     let code = match (status.code, status.reason.as_str()) {
         // A ResourceQuota refusal is a 403 whose message says "exceeded quota: <name>, ...".
         (403, _) if said.contains("exceeded quota") => {
@@ -621,7 +626,18 @@ pub fn api_error(verb: &str, namespace: &str, e: &kube::Error) -> BackendError {
             )
             .with_detail(said);
         }
-        (404, _) => Code::NotFound,
+        // A delete's 404 is a claim already gone (its caller takes it so); any other verb's is the
+        // namespace missing, or no API server at that address: the set-up's, never the volume's.
+        (404, _) if verb == "delete" => Code::NotFound,
+        (404, _) => {
+            return BackendError::new(
+                Code::FailedPrecondition,
+                format!(
+                    "the Kubernetes API server answered 404 to {verb} persistentvolumeclaims in namespace {namespace:?}: the namespace does not exist, or the server is not a Kubernetes API server"
+                ),
+            )
+            .with_detail(said);
+        }
         (409, "AlreadyExists") => Code::AlreadyExists,
         (409, _) => Code::Aborted,
         (400 | 422, _) => Code::InvalidArgument,

@@ -329,12 +329,30 @@ impl Backends {
                 ),
             )
         };
+        // Outside the operator's allow-list: said by field and setting only. The caller may be a
+        // tenant that cannot read orchestrators, and the refusal's words (the address, the
+        // allowed list) are the operator's (a break-it finding); the log has them.
+        let not_allowed = |field: &str, setting: &str, e: Status| {
+            tracing::warn!(%orchestrator, refusal = %e.message, "an orchestrator's stored config is outside this service's allow-list");
+            Status::new(
+                Code::FailedPrecondition,
+                format!(
+                    "orchestrator {orchestrator:?} has a config storage-ops cannot use: its {field} is not one this service's operator allows ({setting})"
+                ),
+            )
+        };
         match kind {
             OrchestratorKind::Local => {
                 let config = LocalConfig::from_config(config).map_err(bad_config)?;
                 self.limits
                     .check_base_path("config.basePath", &config.base_path)
-                    .map_err(bad_config)?;
+                    .map_err(|e| {
+                        not_allowed(
+                            "config.basePath",
+                            domain::orchestrator::LOCAL_ROOTS_SETTING,
+                            e,
+                        )
+                    })?;
                 Ok(Arc::new(local::LocalBackend::new(
                     &config.base_path,
                     self.local_roots.clone(),
@@ -344,7 +362,13 @@ impl Backends {
                 let config = DockerConfig::from_config(config).map_err(bad_config)?;
                 self.limits
                     .check_docker_host("config.host", &config.host)
-                    .map_err(bad_config)?;
+                    .map_err(|e| {
+                        not_allowed(
+                            "config.host",
+                            domain::orchestrator::DOCKER_ENDPOINTS_SETTING,
+                            e,
+                        )
+                    })?;
                 let client = self
                     .docker_clients
                     .lock()
@@ -362,7 +386,13 @@ impl Backends {
                 let config = KubernetesConfig::from_config(config).map_err(bad_config)?;
                 self.limits
                     .check_kubernetes_server("config.server", config.server.as_deref())
-                    .map_err(bad_config)?;
+                    .map_err(|e| {
+                        not_allowed(
+                            "config.server",
+                            domain::orchestrator::KUBERNETES_SERVERS_SETTING,
+                            e,
+                        )
+                    })?;
                 let client = self
                     .kubernetes_clients
                     .lock()

@@ -148,7 +148,9 @@ impl Ops {
                 ),
                 Err(e) => {
                     tracing::warn!(backend = %backend.identity(), error = %e, "orphan scan: a backend could not be listed");
-                    unscanned.push(format!("{}: {}", backend.identity(), e.message))
+                    // Said by the orchestrator's name: the backend's identity holds where it is (a
+                    // path, an Engine's or API server's address), which no answer shows.
+                    unscanned.push(format!("orchestrator {orchestrator:?}: {}", e.message))
                 }
             }
         }

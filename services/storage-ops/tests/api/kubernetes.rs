@@ -402,3 +402,35 @@ async fn a_watch_sees_berths_claims_made_bound_and_deleted() {
         "{seen:?}"
     );
 }
+
+#[tokio::test]
+async fn a_missing_namespace_is_a_precondition_and_orphan_scans_name_no_server() {
+    let (standin, app) = cluster_app().await;
+    app.registry
+        .register(
+            "elsewhere",
+            &RegisterOrchestrator {
+                config: Some(json!({"server": standin.url, "namespace": "no-such-namespace"})),
+                ..RegisterOrchestrator::new(OrchestratorKind::Kubernetes)
+            },
+        )
+        .await
+        .unwrap();
+    let mut p = on_cluster("lost", "team", "1Gi");
+    p.orchestrator = Some("elsewhere".into());
+    let e = app.storage.add(&p).await.unwrap_err();
+    assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
+    assert!(e.status.message.contains("\"no-such-namespace\""), "{e}");
+    app.storage.delete("team", "lost").await.unwrap();
+
+    // A scan that cannot reach the server says which orchestrator, not where it is.
+    let url = standin.url.clone();
+    drop(standin);
+    let orphans = app.storage.orphans().await.unwrap();
+    let unscanned = orphans.unscanned.join("; ");
+    assert!(
+        unscanned.contains("orchestrator \"cluster\""),
+        "{unscanned}"
+    );
+    assert!(!unscanned.contains(&url), "{unscanned}");
+}

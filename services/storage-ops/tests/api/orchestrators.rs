@@ -36,6 +36,18 @@ async fn orchestrators_that_cannot_serve_are_refused_with_their_reason() {
         let e = app.storage.add(&p).await.unwrap_err();
         assert_eq!(code(&e), Code::FailedPrecondition, "{e}");
         assert!(e.status.message.contains(says), "{}", e.status.message);
+        // The caller may be a tenant that cannot read orchestrators: the refusal names the field
+        // and the setting, never the address nor the allow-list (a break-it finding).
+        assert!(
+            !e.status.message.contains("k8s.example"),
+            "{}",
+            e.status.message
+        );
+        assert!(
+            !e.status.message.contains("allowed:"),
+            "{}",
+            e.status.message
+        );
     }
 
     p.orchestrator = Some("ghost".into());
