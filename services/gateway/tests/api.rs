@@ -423,11 +423,7 @@ async fn metrics_count_proxied_calls_by_route_template_and_upstream() {
             .status(),
         401
     );
-    let text = call(&h.url, "GET", "/metrics", Some("tok-scraper"))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_page(&h.url).await;
     let line = |needles: &[&str]| text.lines().any(|l| needles.iter().all(|n| l.contains(n)));
     assert!(
         line(&[

@@ -274,17 +274,7 @@ fn assert_labels_are_closed(page: &str) {
 #[tokio::test]
 async fn twenty_thousand_random_methods_and_paths_do_not_grow_metrics() {
     let h = spawn_gateway(&[]).await;
-    let scrape = || async {
-        reqwest::Client::new()
-            .get(format!("{}/metrics", h.url))
-            .bearer_auth("tok-scraper")
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
+    let scrape = || metrics_page(&h.url);
     let series = |page: &str| {
         page.lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())

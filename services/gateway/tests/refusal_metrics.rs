@@ -6,17 +6,7 @@ mod common;
 
 use common::*;
 
-async fn page(url: &str) -> String {
-    reqwest::Client::new()
-        .get(format!("{url}/metrics"))
-        .bearer_auth("tok-scraper")
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
+use common::metrics_page as page;
 
 #[tokio::test]
 async fn refusals_by_reason_and_breaker_states_are_on_the_page() {

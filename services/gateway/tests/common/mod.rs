@@ -158,6 +158,15 @@ pub async fn call(url: &str, method: &str, path: &str, token: Option<&str>) -> r
     r.send().await.unwrap()
 }
 
+/// The gateway's `/metrics` page, read with the scraper's cluster-wide `metrics:read` token.
+pub async fn metrics_page(url: &str) -> String {
+    call(url, "GET", "/metrics", Some("tok-scraper"))
+        .await
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Waits until `GET /v1/kinds` through the gateway at `url` answers 200 again (the registry's
 /// breaker has closed), failing after `within`.
 pub async fn until_the_registry_answers(url: &str, within: Duration) {

@@ -252,6 +252,18 @@ impl KubernetesBackend {
         }
     }
 
+    /// [`Self::own_claim`] for a delete or a release: someone else's claim of that name is not
+    /// this volume's, so this volume's is gone.
+    async fn own_claim_if_any(
+        &self,
+        v: &ObjectRef,
+    ) -> Result<Option<PersistentVolumeClaim>, BackendError> {
+        match self.own_claim(v).await {
+            Err(e) if e.code == Code::AlreadyExists => Ok(None),
+            other => other,
+        }
+    }
+
     /// What the claim's events say of why it is not bound yet, newest last.
     async fn claim_events(&self, claim: &str) -> Vec<Event> {
         let Ok(client) = self.client.get().await else {
@@ -324,7 +336,7 @@ impl KubernetesBackend {
                         .iter()
                         .rev()
                         .find(|e| e.reason.as_deref() == Some(reason))
-                        .and_then(|e| e.message.clone())
+                        .and_then(|e| e.message.as_deref().map(bounded))
                 };
                 let message = if let Some(why) = last("ProvisioningFailed") {
                     format!("claim {name} is not bound: provisioning failed: {why}")
@@ -365,12 +377,7 @@ impl KubernetesBackend {
     }
 
     async fn delete_claim(&self, v: &ObjectRef) -> Result<(), BackendError> {
-        let Some(claim) = self.own_claim(v).await.or_else(|e| match e.code {
-            // Someone else's claim of that name: not this volume's, so this volume's is gone.
-            Code::AlreadyExists => Ok(None),
-            _ => Err(e),
-        })?
-        else {
+        let Some(claim) = self.own_claim_if_any(v).await? else {
             return Ok(());
         };
         let name = claim.metadata.name.unwrap_or_default();
@@ -415,11 +422,7 @@ impl KubernetesBackend {
     }
 
     async fn release_claim(&self, v: &ObjectRef) -> Result<(), BackendError> {
-        let Some(claim) = self.own_claim(v).await.or_else(|e| match e.code {
-            Code::AlreadyExists => Ok(None),
-            _ => Err(e),
-        })?
-        else {
+        let Some(claim) = self.own_claim_if_any(v).await? else {
             return Ok(());
         };
         let name = claim.metadata.name.unwrap_or_default();
@@ -539,6 +542,22 @@ impl Backend for KubernetesBackend {
     }
 }
 
+/// The most of an event's message a volume's status carries: the cluster's words are read back as
+/// data, and bounded as all such reads are.
+const EVENT_MESSAGE_LIMIT: usize = 512;
+
+/// `text` cut to [`EVENT_MESSAGE_LIMIT`] bytes at a character boundary, said to be cut.
+fn bounded(text: &str) -> String {
+    if text.len() <= EVENT_MESSAGE_LIMIT {
+        return text.to_string();
+    }
+    let mut end = EVENT_MESSAGE_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// The claim Berth makes for the volume `name` in namespace `namespace`.
 pub fn claim_name(namespace: &str, name: &str) -> String {
     format!(
@@ -649,4 +668,22 @@ pub fn api_error(verb: &str, namespace: &str, e: &kube::Error) -> BackendError {
         code,
         format!("Kubernetes refused to {verb} the claim: {said}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_events_words_are_bounded_at_a_character_boundary() {
+        assert_eq!(bounded("short"), "short");
+        let long = "é".repeat(400);
+        let cut = bounded(&long);
+        assert!(
+            cut.len() <= EVENT_MESSAGE_LIMIT + "…".len(),
+            "{}",
+            cut.len()
+        );
+        assert!(cut.ends_with('…'));
+    }
 }
