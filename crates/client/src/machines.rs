@@ -9,14 +9,15 @@
 //! | [`Client::list`] | `POST /v1/machines:list` |
 //! | [`Client::volume_ids`] | `POST /v1/volume-ids` |
 //! | [`Client::providers`] | `GET /v1/providers` |
+//! | [`Client::check_class`] | `POST /v1/machineclasses:check` |
 //!
 //! Errors come back as [`ClientError`] whose `status` is the driver's machine code and message, as
 //! MCM's `status.FromError` would read them from `machineCodesError`.
 
 use domain::machine::{
-    CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse, GetVolumeIdsRequest,
-    GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest, ListMachinesResponse,
-    MachineRequest, PersistentVolumeSpec,
+    ClassCheck, CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
+    GetVolumeIdsRequest, GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest,
+    ListMachinesResponse, MachineRequest, PersistentVolumeSpec,
 };
 use reqwest::Method;
 use serde::Serialize;
@@ -120,6 +121,11 @@ impl Client {
         };
         let answer: GetVolumeIdsResponse = self.post("/v1/volume-ids", &req).await?;
         Ok(answer.volume_ids)
+    }
+
+    /// CheckMachineClass: whether `req`'s class and secret pass CreateMachine's checks.
+    pub async fn check_class(&self, req: &MachineRequest) -> Result<ClassCheck, ClientError> {
+        self.post("/v1/machineclasses:check", req).await
     }
 
     /// The provider plugins the driver has.

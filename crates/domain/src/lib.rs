@@ -14,6 +14,8 @@
 //! - [`machine`]: Machine, MachineClass, Secret and the six driver request/response types.
 //! - [`volume`]: Volume, VolumeList and the VolumeProvisionerProfile a client asks for.
 //! - [`orchestrator`]: orchestrator kinds and registered orchestrators.
+//! - [`resources`]: what the machine controller stores: secrets, machines, machine sets and
+//!   deployments as Kubernetes-shaped objects, and the rules a write of each must meet.
 //! - [`problem`]: [`Problem`], the problem+json body of every error answer, which services write and
 //!   the typed client reads.
 //! - [`secret`]: [`SecretString`], which cannot be printed, for credentials wherever they are held.
@@ -28,6 +30,7 @@ pub mod names;
 pub mod orchestrator;
 pub mod problem;
 pub mod quantity;
+pub mod resources;
 #[cfg(feature = "openapi")]
 pub mod schema;
 pub mod secret;

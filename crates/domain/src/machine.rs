@@ -43,6 +43,53 @@ pub struct ObjectMeta {
     /// Annotations.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+    /// The version of a stored object (machine-controller): changes on every write, a string as in
+    /// Kubernetes. The driver ignores it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resource_version: String,
+    /// How many times a stored object's spec has changed (machine-controller). The driver ignores it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: i64,
+    /// When a stored object was made (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
+    /// When a stored object was asked to go (RFC 3339): it stays, read-only, until its finalizers
+    /// are done.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<String>,
+    /// What must happen before a stored object is gone (`berth.io/machine`: its VM is deleted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub finalizers: Vec<String>,
+    /// The stored objects this one belongs to (a machine to its machine set, a set to its
+    /// deployment).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// A reference from a stored object to the one that owns it, as Kubernetes writes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    /// The owner's API version (`berth.io/v1`).
+    #[serde(default)]
+    pub api_version: String,
+    /// The owner's kind (`MachineSet`, `MachineDeployment`).
+    #[serde(default)]
+    pub kind: String,
+    /// The owner's name.
+    #[serde(default)]
+    pub name: String,
+    /// The owner's uid.
+    #[serde(default)]
+    pub uid: String,
+    /// Whether the owner is the one controller of this object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
 }
 
 /// A reference to a Kubernetes Secret.
@@ -137,6 +184,12 @@ pub struct Machine {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MachineClass {
+    /// `berth.io/v1` when stored in the machine controller; MCM's own otherwise (ignored).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    /// `MachineClass` when stored in the machine controller (ignored by the driver).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
     /// Name and namespace.
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -429,6 +482,16 @@ pub struct GetMachineStatusResponse {
     pub conditions: Vec<Condition>,
 }
 
+/// The answer to CheckMachineClass (Berth's own call): the class and secret pass every check
+/// CreateMachine makes without calling the cloud or the Engine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ClassCheck {
+    /// The provider plugin that checked it.
+    pub provider: String,
+}
+
 /// The body of ListMachines.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -487,7 +550,7 @@ pub struct ProviderList {
 
 /// `Secret.data` as read from JSON: every value base64, refused where it is not with the value's own
 /// path (`secret.data.<key>`) and a rule that never repeats it.
-mod base64_values {
+pub(crate) mod base64_values {
     use std::collections::BTreeMap;
 
     use base64::Engine as _;
@@ -508,7 +571,7 @@ mod base64_values {
         }
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
     ) -> Result<BTreeMap<String, String>, D::Error> {
         let map = BTreeMap::<String, Encoded>::deserialize(d)?;

@@ -14,7 +14,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use domain::machine::{
-    Condition, CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
+    ClassCheck, Condition, CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
     GetVolumeIdsRequest, GetVolumeIdsResponse, InitializeMachineResponse, ListMachinesRequest,
     ListMachinesResponse, MachineRequest, NodeAddress,
 };
@@ -74,6 +74,7 @@ pub fn routes(state: AppState) -> OpenApiRouter {
         .routes(routes!(list_machines))
         .routes(routes!(get_volume_ids))
         .routes(routes!(list_providers))
+        .routes(routes!(check_machine_class))
         .with_state(state)
 }
 
@@ -667,6 +668,35 @@ async fn get_volume_ids(
 ) -> Result<Json<GetVolumeIdsResponse>, ApiError> {
     let req = body(parsed)?;
     observed("GetVolumeIDs", "*", state.providers.get_volume_ids(&req)).await
+}
+
+/// CheckMachineClass (Berth's own, not MCM's): whether a class and its secret pass every check
+/// CreateMachine makes before it calls the cloud or the Engine — the spec's fields (400) and what
+/// this driver's operator allows (412) — with the machine in the body standing for any machine of
+/// the class. The machine controller asks it when a class is written, so a stored class is held to
+/// the driver's own rules. It reads nothing and makes nothing.
+#[utoipa::path(
+    post,
+    path = "/v1/machineclasses:check",
+    tag = "machines",
+    request_body(content = MachineRequest, description = "A machine of the class, the class and its secret", example = machine_request_example),
+    responses(
+        (status = 200, description = "The class and secret pass CreateMachine's checks", body = ClassCheck),
+        (status = 400, description = "Unknown provider, bad spec field or missing secret key (code 3), naming it", body = Problem),
+        (status = 412, description = PRECONDITION_ON_CREATE, body = Problem),
+    )
+)]
+async fn check_machine_class(
+    State(state): State<AppState>,
+    parsed: Result<Json<MachineRequest>, ApiError>,
+) -> Result<Json<ClassCheck>, ApiError> {
+    let req = body(parsed)?;
+    let provider = provider_for(&state, &req.machine_class)?;
+    namespace_of(&req)?;
+    provider.check_create(&req).map_err(driver_error)?;
+    Ok(Json(ClassCheck {
+        provider: provider.name().to_string(),
+    }))
 }
 
 /// The provider plugins this driver has (what `machineClass.provider` may name).

@@ -1,0 +1,252 @@
+//! The reconcilers: MCM's machine, machine-set and machine-deployment controllers, over the store
+//! and the driver's REST API instead of Kubernetes' informers and the driver's gRPC.
+//!
+//! Every change the store commits queues its object (and the object that owns it) on one work
+//! queue ([`queue`]); a periodic resync queues everything, which is also how a Running machine's
+//! health is checked. Workers take keys and run one step of the key's reconcile, which says when
+//! to look again. Each step reads the object afresh and writes back only through the store, so a
+//! crash anywhere leaves the stored objects saying what is left to do:
+//!
+//! - [`machine`]: create (recorded as Creating before the driver is called), poll status,
+//!   initialise, time out, delete behind a finalizer;
+//! - [`set`]: keep `replicas` machines, replace failed ones with a growing backoff;
+//! - [`deployment`]: one set per template, rolled within maxSurge/maxUnavailable.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use domain::resources::Kind;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use serde_json::Value;
+
+use crate::objects::Writer;
+use crate::watch::Change;
+
+pub mod deployment;
+pub mod machine;
+pub mod queue;
+pub mod set;
+
+use queue::{Key, Queue};
+
+/// How the reconcilers behave; every field has a `BERTH_CONTROLLER_*` setting.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A machine not Running this long after its creation began is Failed (MCM: 20 min).
+    pub creation_timeout: Duration,
+    /// A machine not healthy this long is Failed (MCM: 10 min).
+    pub health_timeout: Duration,
+    /// How often every object is looked at again (and Running machines' health checked).
+    pub resync: Duration,
+    /// The first retry's delay after a failed call; it doubles with each failure in a row.
+    pub backoff_base: Duration,
+    /// The longest retry delay.
+    pub backoff_max: Duration,
+    /// How long to wait after the cloud said it has no capacity or quota (ResourceExhausted,
+    /// MCM #977) before asking again.
+    pub exhausted_retry: Duration,
+    /// Create and delete calls per second per class (MCM #706).
+    pub class_calls_per_second: NonZeroU32,
+    /// Reconciles run at once.
+    pub workers: usize,
+    /// Failed machines a set keeps for inspection instead of deleting (MCM #449); the set makes
+    /// replacements beside them.
+    pub keep_failed: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            creation_timeout: Duration::from_secs(20 * 60),
+            health_timeout: Duration::from_secs(10 * 60),
+            resync: Duration::from_secs(30),
+            backoff_base: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(5 * 60),
+            exhausted_retry: Duration::from_secs(10 * 60),
+            class_calls_per_second: NonZeroU32::new(20).unwrap_or(NonZeroU32::MIN),
+            workers: 32,
+            keep_failed: 0,
+        }
+    }
+}
+
+impl Settings {
+    /// The delay before retry number `failures` (1 = the first retry).
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let factor = 2u32.saturating_pow(failures.saturating_sub(1).min(20));
+        self.backoff_base
+            .saturating_mul(factor)
+            .min(self.backoff_max)
+    }
+}
+
+/// The reconcilers' shared parts.
+pub struct Controller {
+    /// The store, keys and driver client.
+    pub writer: Writer,
+    /// How they behave.
+    pub settings: Settings,
+    /// The work queue.
+    pub queue: Arc<Queue>,
+    calls: DefaultKeyedRateLimiter<(String, String)>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Controller")
+            .field("settings", &self.settings)
+            .finish()
+    }
+}
+
+impl Controller {
+    /// A controller over `writer`'s store and driver.
+    pub fn new(writer: Writer, settings: Settings) -> Arc<Controller> {
+        let calls = RateLimiter::keyed(Quota::per_second(settings.class_calls_per_second));
+        Arc::new(Controller {
+            writer,
+            settings,
+            queue: Queue::new(),
+            calls,
+        })
+    }
+
+    /// Waits until a create or delete call for class `class` in `namespace` is within its rate.
+    pub async fn pace(&self, namespace: &str, class: &str) {
+        self.calls
+            .until_key_ready(&(namespace.to_string(), class.to_string()))
+            .await;
+    }
+
+    /// Runs the reconcilers until the process ends.
+    pub async fn run(self: Arc<Self>) {
+        let mut changes = self.writer.store.feed().subscribe_now();
+        self.resync().await;
+        let mut workers = Vec::new();
+        for _ in 0..self.settings.workers.max(1) {
+            let me = self.clone();
+            workers.push(tokio::spawn(async move {
+                loop {
+                    let key = me.queue.take().await;
+                    let again = me.reconcile(&key).await;
+                    me.queue.done(&key);
+                    if let Some(delay) = again {
+                        me.queue.add_after(key, delay);
+                    }
+                }
+            }));
+        }
+        let resync = {
+            let me = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(me.settings.resync).await;
+                    me.resync().await;
+                }
+            })
+        };
+        loop {
+            match changes.recv().await {
+                Ok(change) => self.queue_change(&change).await,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => self.resync().await,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            }
+        }
+        resync.abort();
+        for w in workers {
+            w.abort();
+        }
+    }
+
+    /// Queues every machine, set and deployment.
+    pub async fn resync(&self) {
+        for kind in [Kind::MachineDeployment, Kind::MachineSet, Kind::Machine] {
+            match self.writer.store.list(kind, None).await {
+                Ok((objects, _)) => {
+                    for o in objects {
+                        let namespace =
+                            o.body["metadata"]["namespace"].as_str().unwrap_or_default();
+                        self.queue
+                            .add((kind, namespace.to_string(), o.name().to_string()));
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, %kind, "resync: cannot list"),
+            }
+        }
+    }
+
+    /// Queues a changed object and what owns it; a class's change queues the deployments of
+    /// its namespace (its generation is part of their template's hash).
+    async fn queue_change(&self, change: &Change) {
+        let name = change.object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default();
+        match change.kind {
+            Kind::Machine | Kind::MachineSet | Kind::MachineDeployment => {
+                self.queue
+                    .add((change.kind, change.namespace.clone(), name.to_string()));
+                if let Some((kind, owner)) = owner_of(&change.object) {
+                    self.queue.add((kind, change.namespace.clone(), owner));
+                }
+            }
+            Kind::MachineClass => {
+                if let Ok((deployments, _)) = self
+                    .writer
+                    .store
+                    .list(Kind::MachineDeployment, Some(&change.namespace))
+                    .await
+                {
+                    for d in deployments {
+                        self.queue.add((
+                            Kind::MachineDeployment,
+                            change.namespace.clone(),
+                            d.name().to_string(),
+                        ));
+                    }
+                }
+            }
+            Kind::Secret => {}
+        }
+    }
+
+    /// One step of `key`'s reconcile; says when to look again.
+    async fn reconcile(self: &Arc<Self>, key: &Key) -> Option<Duration> {
+        let (kind, namespace, name) = key;
+        let outcome = match kind {
+            Kind::Machine => machine::reconcile(self, namespace, name).await,
+            Kind::MachineSet => set::reconcile(self, namespace, name).await,
+            Kind::MachineDeployment => deployment::reconcile(self, namespace, name).await,
+            Kind::Secret | Kind::MachineClass => Ok(None),
+        };
+        match outcome {
+            Ok(again) => again,
+            Err(e) => {
+                tracing::warn!(error = %e, %kind, %namespace, %name, "reconcile failed; retrying");
+                Some(self.settings.backoff(3))
+            }
+        }
+    }
+}
+
+/// The controlling owner's kind and name.
+pub fn owner_of(body: &Value) -> Option<(Kind, String)> {
+    let owners = body["metadata"]["ownerReferences"].as_array()?;
+    owners
+        .iter()
+        .find(|o| o["controller"] == Value::Bool(true))
+        .and_then(|o| {
+            Some((
+                Kind::parse(o["kind"].as_str()?)?,
+                o["name"].as_str()?.to_string(),
+            ))
+        })
+}
+
+/// Seconds since an RFC 3339 time (zero when it does not parse, or is in the future).
+pub fn elapsed_since(time: Option<&str>) -> Duration {
+    time.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .map(|t| chrono::Utc::now().signed_duration_since(t))
+        .and_then(|d| d.to_std().ok())
+        .unwrap_or_default()
+}

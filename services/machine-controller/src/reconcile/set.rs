@@ -1,0 +1,292 @@
+//! One machine set's reconcile, as MCM's machine-set controller runs it: keep `spec.replicas`
+//! machines of the template that are neither failed nor being deleted.
+//!
+//! - Failed machines are deleted and replaced, unless preserved ([`PRESERVE_ANNOTATION`]) or kept
+//!   for inspection (`keep_failed`, MCM #449). Each failure in a row delays the set's next
+//!   creation by a doubling backoff (MCM #483), reset once a machine of the set runs.
+//! - A scale-down picks, among machines not preserved, those furthest from running first
+//!   (Pending, Creating, Unknown, then Running), the newest first.
+//! - A machine is made stored-first with its owner reference and finalizer; its name is the set's
+//!   and five random characters, so a retry after a crash makes a new name, never a second VM for
+//!   one.
+//! - A set whose deletion was asked deletes its machines and goes once none is left.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use domain::machine::{Condition, OwnerReference};
+use domain::resources::{
+    API_VERSION, Kind, MACHINE_FINALIZER, MachinePhase, MachineResource, MachineSet,
+    OWNER_FINALIZER, PRESERVE_ANNOTATION,
+};
+use rand::Rng as _;
+use serde_json::json;
+
+use super::{Controller, elapsed_since};
+use crate::store::{StoreError, now};
+
+/// The most machines one reconcile makes or deletes; the next takes the rest.
+const BURST: usize = 100;
+
+/// Reconciles the set `namespace/name`; says when to look again.
+pub async fn reconcile(
+    controller: &Arc<Controller>,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Duration>, StoreError> {
+    let store = &controller.writer.store;
+    let Some(stored) = store.get(Kind::MachineSet, namespace, name).await? else {
+        return Ok(None);
+    };
+    let set: MachineSet = stored.decode()?;
+    let uid = set.metadata.uid.clone();
+    let machines: Vec<MachineResource> = store
+        .owned(Kind::Machine, &uid)
+        .await?
+        .iter()
+        .map(|m| m.decode())
+        .collect::<Result<_, _>>()?;
+    if set.metadata.deletion_timestamp.is_some() {
+        return delete_set(controller, namespace, &set, &machines).await;
+    }
+    let deleting = |m: &MachineResource| m.metadata.deletion_timestamp.is_some();
+    let failed: Vec<&MachineResource> = machines
+        .iter()
+        .filter(|m| !deleting(m) && m.status.phase == MachinePhase::Failed)
+        .collect();
+    let mut active: Vec<&MachineResource> = machines
+        .iter()
+        .filter(|m| !deleting(m) && m.status.phase != MachinePhase::Failed)
+        .collect();
+    // Failed machines: kept when preserved or within keep_failed (oldest kept), else deleted.
+    let mut kept = 0u32;
+    let mut newly_failed = 0u32;
+    for m in &failed {
+        if m.preserved() || kept < controller.settings.keep_failed {
+            kept += 1;
+            continue;
+        }
+        let deleted = store
+            .delete(
+                Kind::Machine,
+                namespace,
+                &m.metadata.name,
+                Some(&m.metadata.uid),
+                None,
+            )
+            .await;
+        gone_is_fine(deleted)?;
+        newly_failed += 1;
+    }
+    let mut failures = set.status.failures;
+    if newly_failed > 0 {
+        failures = failures.saturating_add(newly_failed);
+    } else if active
+        .iter()
+        .any(|m| m.status.phase == MachinePhase::Running)
+        && failed.is_empty()
+    {
+        failures = 0;
+    }
+    let want = set.spec.replicas as usize;
+    let mut again = None;
+    if active.len() < want {
+        // After failures, the next machine waits a delay that doubles with each (MCM #483).
+        let wait = match (failures, newly_failed) {
+            (0, _) => Duration::ZERO,
+            (n, 0) => controller
+                .settings
+                .backoff(n)
+                .saturating_sub(elapsed_since(last_failure(&set).as_deref())),
+            (n, _) => controller.settings.backoff(n),
+        };
+        if wait.is_zero() {
+            for _ in 0..(want - active.len()).min(BURST) {
+                make_machine(controller, namespace, &set).await?;
+            }
+        } else {
+            again = Some(wait);
+        }
+    } else if active.len() > want {
+        let mut candidates: Vec<&&MachineResource> =
+            active.iter().filter(|m| !m.preserved()).collect();
+        candidates.sort_by(|a, b| {
+            rank(a.status.phase)
+                .cmp(&rank(b.status.phase))
+                .then_with(|| {
+                    b.metadata
+                        .creation_timestamp
+                        .cmp(&a.metadata.creation_timestamp)
+                })
+        });
+        let surplus: Vec<(String, String)> = candidates
+            .iter()
+            .take((active.len() - want).min(BURST))
+            .map(|m| (m.metadata.name.clone(), m.metadata.uid.clone()))
+            .collect();
+        for (machine, machine_uid) in &surplus {
+            let deleted = store
+                .delete(Kind::Machine, namespace, machine, Some(machine_uid), None)
+                .await;
+            gone_is_fine(deleted)?;
+        }
+        active.retain(|m| !surplus.iter().any(|(n, _)| *n == m.metadata.name));
+    }
+    let ready = active
+        .iter()
+        .filter(|m| m.status.phase == MachinePhase::Running)
+        .count() as u32;
+    let generation = set.metadata.generation;
+    let replicas = active.len() as u32;
+    let failure_condition = (failures > 0).then(|| Condition {
+        kind: "ReplicaFailure".into(),
+        status: "True".into(),
+        reason: "MachinesFailed".into(),
+        message: format!("{failures} machine(s) of this set failed in a row; new ones are made after a growing delay"),
+        last_transition_time: if newly_failed > 0 { Some(now()) } else { last_failure(&set).or_else(|| Some(now())) },
+    });
+    let written = store
+        .update(
+            Kind::MachineSet,
+            namespace,
+            &set.metadata.name,
+            Some(&uid),
+            None,
+            |body, _| {
+                body["status"] = json!({
+                    "replicas": replicas,
+                    "readyReplicas": ready,
+                    "availableReplicas": ready,
+                    "failedReplicas": kept,
+                    "observedGeneration": generation,
+                    "failures": failures,
+                    "conditions": failure_condition.into_iter().collect::<Vec<_>>(),
+                });
+                Ok(())
+            },
+        )
+        .await;
+    gone_is_fine(written)?;
+    Ok(again)
+}
+
+/// A write's outcome, where the object being gone meanwhile is no failure (it was deleted, or
+/// another incarnation holds the name).
+fn gone_is_fine(written: Result<crate::store::Written, StoreError>) -> Result<(), StoreError> {
+    match written {
+        Ok(_) | Err(StoreError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// When the set last recorded a failed machine.
+fn last_failure(set: &MachineSet) -> Option<String> {
+    set.status
+        .conditions
+        .iter()
+        .find(|c| c.kind == "ReplicaFailure")
+        .and_then(|c| c.last_transition_time.clone())
+}
+
+/// The order a scale-down picks machines in: furthest from running first.
+fn rank(phase: MachinePhase) -> u8 {
+    match phase {
+        MachinePhase::Pending => 0,
+        MachinePhase::Creating => 1,
+        MachinePhase::Unknown => 2,
+        MachinePhase::Failed => 3,
+        MachinePhase::Running => 4,
+        MachinePhase::Terminating => 5,
+    }
+}
+
+/// Stores a new machine of the set's template, owned by the set.
+async fn make_machine(
+    controller: &Controller,
+    namespace: &str,
+    set: &MachineSet,
+) -> Result<(), StoreError> {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String = {
+        let mut rng = rand::rng();
+        (0..5)
+            .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+            .collect()
+    };
+    let template = &set.spec.template;
+    let owner = OwnerReference {
+        api_version: API_VERSION.into(),
+        kind: Kind::MachineSet.as_str().into(),
+        name: set.metadata.name.clone(),
+        uid: set.metadata.uid.clone(),
+        controller: Some(true),
+    };
+    let mut annotations = template.metadata.annotations.clone();
+    // A template's preserve mark is for the machines a person marks, not every machine made.
+    annotations.remove(PRESERVE_ANNOTATION);
+    let body = json!({
+        "metadata": {
+            "name": format!("{}-{suffix}", set.metadata.name),
+            "labels": template.metadata.labels,
+            "annotations": annotations,
+            "finalizers": [MACHINE_FINALIZER],
+            "ownerReferences": [owner],
+        },
+        "spec": template.spec,
+    });
+    match controller
+        .writer
+        .store
+        .create(Kind::Machine, namespace, body, None)
+        .await
+    {
+        // Five random characters met a name already taken: the next reconcile tries another.
+        Ok(_) | Err(StoreError::Exists { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn delete_set(
+    controller: &Controller,
+    namespace: &str,
+    set: &MachineSet,
+    machines: &[MachineResource],
+) -> Result<Option<Duration>, StoreError> {
+    let store = &controller.writer.store;
+    for m in machines
+        .iter()
+        .filter(|m| m.metadata.deletion_timestamp.is_none())
+    {
+        let deleted = store
+            .delete(
+                Kind::Machine,
+                namespace,
+                &m.metadata.name,
+                Some(&m.metadata.uid),
+                None,
+            )
+            .await;
+        gone_is_fine(deleted)?;
+    }
+    if !machines.is_empty() {
+        // Each machine's removal queues the set again.
+        return Ok(Some(controller.settings.resync));
+    }
+    let written = store
+        .update(
+            Kind::MachineSet,
+            namespace,
+            &set.metadata.name,
+            Some(&set.metadata.uid),
+            None,
+            |body, _| {
+                if let Some(f) = body["metadata"]["finalizers"].as_array_mut() {
+                    f.retain(|x| x != &json!(OWNER_FINALIZER));
+                }
+                Ok(())
+            },
+        )
+        .await;
+    gone_is_fine(written)?;
+    Ok(None)
+}

@@ -1,0 +1,179 @@
+//! Writes of every kind: what is refused and named, what a read shows, and what stays sealed.
+
+use serde_json::json;
+
+use crate::support::{KEY_SECRET, NS, class_body, quick, spawn_app};
+
+#[tokio::test]
+async fn a_secret_is_write_only_and_sealed_at_rest() {
+    let app = spawn_app(quick()).await;
+    let (status, made) = app
+        .post(
+            "secrets",
+            json!({"metadata": {"name": "alicloud"}, "stringData": {
+            "alicloudAccessKeyID": "id-1", "alicloudAccessKeySecret": KEY_SECRET}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    assert_eq!(
+        made["keys"],
+        json!(["alicloudAccessKeyID", "alicloudAccessKeySecret"])
+    );
+    assert_eq!(made["apiVersion"], "berth.io/v1");
+    assert_eq!(made["kind"], "Secret");
+    assert_eq!(made["metadata"]["namespace"], NS);
+    let (_, read) = app.get("secrets", "alicloud").await;
+    let text = read.to_string();
+    assert!(
+        !text.contains(KEY_SECRET) && !text.contains("id-1"),
+        "{text}"
+    );
+    assert!(read.get("data").is_none() && read.get("stringData").is_none());
+    // Nothing in the database files holds a value in the clear.
+    for entry in std::fs::read_dir(app.dir.path()).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let found = bytes
+            .windows(KEY_SECRET.len())
+            .any(|w| w == KEY_SECRET.as_bytes());
+        assert!(!found, "a value in the clear on disk");
+    }
+    // A read printed back is refused: it carries no values, and would empty the secret.
+    let (status, refused) = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/v1/namespaces/{NS}/secrets/alicloud"),
+            Some(read),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["detail"].as_str().unwrap().starts_with("data:"),
+        "{refused}"
+    );
+    // A patch merges into the stored values: the key kept is still there.
+    let (status, patched) = app
+        .patch("secrets", "alicloud", json!({"stringData": {"extra": "x"}}))
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(
+        patched["keys"],
+        json!(["alicloudAccessKeyID", "alicloudAccessKeySecret", "extra"])
+    );
+    let version = patched["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // The same values again change nothing, not even the version.
+    let (status, same) = app
+        .patch("secrets", "alicloud", json!({"stringData": {"extra": "x"}}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(same["metadata"]["resourceVersion"], version.as_str());
+}
+
+#[tokio::test]
+async fn a_class_is_held_to_the_drivers_rules_and_its_secret_must_be_beside_it() {
+    let app = spawn_app(quick()).await;
+    let (status, refused) = app
+        .post("machineclasses", class_body("small", "ecs.g6.large"))
+        .await;
+    assert_eq!(status, 412, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("secretRef.name"),
+        "{refused}"
+    );
+    app.alicloud_class("small", "ecs.g6.large").await;
+    // The driver's own rule for a spec field, named as in the class.
+    let mut bad = class_body("bad", "ecs.g6.large");
+    bad["providerSpec"]["instanceType"] = json!(42);
+    let (status, refused) = app.post("machineclasses", bad).await;
+    assert_eq!(status, 400, "{refused}");
+    let detail = refused["detail"].as_str().unwrap();
+    assert!(detail.starts_with("providerSpec.instanceType"), "{detail}");
+    // Another namespace's secret is not this class's to use.
+    let mut foreign = class_body("foreign", "ecs.g6.large");
+    foreign["secretRef"]["namespace"] = json!("team-b");
+    let (status, refused) = app.post("machineclasses", foreign).await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("secretRef.namespace"),
+        "{refused}"
+    );
+    // The same name again is taken; a wrong kind on the route is named.
+    let (status, _) = app
+        .post("machineclasses", class_body("small", "ecs.g6.large"))
+        .await;
+    assert_eq!(status, 409);
+    let mut wrong_kind = class_body("other", "ecs.g6.large");
+    wrong_kind["kind"] = json!("Machine");
+    let (status, refused) = app.post("machineclasses", wrong_kind).await;
+    assert_eq!(status, 400);
+    assert!(
+        refused["detail"].as_str().unwrap().starts_with("kind:"),
+        "{refused}"
+    );
+    // A secret a class uses cannot be deleted.
+    let (status, refused) = app.delete("secrets", "alicloud").await;
+    assert_eq!(status, 412, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("MachineClass small"),
+        "{refused}"
+    );
+}
+
+#[tokio::test]
+async fn a_machine_needs_its_class_and_cannot_name_its_vm() {
+    let app = spawn_app(quick()).await;
+    let (status, refused) = app
+        .post(
+            "machines",
+            json!({"metadata": {"name": "w-1"}, "spec": {"class": {"name": "absent"}}}),
+        )
+        .await;
+    assert_eq!(status, 412, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.class.name"),
+        "{refused}"
+    );
+    app.alicloud_class("small", "ecs.g6.large").await;
+    let (status, refused) = app
+        .post("machines", json!({"metadata": {"name": "w-1"}, "spec": {"class": {"name": "small"}, "providerID": "cn-shanghai.i-theirs"}}))
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.providerID"),
+        "{refused}"
+    );
+    let (status, refused) = app
+        .post("machinesets", json!({"metadata": {"name": "s"}, "spec": {"replicas": 101,
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"class": {"name": "small"}}}}}))
+        .await;
+    assert_eq!(status, 412, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .contains("BERTH_CONTROLLER_MAX_REPLICAS"),
+        "{refused}"
+    );
+    let (status, _) = app.get("machines", "Bad_Name").await;
+    assert_eq!(status, 400);
+    let (status, _) = app.get("machines", "absent").await;
+    assert_eq!(status, 404);
+}

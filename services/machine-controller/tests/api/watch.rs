@@ -1,0 +1,110 @@
+//! Watch: a list's version, then its changes as newline-delimited events; bookmarks when quiet;
+//! 410 for a version older than what is kept.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{NS, quick, spawn_app, spawn_controller};
+
+#[tokio::test]
+async fn a_watch_streams_changes_after_the_lists_version() {
+    let app = spawn_app(quick()).await;
+    let (status, list) = app
+        .call(
+            reqwest::Method::GET,
+            &format!("/v1/namespaces/{NS}/secrets"),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    let version = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut response = reqwest::get(format!(
+        "{}/v1/namespaces/{NS}/secrets?watch=true&resourceVersion={version}&timeoutSeconds=5",
+        app.url
+    ))
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "application/x-ndjson");
+    let (status, _) = app
+        .post(
+            "secrets",
+            json!({"metadata": {"name": "s1"}, "stringData": {"k": "very-secret"}}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let mut seen: Vec<Value> = Vec::new();
+    let mut buffer = Vec::new();
+    while seen.iter().all(|e| e["type"] != "ADDED") {
+        let chunk = tokio::time::timeout(Duration::from_secs(5), response.chunk())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buffer.drain(..=end).collect();
+            seen.push(serde_json::from_slice(&line).unwrap());
+        }
+    }
+    let added = seen.iter().find(|e| e["type"] == "ADDED").unwrap();
+    assert_eq!(added["object"]["metadata"]["name"], "s1");
+    assert!(!added.to_string().contains("very-secret"));
+    // Quiet: a bookmark with the latest version comes within the heartbeat.
+    let chunk = tokio::time::timeout(Duration::from_secs(2), response.chunk())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let event: Value = serde_json::from_slice(chunk.strip_suffix(b"\n").unwrap()).unwrap();
+    assert_eq!(event["type"], "BOOKMARK", "{event}");
+    assert_eq!(
+        event["object"]["metadata"]["resourceVersion"],
+        added["object"]["metadata"]["resourceVersion"]
+    );
+}
+
+#[tokio::test]
+async fn a_version_older_than_the_feed_is_gone() {
+    let app = spawn_app(quick()).await;
+    for n in 0..3 {
+        app.post(
+            "secrets",
+            json!({"metadata": {"name": format!("s{n}")}, "stringData": {"k": "v"}}),
+        )
+        .await;
+    }
+    // A second controller on the same database starts its feed at the current version.
+    let (second, _reconcilers) =
+        spawn_controller(app.dir.path(), "http://127.0.0.1:9", quick()).await;
+    let response = reqwest::get(format!(
+        "{}/v1/namespaces/{NS}/secrets?watch=true&resourceVersion=1",
+        second.url
+    ))
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 410);
+    let problem: Value = response.json().await.unwrap();
+    assert_eq!(problem["code"], 11, "{problem}");
+    let bad = reqwest::get(format!(
+        "{}/v1/namespaces/{NS}/secrets?watch=true&resourceVersion=x",
+        second.url
+    ))
+    .await
+    .unwrap();
+    assert_eq!(bad.status(), 400);
+    // Without a version, the current objects come first, as ADDED.
+    let response = reqwest::get(format!(
+        "{}/v1/namespaces/{NS}/secrets?watch=true&timeoutSeconds=1",
+        second.url
+    ))
+    .await
+    .unwrap();
+    let text = response.text().await.unwrap();
+    let added = text.lines().filter(|l| l.contains("\"ADDED\"")).count();
+    assert_eq!(added, 3, "{text}");
+}
