@@ -47,11 +47,11 @@ const BAD_REFERENCE_CODES: [&str; 8] = [
     "InvalidVpcId.NotFound",
 ];
 
-/// The machine code an ECS error code implies (reference/mcm.md §5, "Proposed ECS error → machine
-/// code mapping", plus the 13 ResourceExhausted codes of §2).
+/// The machine code an ECS error code implies (docs/design.md, “ECS errors to machine codes”: the
+/// 13 ResourceExhausted codes of MCM's provider, and Berth's mapping of the rest).
 ///
 /// Not-found codes map to [`Code::NotFound`]; a delete caller should treat them as success (see
-/// [`Error::is_not_found`]). Deviations from the table, on purpose:
+/// [`Error::is_not_found`]). The table's deviations, on purpose:
 /// - any `QuotaExceed.*` is ResourceExhausted (a quota is used up whatever its name);
 /// - `IdempotentParameterMismatch` is AlreadyExists: a ClientToken was reused with other parameters,
 ///   i.e. "the thing to create exists with other content";

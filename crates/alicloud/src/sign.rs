@@ -152,7 +152,7 @@ mod tests {
             .collect()
     }
 
-    /// Alibaba's published V1 example (also recomputed in reference/mcm.md §5).
+    /// Alibaba's published V1 example (also in docs/design.md, “Signing”).
     #[test]
     fn v1_reproduces_the_published_example() {
         let params = map(&[

@@ -35,6 +35,115 @@ fn the_readme_points_only_inside_the_repository() {
     assert!(repo_file("docs/architecture.md").contains("## Routes"));
 }
 
+/// What a clone must not be sent to: the team's design file and research notes live beside the
+/// repository, never in it. Spelt in pieces, so this file does not name them itself.
+const OUTSIDE_DOCUMENTS: [&str; 5] = [
+    concat!("DESIGN", ".md"),
+    concat!("reference/", "mcm.md"),
+    concat!("reference/", "maya.md"),
+    concat!("reference/", "seeds/"),
+    concat!("..", "/shared"),
+];
+
+/// Where the code and the documents a user reads live.
+const DOCUMENTED_TREES: [&str; 8] = [
+    "crates",
+    "services",
+    "tests",
+    "deploy",
+    "docs",
+    "README.md",
+    "BENCHMARKS.md",
+    "RELIABILITY.md",
+];
+
+/// The files of [`DOCUMENTED_TREES`]: the tracked ones and the new ones git does not ignore (`git
+/// ls-files`, so a citation is caught before its file is added), or, where there is no git checkout
+/// (an unpacked source archive), every file under them but `target/` and hidden ones.
+fn documented_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let tracked = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+            "--",
+        ])
+        .args(DOCUMENTED_TREES)
+        .output();
+    if let Ok(out) = tracked
+        && out.status.success()
+        && !out.stdout.is_empty()
+    {
+        return out
+            .stdout
+            .split(|b| *b == 0)
+            .filter(|p| !p.is_empty())
+            .map(|p| root.join(String::from_utf8_lossy(p).as_ref()))
+            .collect();
+    }
+    fn walk(path: &std::path::Path, files: &mut Vec<std::path::PathBuf>) {
+        if path.is_file() {
+            files.push(path.to_path_buf());
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(path) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name == "target" || name.starts_with('.') {
+                continue;
+            }
+            walk(&entry.path(), files);
+        }
+    }
+    let mut files = Vec::new();
+    for tree in DOCUMENTED_TREES {
+        walk(&root.join(tree), &mut files);
+    }
+    files
+}
+
+/// House issue, item 4: comments and documents cited the design file and the research notes that
+/// live outside the repository, which a clone never has. What they relied on is in
+/// `docs/design.md` now, and nothing a user can read points outside again.
+#[test]
+fn no_file_cites_documents_outside_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let files = documented_files(&root);
+    assert!(
+        files.iter().any(|f| f.ends_with("docs/design.md")),
+        "docs/design.md is not among the {} files read",
+        files.len()
+    );
+    let mut found = Vec::new();
+    for file in &files {
+        // A tracked file deleted in the working tree has nothing to say.
+        let Ok(bytes) = std::fs::read(file) else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        for (n, line) in text.lines().enumerate() {
+            for outside in OUTSIDE_DOCUMENTS {
+                if line.contains(outside) {
+                    let shown = file.strip_prefix(&root).unwrap_or(file).display();
+                    found.push(format!("{shown}:{}: {outside}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "cite docs/design.md or docs/architecture.md instead:\n{}",
+        found.join("\n")
+    );
+}
+
 /// Issue 14, point 12: the tour's curl lines named `http://127.0.0.1:8080`, so `--port-base` meant
 /// editing them; they follow `$BERTH_URL` now, which the tour sets once.
 #[test]

@@ -202,9 +202,10 @@ pub fn pooled_http_client(timeout: Duration) -> reqwest::Client {
 }
 
 /// [`pooled_http_client`] for calls to `base_url` only. For a plain `http://` base (every call
-/// between Berth's own services) no certificate store is loaded: it cost each client about 0.4 MB
-/// of heap, measured, and a host without one (an image with no CA bundle) made building the client
-/// fail, though no call of it would ever verify a certificate.
+/// between Berth's own services) no certificate store is loaded: a client that never verifies a
+/// certificate must not pay a store's heap for each client (measured: BENCHMARKS.md, “Memory: each
+/// service idle and at peak, and berth up”), and a host without one (an image with no CA bundle)
+/// made building the client fail, though no call of it would ever verify a certificate.
 pub fn pooled_http_client_for(base_url: &str, timeout: Duration) -> reqwest::Client {
     let plain = base_url
         .get(..7)

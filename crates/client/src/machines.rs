@@ -1,4 +1,4 @@
-//! The machine-driver API (service `machine-driver`, DESIGN.md "Machine driver API").
+//! The machine-driver API (service `machine-driver`, docs/design.md, “Machine driver API”).
 //!
 //! | method | route |
 //! |---|---|

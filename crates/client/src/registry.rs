@@ -1,4 +1,5 @@
-//! The orchestrator-registry API (service `orchestrator-registry`, DESIGN.md "Orchestrator registry API").
+//! The orchestrator-registry API (service `orchestrator-registry`, docs/design.md, “Orchestrator
+//! registry API”).
 //!
 //! | method | route |
 //! |---|---|

@@ -1,4 +1,4 @@
-//! The storage-ops API (service `storage-ops`, DESIGN.md "Storage ops API").
+//! The storage-ops API (service `storage-ops`, docs/design.md, “Storage ops API”).
 //!
 //! | method | route |
 //! |---|---|

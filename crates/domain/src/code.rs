@@ -111,7 +111,7 @@ impl Code {
         Code::ALL.get(n as usize).copied()
     }
 
-    /// The HTTP status this code is answered with (DESIGN.md, "Error model").
+    /// The HTTP status this code is answered with (docs/design.md, “Error model”).
     pub fn http_status(self) -> u16 {
         match self {
             Code::Ok => 200,

@@ -3,13 +3,13 @@
 //!
 //! # Why transparent huge pages are off
 //!
-//! Every binary allocates with mimalloc, which reserves its heap as one 1 GiB arena and, by default,
-//! asks the kernel to back it with transparent huge pages (`madvise(MADV_HUGEPAGE)`). Each 2 MiB of
-//! that arena a service touches then becomes resident whole: an idle orchestrator-registry held
-//! 10 MiB of 2 MiB pages (`AnonHugePages` in `/proc/PID/smaps`) of its 19.7 MB, where the same heap
-//! in 4 KiB pages is 1.5 MiB (10.6 MB in all), and an idle `berth up` 19.3 MiB of arena where
-//! 4.7 MiB is used (36 MB against 21.5 MB). `bench/footprint.sh` prints the figures. Two switches
-//! take that away, each for the case the other misses:
+//! Every binary allocates with mimalloc, which reserves its heap as one 1 GiB arena and, by
+//! default, asks the kernel to back it with transparent huge pages (`madvise(MADV_HUGEPAGE)`). Each
+//! 2 MiB of that arena a service touches then becomes resident whole, so an idle service holds
+//! several times the heap it uses (`AnonHugePages` in `/proc/PID/smaps`). `bench/footprint.sh`
+//! prints the figures; those measured with huge pages on and off are in BENCHMARKS.md, “Memory:
+//! each service idle and at peak, and berth up”. Two switches take that away, each for the case the
+//! other misses:
 //!
 //! - the kit builds mimalloc with its `no_thp` feature (Cargo unifies features, so every binary's
 //!   allocator is built so), so the arena is never `madvise`d: enough where the kernel's

@@ -42,9 +42,11 @@ fn acceptable(value: &HeaderValue) -> bool {
 /// A new id: 32 lowercase hex digits, unique per request (an id names a request for tracing; it is
 /// not a secret). Each thread draws a random prefix and key once; an id is the prefix and the
 /// thread's call count, mixed with the key and scrambled (SplitMix64's finaliser, a bijection, so ids
-/// never repeat within a thread and do not read as a running count). A random UUID per request cost
-/// about 750 instructions (its generator), this about 100. The digits are owned by one shared
-/// allocation, so the clones the request, its answer and its task-local take cost no further one.
+/// never repeat within a thread and do not read as a running count). Not a random UUID per request:
+/// its generator costs several times the instructions of this, on every request (the counts:
+/// BENCHMARKS.md, “Instruction counts per request through the gateway (callgrind)”). The digits are
+/// owned by one shared allocation, so the clones the request, its answer and its task-local take
+/// cost no further one.
 pub(crate) fn make() -> HeaderValue {
     thread_local! {
         static STATE: Cell<(u64, u64, u64)> = {

@@ -11,9 +11,10 @@
 //!   service runs) and the forwarder; only the gateway's own routes (`/healthz`, `/readyz`, `/metrics`,
 //!   `/openapi.json`) and unknown paths go through the axum router.
 //!
-//! Measured with `bench/gateway.sh`, moving from axum's server and hyper-util's pooled client on
-//! tokio's multi-threaded runtime to this layout took the gateway from about 62% of nginx's
-//! requests/s to about 95%, at the same upstream. Upstream calls go over hyper's own HTTP/1.1 client
+//! Keep this layout rather than axum's server and hyper-util's pooled client on tokio's
+//! multi-threaded runtime: measured with `bench/gateway.sh` at the same upstream, the move to it is
+//! what brought the gateway close to nginx's requests/s (BENCHMARKS.md, “Gateway: direct vs Berth
+//! vs nginx vs HAProxy”). Upstream calls go over hyper's own HTTP/1.1 client
 //! connections (`hyper::client::conn::http1`), whose connection tasks run on the worker's runtime too.
 //!
 //! Connections are capped ([`Settings::max_connections`], by default well under the file limit,
@@ -26,8 +27,9 @@
 //! written and flushed and nothing more has come in, the connection's hyper state (its read and write
 //! buffers, the dispatcher) is dropped and the socket is only watched for readiness; the next bytes
 //! make a fresh hyper connection on the same socket. Keep-alive and pipelining are unchanged for the
-//! caller. Measured with `bench/connections.sh`, this took an idle connection from about 12.8 kB of
-//! the gateway's resident memory to what BENCHMARKS.md says.
+//! caller. Measured with `bench/connections.sh`, this is most of what an idle connection no longer
+//! holds in the gateway's resident memory (before and after: BENCHMARKS.md, “Connection memory:
+//! idle keep-alive and slow-loris connections, the gateway vs nginx”).
 //!
 //! A parked connection's task holds only the socket, its bookkeeping and one wait over readiness,
 //! the close signals and a deadline; what a served spell needs (hyper's connection, the service, the
@@ -40,8 +42,8 @@
 //! new task when its caller speaks, and sweeps the table for idle timeouts. The cap reaches a cold
 //! connection through its shared state ([`Closer`]): a close shuts its socket down, which the epoll
 //! reports. Measured with `bench/connections.sh`, this is what took an idle connection to the figure
-//! BENCHMARKS.md gives beside nginx's; a pause between calls shorter than [`COLD_AFTER`] never pays
-//! for the move (four `epoll_ctl` calls and a task).
+//! BENCHMARKS.md, “Connection memory: …”, gives beside nginx's; a pause between calls shorter than
+//! [`COLD_AFTER`] never pays for the move (four `epoll_ctl` calls and a task).
 //!
 //! A caller's connection that stalls (no request head completed and no answer written for the idle
 //! timeout, with no call of it being answered) is closed: that covers idle keep-alive connections and
@@ -386,8 +388,9 @@ impl Worker {
     ///
     /// Written as one poll function over the socket's readiness, the close signals and the
     /// deadline, rather than nested futures: its state is part of what every parked connection
-    /// holds (nested, the readiness and timer futures took about 650 bytes). The deadline is the
-    /// connection's call timer, idle between calls, so waiting costs no timer of its own.
+    /// holds, and nested readiness and timer futures would each add their own state to it (the
+    /// sizes measured: BENCHMARKS.md, “Connection memory: …”). The deadline is the connection's
+    /// call timer, idle between calls, so waiting costs no timer of its own.
     async fn parked(&self, io: &Watched) -> Parked {
         let caller = &io.caller;
         let idle = self.shared.idle_timeout;
@@ -1101,7 +1104,8 @@ mod tests {
     /// What a parked connection costs is mostly its task's future, held for as long as the caller
     /// stays connected: it must not carry a served spell's state (hyper's connection, the service,
     /// the stall timer's interval, nested readiness futures, the `async fn`'s own copies of its
-    /// arguments). It was 912 bytes with them (debug); 376 (debug) and 368 (release) now.
+    /// arguments). With them it was more than twice the bound this test sets (the sizes before and
+    /// after: BENCHMARKS.md, “Connection memory: …”).
     #[tokio::test]
     async fn a_parked_connections_task_holds_only_the_parked_state() {
         let dir = tempfile::tempdir().unwrap();

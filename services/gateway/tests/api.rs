@@ -12,7 +12,9 @@ use common::*;
 use gateway::routes::Scope;
 use service_kit::testing::eventually;
 
-/// (method, path, upstream index, needed scope) for every route of DESIGN.md.
+/// (method, path, upstream index, needed scope) for every route of the API tables of
+/// docs/design.md, and `/v1/orphans` (docs/architecture.md, “Routes”, lists every route the gateway
+/// forwards).
 const ROUTES: [(&str, &str, usize, Scope); 19] = [
     ("POST", "/v1/machines:create", 0, Scope::MachinesWrite),
     ("POST", "/v1/machines:initialize", 0, Scope::MachinesWrite),

@@ -1,5 +1,5 @@
-//! The HTTP API (DESIGN.md, "Machine driver API"): one handler per driver method, each documented in
-//! the OpenAPI document by its `#[utoipa::path]`.
+//! The HTTP API (docs/design.md, “Machine driver API”): one handler per driver method, each
+//! documented in the OpenAPI document by its `#[utoipa::path]`.
 //!
 //! Every error answer is problem+json carrying `machineCodesError`, the exact
 //! `machine codes error: code = [..] message = [..]` string MCM parses, including the answers to

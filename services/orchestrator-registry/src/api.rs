@@ -1,5 +1,5 @@
-//! The HTTP API (DESIGN.md, "Orchestrator registry API"), one handler per route, each documented in
-//! the OpenAPI document by its `#[utoipa::path]`.
+//! The HTTP API (docs/design.md, “Orchestrator registry API”), one handler per route, each
+//! documented in the OpenAPI document by its `#[utoipa::path]`.
 
 use std::sync::Arc;
 

@@ -37,8 +37,9 @@ use sqlx::sqlite::SqliteSynchronous;
 use sqlx::{Connection, Executor};
 use storage_ops::store::{Store, VolumeRow, now};
 
-/// The binary's allocator, so the figures are those of the service as it runs (glibc's malloc made
-/// each add some 90,000 instructions dearer under callgrind: an add allocates a few hundred times).
+/// The binary's allocator, so the figures are those of the service as it runs: an add allocates a
+/// few hundred times, so another allocator shows in them (glibc's malloc, measured: BENCHMARKS.md,
+/// “Storage: AddStorage vs raw SQLite, ListStorage pages”).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -375,8 +376,8 @@ async fn floor_create(
 /// The floor of a durable create over HTTP, with no Berth code: a bare axum route (no middleware)
 /// whose handler runs [`Floor::create`] on the blocking pool, called over keep-alive with
 /// AddStorage's body. What any HTTP service doing a crash-safe create could reach on this machine;
-/// with `registry`, what one that also asks a registry over HTTP first, as DESIGN's AddStorage
-/// must, could reach.
+/// with `registry`, what one that also asks a registry over HTTP first, as AddStorage must
+/// (docs/design.md, “Storage ops API”), could reach.
 struct FloorOverHttp {
     url: String,
     client: reqwest::Client,

@@ -1,6 +1,7 @@
-//! The HTTP API (DESIGN.md, "Storage ops API"), one handler per route, each documented in the OpenAPI
-//! document by its `#[utoipa::path]`. Handlers parse and validate at the edge, then hand domain values
-//! to [`Ops`], and turn what it fails with ([`OpsError`]) into the answer, in one place.
+//! The HTTP API (docs/design.md, “Storage ops API”), one handler per route, each documented in the
+//! OpenAPI document by its `#[utoipa::path]`. Handlers parse and validate at the edge, then hand
+//! domain values to [`Ops`], and turn what it fails with ([`OpsError`]) into the answer, in one
+//! place.
 
 use std::sync::Arc;
 use std::time::Duration;

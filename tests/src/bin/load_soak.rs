@@ -131,12 +131,11 @@ fn options() -> Result<Options, String> {
 
 /// Warm-up: a third of the run (200 s of the long form's 600), at least 60 s, at most half of it
 /// (so a short run still has samples after it to compare). A third, because that is how long the
-/// stack takes to reach its working size under this load: in the first 10-minute release soak,
-/// storage-ops' RSS rose from 21 to 26 MiB over its first 190 s (each of its SQLite connections
-/// fills a page cache of up to 2 MiB as the table and its indexes reach their steady size, with
-/// 200 volumes live and a quarter of a million made and deleted) and the gateway's from 15.7 to
-/// 17.7 MiB as its connections settled; from then to the end they moved 5 % and 9 %. Measured from
-/// 60 s, those first minutes read as +30 % and +22 %, a filling cache taken for a leak.
+/// stack takes to reach its working size under this load: storage-ops' RSS rises while each of its
+/// SQLite connections fills a page cache of up to 2 MiB as the table and its indexes reach their
+/// steady size, and the gateway's while its connections settle, then both level off. Measured from
+/// 60 s, that filling read as a leak (the figures of the soak that showed it: RELIABILITY.md,
+/// “Load”).
 fn warm_up(run: Duration) -> Duration {
     Duration::from_secs(60).max(run / 3).min(run / 2)
 }

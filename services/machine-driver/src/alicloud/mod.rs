@@ -1,5 +1,5 @@
 //! The `Alicloud` provider: MCM's Alicloud driver over Berth's own ECS client, with the fixes
-//! reference/mcm.md §4 and §10 ask for.
+//! docs/design.md, “The Alicloud driver, and what Berth changes”, lists.
 //!
 //! - CreateMachine is idempotent: it adopts the instance that already backs the machine (by
 //!   `spec.providerID`, else by name within the cluster's tag), and otherwise sends RunInstances with a

@@ -1,11 +1,12 @@
 //! The Alicloud provider spec (`MachineClass.providerSpec`), its validation, the secret's keys, and
 //! how they become a RunInstances request.
 //!
-//! Field names are those of MCM's `pkg/alicloud/apis/alicloud_provider_spec.go` (reference/mcm.md
-//! §3), `IoOptimized` with its capital I included; unknown fields are ignored, as Go's decoder does.
-//! The rules are the historical in-tree ones (MCM's deleted `alicloudmachineclass.go`), with their
-//! messages, plus what ECS itself would refuse later (enums, ranges, tag limits), so a bad class is
-//! an InvalidArgument naming the field instead of an ECS error minutes later.
+//! Field names are those of MCM's `pkg/alicloud/apis/alicloud_provider_spec.go` (docs/design.md,
+//! “The Alicloud provider spec”), `IoOptimized` with its capital I included; unknown fields are
+//! ignored, as Go's decoder does. The rules are the historical in-tree ones (MCM's deleted
+//! `alicloudmachineclass.go`), with their messages, plus what ECS itself would refuse later (enums,
+//! ranges, tag limits), so a bad class is an InvalidArgument naming the field instead of an ECS
+//! error minutes later.
 //!
 //! Two caller values pick where the driver connects: `providerSpec.region` and the region part of
 //! `machine.spec.providerID`. Both become a [`Region`] (ECS's region-id grammar) and must pass the

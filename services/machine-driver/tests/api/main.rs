@@ -1,7 +1,7 @@
 //! The machine-driver over real HTTP against the ECS emulator over real HTTP: the scenario
-//! suite, MCM's own Alicloud provider scenarios (reference/mcm.md §6), the negative paths of the AWS
-//! provider that apply here, 200 concurrent creates under injected faults, and a TRACE-level log
-//! capture that must never show a secret.
+//! suite, MCM's own Alicloud provider scenarios (docs/design.md, “MCM's own Alicloud scenarios”),
+//! the negative paths of the AWS provider that apply here, 200 concurrent creates under injected
+//! faults, and a TRACE-level log capture that must never show a secret.
 //!
 //! Each test spawns its own emulator (instant lifecycle) and its own driver on port 0, so tests run
 //! in parallel without sharing state. Backoffs are a few milliseconds, so retries cost little.

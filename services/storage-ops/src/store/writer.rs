@@ -248,9 +248,10 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
             ..
         } => {
             // Checked here, on the one writer, in the insert's transaction: concurrent adds in one
-            // namespace are counted one after another, so none squeezes past the quota. The count is
-            // a range of the key index, linear in the namespace's volumes (about 4 ms at 10,000 in
-            // one namespace, as the orchestrator's capacity sum below); a volume-count quota bounds
+            // namespace are counted one after another, so none squeezes past the quota. The count
+            // is a range of the key index, linear in the namespace's volumes, as the orchestrator's
+            // capacity sum below is in its volumes (both measured at 10,000: BENCHMARKS.md,
+            // “Storage: AddStorage vs raw SQLite, ListStorage pages”); a volume-count quota bounds
             // that itself, and with no quota set nothing is read.
             if *quota != NamespaceQuota::default() {
                 let (count, bytes): (i64, i64) = conn
