@@ -77,6 +77,8 @@ pub struct Stack {
     pub storage_ops: String,
     /// The machine driver's URL.
     pub machine_driver: String,
+    /// The machine controller's base URL.
+    pub machine_controller: String,
     /// The ECS emulator's URL.
     pub ecs: String,
     /// The emulator, for inspecting what the cloud holds.
@@ -162,12 +164,20 @@ impl Stack {
         let env = env
             .with("BERTH_MACHINE_DRIVER_URL", machine_driver.clone())
             .with("BERTH_STORAGE_OPS_URL", storage_ops.clone());
+        let machine_controller = serve(
+            build(machine_controller::build(
+                machine_controller::Config::from_env(&env).unwrap(),
+            ))
+            .await,
+        );
+        let env = env.with("BERTH_MACHINE_CONTROLLER_URL", machine_controller.clone());
         let gateway = serve(build(gateway::build(gateway::Config::from_env(&env).unwrap())).await);
         Stack {
             gateway,
             registry,
             storage_ops,
             machine_driver,
+            machine_controller,
             ecs,
             emulator,
             data,

@@ -24,10 +24,11 @@ const BLESS: &str = "BERTH_BLESS_OPENAPI=1 cargo test -p berth-tests --test open
 
 /// The documents, by their file name under `openapi/` (the service's name; the gateway's is the
 /// merged one).
-const DOCUMENTS: [&str; 4] = [
+const DOCUMENTS: [&str; 5] = [
     "machine-driver",
     "orchestrator-registry",
     "storage-ops",
+    "machine-controller",
     "gateway",
 ];
 
@@ -71,6 +72,7 @@ async fn served() -> Vec<(&'static str, Value)> {
             "machine-driver" => &stack.machine_driver,
             "orchestrator-registry" => &stack.registry,
             "storage-ops" => &stack.storage_ops,
+            "machine-controller" => &stack.machine_controller,
             _ => &stack.gateway,
         };
         let response = reqwest::get(format!("{base}/openapi.json"))

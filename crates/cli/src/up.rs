@@ -32,18 +32,21 @@ pub struct Ports {
     pub registry: u16,
     /// Storage ops.
     pub storage_ops: u16,
+    /// The machine controller.
+    pub machine_controller: u16,
     /// The ECS emulator.
     pub ecs_emulator: u16,
 }
 
 impl Ports {
-    /// B, B+1, B+2, B+3 and B+10.
+    /// B, B+1, B+2, B+3, B+4 and B+10.
     pub fn from_base(base: u16) -> Option<Ports> {
         Some(Ports {
             gateway: base,
             machine_driver: base.checked_add(1)?,
             registry: base.checked_add(2)?,
             storage_ops: base.checked_add(3)?,
+            machine_controller: base.checked_add(4)?,
             ecs_emulator: base.checked_add(10)?,
         })
     }
@@ -151,6 +154,10 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         .with("BERTH_REGISTRY_URL", url(ports.registry))
         .with("BERTH_STORAGE_OPS_URL", url(ports.storage_ops))
         .with("BERTH_MACHINE_DRIVER_URL", url(ports.machine_driver))
+        .with(
+            "BERTH_MACHINE_CONTROLLER_URL",
+            url(ports.machine_controller),
+        )
         .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
         .with("BERTH_ALICLOUD_ENDPOINT", format!("http://{emulator_addr}"));
     let env_for = |port: u16| shared.clone().with(vars::LISTEN, at(port));
@@ -161,6 +168,7 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         &env_for(ports.registry),
         &env_for(ports.storage_ops),
         &env_for(ports.machine_driver),
+        &env_for(ports.machine_controller),
     )?;
 
     let mut apps = Vec::new();
@@ -193,6 +201,12 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
             .await
             .map_err(under_port_base)?,
     ));
+    apps.push((
+        machine_controller::NAME,
+        machine_controller::build(configs.machine_controller)
+            .await
+            .map_err(under_port_base)?,
+    ));
     // Each service's head-read limit, as its own binary reads it (the gateway reads its own).
     let idle_timeout = base_env.duration_or(
         vars::IDLE_TIMEOUT,
@@ -203,14 +217,13 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     }
     // One process, one descriptor table: unless BERTH_MAX_CONNECTIONS says otherwise, the gateway
     // may spend half of the file limit (two descriptors per caller: its own and an upstream one)
-    // and each of the other four listeners an eighth, so no listener's callers can take the
+    // and each of the other five listeners a tenth, so no listener's callers can take the
     // descriptors another needs to accept.
     let max_connections = service_kit::server::max_connections(base_env)?;
     for (_, app) in &mut apps {
         app.idle_timeout = idle_timeout;
-        app.max_connections = Some(
-            max_connections.unwrap_or_else(|| service_kit::connections::default_cap(0.125, 1)),
-        );
+        app.max_connections =
+            Some(max_connections.unwrap_or_else(|| service_kit::connections::default_cap(0.1, 1)));
     }
     if configs.gateway.max_connections.is_none() {
         configs.gateway.max_connections = Some(service_kit::connections::default_cap(0.5, 2));
@@ -360,6 +373,8 @@ pub struct Configs {
     pub storage_ops: storage_ops::Config,
     /// The machine driver's.
     pub machine_driver: machine_driver::Config,
+    /// The machine controller's.
+    pub machine_controller: machine_controller::Config,
 }
 
 /// Reads every service's configuration from its environment. Storage-ops is told how long the
@@ -372,6 +387,7 @@ pub fn configure(
     registry_env: &Env,
     storage_ops_env: &Env,
     machine_driver_env: &Env,
+    machine_controller_env: &Env,
 ) -> Result<Configs, BoxError> {
     let gateway = gateway::Config::from_env(gateway_env)?;
     let storage_ops_env = storage_ops_env.clone().with(
@@ -382,6 +398,7 @@ pub fn configure(
         registry: orchestrator_registry::Config::from_env(registry_env)?,
         storage_ops: storage_ops::Config::from_env(&storage_ops_env)?,
         machine_driver: machine_driver::Config::from_env(machine_driver_env)?,
+        machine_controller: machine_controller::Config::from_env(machine_controller_env)?,
         gateway,
     })
 }
@@ -395,6 +412,7 @@ pub fn stack_variables() -> (Vec<&'static str>, Vec<service_kit::config::Renamed
         machine_driver::VARS,
         orchestrator_registry::VARS,
         storage_ops::VARS,
+        machine_controller::VARS,
         &EMULATOR_LIFECYCLE,
     ]
     .concat();
@@ -403,6 +421,7 @@ pub fn stack_variables() -> (Vec<&'static str>, Vec<service_kit::config::Renamed
         machine_driver::RENAMED,
         orchestrator_registry::RENAMED,
         storage_ops::RENAMED,
+        machine_controller::RENAMED,
     ]
     .concat();
     // Of the embedded emulator's settings, `berth up` reads only its lifecycle delays.
@@ -566,18 +585,20 @@ pub async fn run(args: UpArgs) -> ExitCode {
 }
 
 /// How many tiers [`stop_tier`] puts the services in.
-const STOP_TIERS: usize = 3;
+const STOP_TIERS: usize = 4;
 
-/// When a service stops on Ctrl-C: the gateway first, then the services it calls (storage-ops and
-/// the machine driver), then the ones they call (the registry, the ECS emulator). Each tier drains
-/// its in-flight requests before the next tier is told to stop, so a request accepted before the
-/// signal never finds a service it still needs already gone (stopped all at once, a volume add in
-/// flight could find the registry closed and be answered 503).
+/// When a service stops on Ctrl-C: the gateway first, then the services only it calls (storage-ops,
+/// the machine controller), then the machine driver the controller calls, then the registry and
+/// the ECS emulator. Each tier drains its in-flight requests before the next tier is
+/// told to stop, so a request accepted before the signal never finds a service it still needs
+/// already gone (stopped all at once, a volume add in flight could find the registry closed and be
+/// answered 503).
 fn stop_tier(name: &str) -> usize {
     match name {
         gateway::NAME => 0,
-        storage_ops::NAME | machine_driver::NAME => 1,
-        _ => 2,
+        storage_ops::NAME | machine_controller::NAME => 1,
+        machine_driver::NAME => 2,
+        _ => 3,
     }
 }
 
@@ -602,6 +623,8 @@ mod tests {
         for (caller, callee) in [
             (gateway::NAME, storage_ops::NAME),
             (gateway::NAME, machine_driver::NAME),
+            (gateway::NAME, machine_controller::NAME),
+            (machine_controller::NAME, machine_driver::NAME),
             (storage_ops::NAME, orchestrator_registry::NAME),
             (machine_driver::NAME, orchestrator_registry::NAME),
             (machine_driver::NAME, "ecs-emulator"),
@@ -648,7 +671,7 @@ mod tests {
         for (k, v) in extra {
             env = env.with(k, *v);
         }
-        configure(&env, &env, &env, &env)
+        configure(&env, &env, &env, &env, &env)
     }
 
     #[test]
@@ -738,7 +761,7 @@ mod tests {
         assert!(e.contains("BERTH_REGISTRY_TIMEOUT"), "{e}");
     }
 
-    /// A base port whose eleven ports are free now (the stack binds B..B+3 and B+10), below the
+    /// A base port whose eleven ports are free now (the stack binds B..B+4 and B+10), below the
     /// ephemeral range so no outgoing connection takes one meanwhile.
     fn free_port_base() -> u16 {
         let start = 20_000 + (std::process::id() % 500) as u16 * 20;
@@ -774,7 +797,7 @@ mod tests {
         let everywhere: std::net::IpAddr = "0.0.0.0".parse().unwrap();
         let loopback: std::net::IpAddr = "127.0.0.1".parse().unwrap();
         let gateway_only = addresses("0.0.0.0", false).await;
-        assert_eq!(gateway_only.len(), 5, "{gateway_only:?}");
+        assert_eq!(gateway_only.len(), 6, "{gateway_only:?}");
         for (name, addr) in &gateway_only {
             let expected = if *name == gateway::NAME {
                 everywhere

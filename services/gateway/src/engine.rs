@@ -277,7 +277,7 @@ impl AcceptBackoff {
 struct Worker {
     shared: Arc<Shared>,
     /// One pool per upstream, indexed by [`UpstreamId::index`].
-    pools: [Arc<ConnectionPool>; 3],
+    pools: [Arc<ConnectionPool>; 4],
     /// Cancelled when the worker stops: every connection of it closes.
     stop: CancellationToken,
     /// Connections idle for longer than [`COLD_AFTER`], without a task ([`Worker::cold_watch`]).

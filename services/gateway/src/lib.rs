@@ -66,6 +66,7 @@ pub const VARS: &[&str] = &[
     env_vars::MACHINE_DRIVER_URL,
     env_vars::REGISTRY_URL,
     env_vars::STORAGE_OPS_URL,
+    env_vars::MACHINE_CONTROLLER_URL,
     env_vars::UPSTREAM_TIMEOUT,
     env_vars::MACHINE_DRIVER_TIMEOUT,
     env_vars::TOKENS_FILE,
@@ -99,6 +100,8 @@ pub mod env_vars {
     pub const REGISTRY_URL: &str = "BERTH_REGISTRY_URL";
     /// Storage ops' base URL.
     pub const STORAGE_OPS_URL: &str = "BERTH_STORAGE_OPS_URL";
+    /// The machine controller's base URL.
+    pub const MACHINE_CONTROLLER_URL: &str = "BERTH_MACHINE_CONTROLLER_URL";
     /// How long the registry and storage ops may take to answer.
     pub const UPSTREAM_TIMEOUT: &str = "BERTH_UPSTREAM_TIMEOUT";
     /// How long the machine driver may take to answer (cloud calls are slow).
@@ -145,7 +148,7 @@ pub struct Config {
     /// The credential sent to the services.
     pub internal_token: Option<SecretString>,
     /// Upstream base URLs, in [`UpstreamId::ALL`] order.
-    pub upstream_urls: [String; 3],
+    pub upstream_urls: [String; 4],
     /// Time allowed to the registry and storage ops.
     pub upstream_timeout: Duration,
     /// Time allowed to the machine driver.
@@ -203,6 +206,7 @@ impl Config {
                 url(MACHINE_DRIVER_URL, 8081),
                 url(REGISTRY_URL, 8082),
                 url(STORAGE_OPS_URL, 8083),
+                url(MACHINE_CONTROLLER_URL, 8084),
             ],
             upstream_timeout,
             machine_driver_timeout,

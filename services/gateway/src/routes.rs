@@ -17,14 +17,17 @@ pub enum UpstreamId {
     Registry,
     /// storage-ops.
     StorageOps,
+    /// machine-controller.
+    MachineController,
 }
 
 impl UpstreamId {
     /// Every upstream.
-    pub const ALL: [UpstreamId; 3] = [
+    pub const ALL: [UpstreamId; 4] = [
         UpstreamId::MachineDriver,
         UpstreamId::Registry,
         UpstreamId::StorageOps,
+        UpstreamId::MachineController,
     ];
 
     /// Its position in [`UpstreamId::ALL`], which is how per-upstream state is laid out.
@@ -33,6 +36,7 @@ impl UpstreamId {
             UpstreamId::MachineDriver => 0,
             UpstreamId::Registry => 1,
             UpstreamId::StorageOps => 2,
+            UpstreamId::MachineController => 3,
         }
     }
 
@@ -42,6 +46,7 @@ impl UpstreamId {
             UpstreamId::MachineDriver => "machine-driver",
             UpstreamId::Registry => "orchestrator-registry",
             UpstreamId::StorageOps => "storage-ops",
+            UpstreamId::MachineController => "machine-controller",
         }
     }
 }
@@ -173,8 +178,38 @@ const fn route(
     }
 }
 
-/// Every route the gateway forwards. The driver's `:status`, `:list` and `volume-ids` are POSTs that
-/// only read, so they need `machines:read`.
+/// A machine controller collection: list (and watch) to read, POST to make.
+const fn stored_collection(template: &'static str) -> Route {
+    route(
+        template,
+        UpstreamId::MachineController,
+        &[
+            (Method::GET, Scope::MachinesRead),
+            (Method::POST, Scope::MachinesWrite),
+        ],
+        "GET, HEAD, POST",
+    )
+}
+
+/// One machine controller object: read, replace, patch, delete.
+const fn stored_object(template: &'static str) -> Route {
+    route(
+        template,
+        UpstreamId::MachineController,
+        &[
+            (Method::GET, Scope::MachinesRead),
+            (Method::PUT, Scope::MachinesWrite),
+            (Method::PATCH, Scope::MachinesWrite),
+            (Method::DELETE, Scope::MachinesWrite),
+        ],
+        "GET, HEAD, PUT, PATCH, DELETE",
+    )
+}
+
+/// Every route the gateway forwards. The driver's `:status`, `:list`, `volume-ids` and
+/// `machineclasses:check` are POSTs that only read, so they need `machines:read`. The machine
+/// controller's objects (secrets and classes among them) are read with `machines:read` and written
+/// with `machines:write`: a secret's values never come back out.
 const ROUTES: &[Route] = {
     use Scope::*;
     use UpstreamId::*;
@@ -223,6 +258,22 @@ const ROUTES: &[Route] = {
             &[(Method::GET, MachinesRead)],
             GET,
         ),
+        route(
+            "/v1/machineclasses:check",
+            MachineDriver,
+            &[(Method::POST, MachinesRead)],
+            POST,
+        ),
+        stored_collection("/v1/namespaces/{namespace}/secrets"),
+        stored_object("/v1/namespaces/{namespace}/secrets/{name}"),
+        stored_collection("/v1/namespaces/{namespace}/machineclasses"),
+        stored_object("/v1/namespaces/{namespace}/machineclasses/{name}"),
+        stored_collection("/v1/namespaces/{namespace}/machines"),
+        stored_object("/v1/namespaces/{namespace}/machines/{name}"),
+        stored_collection("/v1/namespaces/{namespace}/machinesets"),
+        stored_object("/v1/namespaces/{namespace}/machinesets/{name}"),
+        stored_collection("/v1/namespaces/{namespace}/machinedeployments"),
+        stored_object("/v1/namespaces/{namespace}/machinedeployments/{name}"),
         route(
             "/v1/kinds",
             Registry,

@@ -15,7 +15,7 @@ use service_kit::testing::eventually;
 /// (method, path, upstream index, needed scope) for every route of the API tables of
 /// docs/design.md, and `/v1/orphans` (docs/architecture.md, “Routes”, lists every route the gateway
 /// forwards).
-const ROUTES: [(&str, &str, usize, Scope); 19] = [
+const ROUTES: [(&str, &str, usize, Scope); 26] = [
     ("POST", "/v1/machines:create", 0, Scope::MachinesWrite),
     ("POST", "/v1/machines:initialize", 0, Scope::MachinesWrite),
     ("POST", "/v1/machines:delete", 0, Scope::MachinesWrite),
@@ -65,6 +65,43 @@ const ROUTES: [(&str, &str, usize, Scope); 19] = [
     ),
     ("DELETE", "/v1/volumes/default/data", 2, Scope::VolumesWrite),
     ("GET", "/v1/orphans", 2, Scope::VolumesRead),
+    ("POST", "/v1/machineclasses:check", 0, Scope::MachinesRead),
+    (
+        "GET",
+        "/v1/namespaces/default/machines",
+        3,
+        Scope::MachinesRead,
+    ),
+    (
+        "POST",
+        "/v1/namespaces/default/machines",
+        3,
+        Scope::MachinesWrite,
+    ),
+    (
+        "GET",
+        "/v1/namespaces/default/secrets/s",
+        3,
+        Scope::MachinesRead,
+    ),
+    (
+        "PUT",
+        "/v1/namespaces/default/machineclasses/c",
+        3,
+        Scope::MachinesWrite,
+    ),
+    (
+        "PATCH",
+        "/v1/namespaces/default/machinesets/s",
+        3,
+        Scope::MachinesWrite,
+    ),
+    (
+        "DELETE",
+        "/v1/namespaces/default/machinedeployments/d",
+        3,
+        Scope::MachinesWrite,
+    ),
 ];
 
 fn holder_of(scope: Scope) -> &'static str {

@@ -425,12 +425,12 @@ pub(crate) async fn delete(
 
 /// One kind's documented operations, each a line that hands the kind to the shared handler.
 macro_rules! kind_routes {
-    ($module:ident, $kind:expr, $schema:ty, $tag:tt, $collection:tt, $item:tt) => {
+    ($module:ident, $kind:expr, $schema:ty, $tag:tt, $singular:tt, $collection:tt, $item:tt) => {
         pub(crate) mod $module {
             use super::*;
 
             #[doc = concat!("Lists the namespace's ", $tag, "; with `watch=true`, streams their changes.")]
-            #[utoipa::path(get, path = $collection, tag = $tag,
+            #[utoipa::path(get, path = $collection, tag = $tag, operation_id = concat!("listNamespaced", $singular),
                 params(("namespace" = String, Path, description = "The namespace"), ListQuery),
                 responses(
                     (status = 200, description = "The list (`items`, `metadata.resourceVersion`), or with watch=true a stream of newline-delimited events `{type, object}`", content((Value = "application/json"), (Value = "application/x-ndjson"))),
@@ -443,7 +443,7 @@ macro_rules! kind_routes {
             }
 
             #[doc = concat!("Makes one of the namespace's ", $tag, ".")]
-            #[utoipa::path(post, path = $collection, tag = $tag,
+            #[utoipa::path(post, path = $collection, tag = $tag, operation_id = concat!("createNamespaced", $singular),
                 params(("namespace" = String, Path, description = "The namespace")),
                 request_body = $schema,
                 responses(
@@ -458,7 +458,7 @@ macro_rules! kind_routes {
             }
 
             #[doc = concat!("Reads one of the namespace's ", $tag, ".")]
-            #[utoipa::path(get, path = $item, tag = $tag,
+            #[utoipa::path(get, path = $item, tag = $tag, operation_id = concat!("readNamespaced", $singular),
                 params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
                 responses(
                     (status = 200, description = "The object", body = $schema),
@@ -469,7 +469,7 @@ macro_rules! kind_routes {
             }
 
             #[doc = concat!("Replaces (or makes) one of the namespace's ", $tag, "; `metadata.resourceVersion`, when sent, must be the current one.")]
-            #[utoipa::path(put, path = $item, tag = $tag,
+            #[utoipa::path(put, path = $item, tag = $tag, operation_id = concat!("replaceNamespaced", $singular),
                 params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
                 request_body = $schema,
                 responses(
@@ -485,7 +485,7 @@ macro_rules! kind_routes {
             }
 
             #[doc = concat!("Changes one of the namespace's ", $tag, " by a JSON merge patch (RFC 7386).")]
-            #[utoipa::path(patch, path = $item, tag = $tag,
+            #[utoipa::path(patch, path = $item, tag = $tag, operation_id = concat!("patchNamespaced", $singular),
                 params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
                 request_body(content = Value, content_type = "application/merge-patch+json"),
                 responses(
@@ -500,7 +500,7 @@ macro_rules! kind_routes {
             }
 
             #[doc = concat!("Deletes one of the namespace's ", $tag, ": at once, or once its finalizers are done (its VM deleted, what it owns gone).")]
-            #[utoipa::path(delete, path = $item, tag = $tag,
+            #[utoipa::path(delete, path = $item, tag = $tag, operation_id = concat!("deleteNamespaced", $singular),
                 params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
                 responses(
                     (status = 200, description = "Deleted, or marked (metadata.deletionTimestamp) until its finalizers are done", body = $schema),
@@ -519,6 +519,7 @@ kind_routes!(
     Kind::Secret,
     domain::resources::SecretResource,
     "secrets",
+    "Secret",
     "/v1/namespaces/{namespace}/secrets",
     "/v1/namespaces/{namespace}/secrets/{name}"
 );
@@ -527,6 +528,7 @@ kind_routes!(
     Kind::MachineClass,
     domain::MachineClass,
     "machineclasses",
+    "MachineClass",
     "/v1/namespaces/{namespace}/machineclasses",
     "/v1/namespaces/{namespace}/machineclasses/{name}"
 );
@@ -535,6 +537,7 @@ kind_routes!(
     Kind::Machine,
     domain::resources::MachineResource,
     "machines",
+    "Machine",
     "/v1/namespaces/{namespace}/machines",
     "/v1/namespaces/{namespace}/machines/{name}"
 );
@@ -543,6 +546,7 @@ kind_routes!(
     Kind::MachineSet,
     domain::resources::MachineSet,
     "machinesets",
+    "MachineSet",
     "/v1/namespaces/{namespace}/machinesets",
     "/v1/namespaces/{namespace}/machinesets/{name}"
 );
@@ -551,6 +555,7 @@ kind_routes!(
     Kind::MachineDeployment,
     domain::resources::MachineDeployment,
     "machinedeployments",
+    "MachineDeployment",
     "/v1/namespaces/{namespace}/machinedeployments",
     "/v1/namespaces/{namespace}/machinedeployments/{name}"
 );

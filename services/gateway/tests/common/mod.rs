@@ -50,7 +50,7 @@ pub async fn upstream(name: &'static str) -> (TestServer, Seen) {
 
 pub struct Harness {
     pub url: String,
-    pub seen: [Seen; 3],
+    pub seen: [Seen; 4],
     pub upstreams: Vec<TestServer>,
     /// Starts the gateway's shutdown.
     pub stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -95,6 +95,7 @@ pub async fn spawn_gateway_with(
     let (md, md_seen) = upstream("machine-driver").await;
     let (reg, reg_seen) = upstream("orchestrator-registry").await;
     let (so, so_seen) = upstream("storage-ops").await;
+    let (mc, mc_seen) = upstream("machine-controller").await;
     let dir = tempfile::tempdir().unwrap();
     let mut tokens: Vec<String> = TOKENS
         .iter()
@@ -112,6 +113,7 @@ pub async fn spawn_gateway_with(
             "BERTH_STORAGE_OPS_URL",
             storage_ops.unwrap_or_else(|| so.url.clone()),
         )
+        .with("BERTH_MACHINE_CONTROLLER_URL", mc.url.clone())
         .with("BERTH_UPSTREAM_TIMEOUT", "300ms")
         .with("BERTH_MACHINE_DRIVER_TIMEOUT", "300ms")
         .with("BERTH_RATE_LIMIT_RPS", "0")
@@ -129,8 +131,8 @@ pub async fn spawn_gateway_with(
     }));
     Harness {
         url,
-        seen: [md_seen, reg_seen, so_seen],
-        upstreams: vec![md, reg, so],
+        seen: [md_seen, reg_seen, so_seen, mc_seen],
+        upstreams: vec![md, reg, so, mc],
         stop: Some(stop),
         served,
         dir,

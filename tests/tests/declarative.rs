@@ -1,0 +1,242 @@
+//! Declarative machines through the gateway (issue 33): a tenant's secret, class and deployment
+//! reach Running on the stack's ECS emulator; another tenant can neither see nor touch them by any
+//! route, nor watch them; and a watch outlives the gateway's upstream timeout, kept open by
+//! bookmarks.
+
+use std::time::{Duration, Instant};
+
+use berth_tests::{ECS_KEY_ID, ECS_KEY_SECRET, Stack};
+use serde_json::{Value, json};
+
+const OWNER: &str = "tok-tenant-a";
+const INTRUDER: &str = "tok-tenant-b";
+const NS: &str = "tenant-a";
+
+async fn send(
+    stack: &Stack,
+    method: &str,
+    path: &str,
+    token: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut request = stack.call(method, path, Some(token));
+    if let Some(body) = body {
+        let kind = if method == "PATCH" {
+            "application/merge-patch+json"
+        } else {
+            "application/json"
+        };
+        request = request.header("content-type", kind).body(body.to_string());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+fn class() -> Value {
+    json!({
+        "metadata": {"name": "small"},
+        "provider": "Alicloud",
+        "providerSpec": {
+            "imageID": "m-image", "instanceType": "ecs.g6.large", "region": "cn-shanghai",
+            "zoneID": "cn-shanghai-b", "securityGroupID": "sg-1", "vSwitchID": "vsw-1", "keyPairName": "kp",
+            "tags": {"kubernetes.io/cluster/tenant-a": "1", "kubernetes.io/role/node": "1"}
+        },
+        "secretRef": {"name": "cloud"}
+    })
+}
+
+#[tokio::test]
+async fn a_tenants_deployment_runs_and_no_other_tenant_reaches_it() {
+    let stack = Stack::spawn(&[("BERTH_CONTROLLER_RESYNC", "300ms")]).await;
+    let base = format!("/v1/namespaces/{NS}");
+    let (status, body) = send(
+        &stack,
+        "POST",
+        &format!("{base}/secrets"),
+        OWNER,
+        Some(json!({"metadata": {"name": "cloud"}, "stringData": {
+            "alicloudAccessKeyID": ECS_KEY_ID, "alicloudAccessKeySecret": ECS_KEY_SECRET}})),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = send(
+        &stack,
+        "POST",
+        &format!("{base}/machineclasses"),
+        OWNER,
+        Some(class()),
+    )
+    .await;
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = send(&stack, "POST", &format!("{base}/machinedeployments"), OWNER, Some(json!({
+        "metadata": {"name": "pool", "labels": {"team": "a"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"pool": "p"}},
+            "template": {"metadata": {"labels": {"pool": "p"}}, "spec": {"class": {"name": "small"}}}}
+    }))).await;
+    assert_eq!(status, 201, "{body}");
+    let uid = body["metadata"]["uid"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, d) = send(
+            &stack,
+            "GET",
+            &format!("{base}/machinedeployments/pool"),
+            OWNER,
+            None,
+        )
+        .await;
+        if d["status"]["readyReplicas"] == 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not Running in time: {d}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(stack.emulator.instance_count(), 3);
+    // The other tenant: every route answers as if nothing were there, and leaks nothing.
+    for plural in [
+        "secrets",
+        "machineclasses",
+        "machinedeployments",
+        "machinesets",
+        "machines",
+    ] {
+        let (status, list) = send(&stack, "GET", &format!("{base}/{plural}"), INTRUDER, None).await;
+        assert_eq!(
+            (status, list["items"].clone()),
+            (200, json!([])),
+            "{plural}: {list}"
+        );
+        let watch = stack
+            .call(
+                "GET",
+                &format!("{base}/{plural}?watch=true&timeoutSeconds=1"),
+                Some(INTRUDER),
+            )
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            !watch.contains("ADDED") && !watch.contains(&uid),
+            "{plural}: {watch}"
+        );
+    }
+    for (method, path, body) in [
+        ("GET", format!("{base}/machinedeployments/pool"), None),
+        (
+            "PUT",
+            format!("{base}/machinedeployments/pool"),
+            Some(json!({"spec": {"replicas": 0}})),
+        ),
+        (
+            "PATCH",
+            format!("{base}/machinedeployments/pool"),
+            Some(json!({"spec": {"replicas": 0}})),
+        ),
+        ("DELETE", format!("{base}/machinedeployments/pool"), None),
+        ("DELETE", format!("{base}/secrets/cloud"), None),
+        (
+            "PATCH",
+            format!("{base}/secrets/cloud"),
+            Some(json!({"stringData": {"alicloudAccessKeyID": "mine"}})),
+        ),
+        (
+            "POST",
+            format!("{base}/secrets"),
+            Some(json!({"metadata": {"name": "planted"}, "stringData": {"k": "v"}})),
+        ),
+    ] {
+        let (status, answer) = send(&stack, method, &path, INTRUDER, body).await;
+        assert!(
+            status == 404 || status == 400,
+            "{method} {path}: {status} {answer}"
+        );
+        let text = answer.to_string();
+        assert!(
+            !text.contains(&uid) && !text.contains("team"),
+            "{method} {path}: {text}"
+        );
+    }
+    let (_, d) = send(
+        &stack,
+        "GET",
+        &format!("{base}/machinedeployments/pool"),
+        OWNER,
+        None,
+    )
+    .await;
+    assert_eq!(d["spec"]["replicas"], 3, "{d}");
+    assert!(d["metadata"]["deletionTimestamp"].is_null(), "{d}");
+    // The owner deletes: the VMs go, then the deployment.
+    let (status, _) = send(
+        &stack,
+        "DELETE",
+        &format!("{base}/machinedeployments/pool"),
+        OWNER,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while stack.emulator.instance_count() > 0
+        || send(
+            &stack,
+            "GET",
+            &format!("{base}/machinedeployments/pool"),
+            OWNER,
+            None,
+        )
+        .await
+        .0 != 404
+    {
+        assert!(Instant::now() < deadline, "not deleted in time");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_watch_through_the_gateway_outlives_its_upstream_timeout() {
+    let stack = Stack::spawn(&[
+        ("BERTH_UPSTREAM_TIMEOUT", "1s"),
+        ("BERTH_WATCH_HEARTBEAT", "200ms"),
+    ])
+    .await;
+    let path = format!("/v1/namespaces/{NS}/secrets?watch=true&timeoutSeconds=3");
+    let started = Instant::now();
+    let mut response = stack.call("GET", &path, Some(OWNER)).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let mut text = Vec::new();
+    let mut made = false;
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        text.extend_from_slice(&chunk);
+        if !made && started.elapsed() > Duration::from_millis(1500) {
+            made = true;
+            let (status, _) = send(
+                &stack,
+                "POST",
+                &format!("/v1/namespaces/{NS}/secrets"),
+                OWNER,
+                Some(json!({"metadata": {"name": "late"}, "stringData": {"k": "v"}})),
+            )
+            .await;
+            assert_eq!(status, 201);
+        }
+    }
+    assert!(
+        started.elapsed() >= Duration::from_millis(2900),
+        "ended after {:?}",
+        started.elapsed()
+    );
+    let text = String::from_utf8(text).unwrap();
+    assert!(
+        text.lines().filter(|l| l.contains("BOOKMARK")).count() >= 5,
+        "{text}"
+    );
+    assert!(
+        text.contains("\"ADDED\"") && text.contains("\"late\""),
+        "{text}"
+    );
+}
