@@ -157,8 +157,17 @@ pub enum Command {
     /// Register, inspect and remove the orchestrators that hold volumes.
     #[command(visible_aliases = ["orchestrators", "orch"])]
     Orchestrator(Group<OrchestratorCommand>),
-    /// Show volumes or orchestrators, kubectl-style: `berth get volumes`, `berth get volume data`.
+    /// Show volumes, orchestrators, or what the machine controller keeps (machines, machine sets and
+    /// deployments, classes, secrets), kubectl-style: `berth get volumes`, `berth get machine w-1`.
     Get(Group<GetCommand>),
+    /// Make or update machine-controller objects from YAML or JSON files (what `get -o yaml` prints).
+    Apply(Call<ApplyArgs>),
+    /// Delete a machine-controller object: `berth delete machinedeployment pool`.
+    Delete(Call<DeleteArgs>),
+    /// Set how many machines a machine set or deployment keeps.
+    Scale(Call<ScaleArgs>),
+    /// Follow a machine deployment's roll.
+    Rollout(Group<RolloutCommand>),
     /// Make tokens for the gateway.
     #[command(subcommand)]
     Token(TokenCommand),
@@ -181,6 +190,21 @@ pub struct Group<C: Subcommand> {
     /// The subcommand.
     #[command(subcommand)]
     pub command: C,
+}
+
+/// A command without subcommands that talks to the gateway: its connection and output options, and
+/// its own arguments.
+#[derive(Debug, clap::Args)]
+pub struct Call<A: clap::Args> {
+    /// How to reach the gateway.
+    #[command(flatten)]
+    pub connection: Connection,
+    /// How to print.
+    #[command(flatten)]
+    pub format: Format,
+    /// Its arguments.
+    #[command(flatten)]
+    pub command: A,
 }
 
 /// `berth up`.
@@ -254,6 +278,18 @@ pub enum MachineCommand {
     List(MachineFiles),
     /// List the cloud providers machines can be made on.
     Providers,
+    /// Show a machine the machine controller keeps, by its name alone (`berth apply` made it, or a
+    /// machine set did).
+    Get {
+        /// The machine's name.
+        name: String,
+        /// The namespace (default: `default`).
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// After showing it, keep printing its changes until interrupted (Ctrl-C).
+        #[arg(short, long)]
+        watch: bool,
+    },
     /// Show the cloud volume ids behind persistent volumes (the ones the provider can map).
     VolumeIds {
         /// YAML or JSON files holding PersistentVolumes (`kind: PersistentVolume`), bare
@@ -427,6 +463,51 @@ pub enum GetCommand {
         #[command(flatten)]
         query: VolumeQuery,
     },
+    /// Machines the machine controller keeps: one by name, or a list.
+    #[command(visible_aliases = ["machine", "mach"])]
+    Machines {
+        /// Show this one instead of a list.
+        name: Option<String>,
+        /// Which ones.
+        #[command(flatten)]
+        query: ObjectQuery,
+    },
+    /// Machine sets: one by name, or a list.
+    #[command(visible_aliases = ["machineset", "ms"])]
+    Machinesets {
+        /// Show this one instead of a list.
+        name: Option<String>,
+        /// Which ones.
+        #[command(flatten)]
+        query: ObjectQuery,
+    },
+    /// Machine deployments: one by name, or a list.
+    #[command(visible_aliases = ["machinedeployment", "md"])]
+    Machinedeployments {
+        /// Show this one instead of a list.
+        name: Option<String>,
+        /// Which ones.
+        #[command(flatten)]
+        query: ObjectQuery,
+    },
+    /// Machine classes: one by name, or a list.
+    #[command(visible_aliases = ["machineclass", "mcc"])]
+    Machineclasses {
+        /// Show this one instead of a list.
+        name: Option<String>,
+        /// Which ones.
+        #[command(flatten)]
+        query: ObjectQuery,
+    },
+    /// Secrets (their keys; values are never shown): one by name, or a list.
+    #[command(visible_aliases = ["secret"])]
+    Secrets {
+        /// Show this one instead of a list.
+        name: Option<String>,
+        /// Which ones.
+        #[command(flatten)]
+        query: ObjectQuery,
+    },
     /// Orchestrators: one by name, or a list.
     #[command(visible_aliases = ["orchestrator", "orch"])]
     Orchestrators {
@@ -435,6 +516,85 @@ pub enum GetCommand {
         /// After listing, keep printing changes until interrupted (Ctrl-C).
         #[arg(short, long)]
         watch: bool,
+    },
+}
+
+/// Which machine-controller objects, and where.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ObjectQuery {
+    /// The namespace (default: `default`).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+    /// A label selector (`pool=workers`).
+    #[arg(short = 'l', long)]
+    pub selector: Option<String>,
+    /// After showing, keep printing changes (from the server's watch) until interrupted (Ctrl-C).
+    #[arg(short, long)]
+    pub watch: bool,
+}
+
+/// `KIND/NAME`, or `KIND NAME`: one machine-controller object.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ObjectRef {
+    /// The kind (machine, machineset/ms, machinedeployment/md, machineclass/mcc, secret), or
+    /// `kind/name`.
+    pub target: String,
+    /// The name, when not given as `kind/name`.
+    pub name: Option<String>,
+    /// The namespace (default: `default`).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+}
+
+/// `berth apply`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApplyArgs {
+    /// YAML or JSON files of Secret, MachineClass, Machine, MachineSet and MachineDeployment objects
+    /// (several per file, separated by `---`).
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// The namespace of objects that name none (default: `default`).
+    #[arg(short, long)]
+    pub namespace: Option<String>,
+}
+
+/// `berth delete`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DeleteArgs {
+    /// Which object.
+    #[command(flatten)]
+    pub object: ObjectRef,
+    /// An object that is not there is no error.
+    #[arg(long)]
+    pub ignore_not_found: bool,
+    /// Waiting until it is gone (its VMs deleted first).
+    #[command(flatten)]
+    pub wait: Wait,
+}
+
+/// `berth scale`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ScaleArgs {
+    /// Which machine set or deployment.
+    #[command(flatten)]
+    pub object: ObjectRef,
+    /// How many machines it keeps.
+    #[arg(long)]
+    pub replicas: u32,
+}
+
+/// `berth rollout …`.
+#[derive(Debug, Subcommand)]
+pub enum RolloutCommand {
+    /// Wait until a machine deployment's machines are all of its current template and available,
+    /// printing its progress.
+    Status {
+        /// Which deployment (`machinedeployment/NAME`, `md NAME`).
+        #[command(flatten)]
+        object: ObjectRef,
+        /// How long to wait before giving up (exit 3).
+        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        timeout: Duration,
     },
 }
 

@@ -83,6 +83,39 @@ pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
             })
             .await
         }
+        Command::Apply(group) => {
+            connected(&group.connection, &mut context, |ctx| async move {
+                commands::objects::apply(&ctx, &group.command).await
+            })
+            .await
+        }
+        Command::Delete(group) => {
+            if !group.command.wait.wait {
+                context.wait_for = Some("until it is gone");
+            }
+            connected(&group.connection, &mut context, |ctx| async move {
+                commands::objects::delete(&ctx, group.format.output(), &group.command).await
+            })
+            .await
+        }
+        Command::Scale(group) => {
+            connected(&group.connection, &mut context, |ctx| async move {
+                let args = &group.command;
+                commands::objects::scale(&ctx, group.format.output(), &args.object, args.replicas)
+                    .await
+            })
+            .await
+        }
+        Command::Rollout(group) => {
+            connected(&group.connection, &mut context, |ctx| async move {
+                match &group.command {
+                    args::RolloutCommand::Status { object, timeout } => {
+                        commands::objects::rollout_status(&ctx, object, *timeout).await
+                    }
+                }
+            })
+            .await
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -153,9 +186,24 @@ where
     command(ctx).await
 }
 
-/// `berth get volumes|orchestrators [NAME]`: a name shows one, no name lists.
+/// `berth get KIND [NAME]`: a name shows one, no name lists.
 async fn get(ctx: &Ctx, output: args::Output, command: &GetCommand) -> Result<(), CliError> {
+    use domain::resources::Kind;
     match command {
+        GetCommand::Machines { name, query }
+        | GetCommand::Machinesets { name, query }
+        | GetCommand::Machinedeployments { name, query }
+        | GetCommand::Machineclasses { name, query }
+        | GetCommand::Secrets { name, query } => {
+            let kind = match command {
+                GetCommand::Machines { .. } => Kind::Machine,
+                GetCommand::Machinesets { .. } => Kind::MachineSet,
+                GetCommand::Machinedeployments { .. } => Kind::MachineDeployment,
+                GetCommand::Machineclasses { .. } => Kind::MachineClass,
+                _ => Kind::Secret,
+            };
+            commands::objects::get(ctx, output, kind, name.as_deref(), query).await
+        }
         GetCommand::Volumes { name, query } => {
             let storage = client::storage::Client::new(ctx.client());
             match name {

@@ -19,6 +19,7 @@
 //! - [`registry`]: the orchestrator-registry API.
 //! - [`storage`]: the storage-ops API.
 //! - [`machines`]: the machine-driver API.
+//! - [`controller`]: the machine-controller API (stored objects and their watch).
 
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub mod controller;
 pub mod machines;
 pub mod registry;
 pub mod storage;
@@ -391,6 +393,32 @@ pub(crate) async fn decode_error(response: reqwest::Response) -> ClientError {
         }),
         retry_after,
     }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters, so a bad name reaches the service
+/// as one segment (and is refused there, naming it) instead of changing the route.
+pub(crate) fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `?k=v&…` of `pairs`, each value percent-encoded (empty when there are none).
+pub(crate) fn query_string(pairs: &[(&str, String)]) -> String {
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let joined: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}={}", encode(v)))
+        .collect();
+    format!("?{}", joined.join("&"))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use domain::volume::ReclaimPolicy;
 use domain::{DeleteResult, OrphanList, Volume, VolumeList, VolumeProvisionerProfile, VolumeStats};
 use reqwest::{Method, StatusCode};
 
-use crate::{ApiClient, ClientError};
+use crate::{ApiClient, ClientError, encode, query_string};
 
 /// A typed client of this API.
 pub type Client = ApiClient<StorageOpsApi>;
@@ -144,33 +144,9 @@ impl Client {
     }
 }
 
-/// Percent-encodes everything but RFC 3986's unreserved characters, so a bad name reaches the service
-/// as one segment (and is refused there, naming it) instead of changing the route.
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
+/// A volume's path, each segment percent-encoded ([`encode`]).
 fn item_path(namespace: &str, name: &str, suffix: &str) -> String {
     format!("/v1/volumes/{}/{}{suffix}", encode(namespace), encode(name))
-}
-
-fn query_string(pairs: &[(&str, String)]) -> String {
-    if pairs.is_empty() {
-        return String::new();
-    }
-    let joined: Vec<String> = pairs
-        .iter()
-        .map(|(k, v)| format!("{k}={}", encode(v)))
-        .collect();
-    format!("?{}", joined.join("&"))
 }
 
 #[cfg(test)]

@@ -135,6 +135,19 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &MachineCommand) -> Result
     let output = format.output();
     let files = match command {
         MachineCommand::Providers => return providers(&machines, output).await,
+        MachineCommand::Get {
+            name,
+            namespace,
+            watch,
+        } => {
+            let query = crate::args::ObjectQuery {
+                namespace: namespace.clone(),
+                selector: None,
+                watch: *watch,
+            };
+            let kind = domain::resources::Kind::Machine;
+            return super::objects::get(ctx, output, kind, Some(name), &query).await;
+        }
         MachineCommand::VolumeIds { files } => {
             let specs = pv_specs(files)?;
             let ids = machines.volume_ids(&specs).await?;
@@ -275,7 +288,10 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &MachineCommand) -> Result
                 vec![vec![name.clone(), r.last_known_state.clone()]],
             )
         }
-        MachineCommand::List(_) | MachineCommand::Providers | MachineCommand::VolumeIds { .. } => {
+        MachineCommand::List(_)
+        | MachineCommand::Providers
+        | MachineCommand::VolumeIds { .. }
+        | MachineCommand::Get { .. } => {
             unreachable!("handled above")
         }
     };

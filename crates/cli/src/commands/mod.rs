@@ -4,9 +4,12 @@
 //! - this file: [`CliError`] and its exit codes and hints, [`Ctx`] (the checked connection), reading
 //!   YAML/JSON input files, and [`until`], the one loop every `--wait` runs.
 //! - [`machine`], [`volume`], [`orchestrator`], [`token`]: one module per command family.
-//! - [`watch`]: `--watch`, polling and printing what changed.
+//! - [`objects`]: what the machine controller keeps: `get`, `apply`, `delete`, `scale`, `rollout
+//!   status`, following the server's watch.
+//! - [`watch`]: `--watch` of volumes and orchestrators, polling and printing what changed.
 
 pub mod machine;
+pub mod objects;
 pub mod orchestrator;
 pub mod token;
 pub mod volume;
@@ -208,6 +211,8 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
 pub struct Ctx {
     /// The gateway's base URL, normalised (`http://host:port`).
     pub server: String,
+    /// How long one call may take (`--request-timeout`); a watch's streams end before it.
+    pub request_timeout: std::time::Duration,
     client: ServiceClient,
 }
 
@@ -232,7 +237,11 @@ impl Ctx {
                 propagation: None,
             },
         );
-        Ok(Ctx { server, client })
+        Ok(Ctx {
+            server,
+            client,
+            request_timeout: connection.request_timeout,
+        })
     }
 
     /// The shared client for the typed ones.
