@@ -115,8 +115,27 @@ pub async fn machine_driver(ecs_url: &str) -> Running {
     }
 }
 
-/// The gateway in front of the three services at the given URLs, with `berth_tests`' tokens.
-pub async fn gateway(machine_driver: &str, registry: &str, storage_ops: &str) -> Running {
+/// The machine controller, calling the machine driver at `driver_url`.
+pub async fn machine_controller(driver_url: &str) -> Running {
+    let data = data_dir();
+    let env = base_env(&data).with("BERTH_MACHINE_DRIVER_URL", driver_url);
+    let config = machine_controller::Config::from_env(&env).expect("machine-controller config");
+    let app = machine_controller::build(config)
+        .await
+        .expect("the machine controller builds");
+    Running {
+        url: serve(app),
+        data,
+    }
+}
+
+/// The gateway in front of the four services at the given URLs, with `berth_tests`' tokens.
+pub async fn gateway(
+    machine_driver: &str,
+    registry: &str,
+    storage_ops: &str,
+    machine_controller: &str,
+) -> Running {
     let data = data_dir();
     let tokens: Vec<String> = berth_tests::TOKENS
         .iter()
@@ -131,7 +150,8 @@ pub async fn gateway(machine_driver: &str, registry: &str, storage_ops: &str) ->
         .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
         .with("BERTH_MACHINE_DRIVER_URL", machine_driver)
         .with("BERTH_REGISTRY_URL", registry)
-        .with("BERTH_STORAGE_OPS_URL", storage_ops);
+        .with("BERTH_STORAGE_OPS_URL", storage_ops)
+        .with("BERTH_MACHINE_CONTROLLER_URL", machine_controller);
     let config = gateway::Config::from_env(&env).expect("gateway config");
     let app = gateway::build(config).await.expect("the gateway builds");
     Running {

@@ -2,7 +2,8 @@
 //! one machine set per template, named `<deployment>-<hash>`, where the hash covers the template
 //! and its class's generation, so changing either rolls the machines.
 //!
-//! RollingUpdate: the new set grows while all sets together stay within `replicas + maxSurge`;
+//! RollingUpdate: the new set grows while all sets' machines together (those being deleted too,
+//! which still hold their VMs) stay within `replicas + maxSurge`;
 //! old sets shrink while the available machines stay at least `replicas - maxUnavailable` (their
 //! machines not running go first, as they count for nothing). Recreate: old sets go to zero, and
 //! once their machines are gone the new set grows. An old set at zero with no machine left is
@@ -79,9 +80,14 @@ pub async fn reconcile(
         .copied()
         .collect();
     if let Some(current) = &current {
+        // Machines being deleted still hold their VMs: the surge counts every machine there is.
+        let mut existing = 0u32;
+        for set in &sets {
+            existing += store.owned(Kind::Machine, &set.metadata.uid).await?.len() as u32;
+        }
         match deployment.spec.strategy.strategy_type {
             StrategyType::RollingUpdate => {
-                roll(store, namespace, &deployment, current, &olds).await?
+                roll(store, namespace, &deployment, current, &olds, existing).await?
             }
             StrategyType::Recreate => recreate(store, namespace, want, current, &olds).await?,
         }
@@ -281,6 +287,7 @@ async fn roll(
     deployment: &MachineDeployment,
     current: &MachineSet,
     olds: &[&MachineSet],
+    existing: u32,
 ) -> Result<(), StoreError> {
     let want = deployment.spec.replicas;
     let (surge, unavailable) = deployment.spec.strategy.bounds(want);
@@ -289,8 +296,9 @@ async fn roll(
         // Nothing to roll from: the current set is simply the deployment's size.
         return scale(store, namespace, current, want).await;
     }
-    // Grow the new set within the surge.
-    let total = old_total + current.spec.replicas;
+    // Grow the new set within the surge, counting machines that are there but no set wants any
+    // more (their VMs are being deleted).
+    let total = (old_total + current.spec.replicas).max(existing);
     let room = (want + surge).saturating_sub(total);
     let grown = (current.spec.replicas + room).min(want);
     scale(store, namespace, current, grown).await?;

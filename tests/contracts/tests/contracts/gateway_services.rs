@@ -1,4 +1,5 @@
-//! gateway → machine-driver, orchestrator-registry, storage-ops: what the gateway forwards.
+//! gateway → machine-driver, orchestrator-registry, storage-ops, machine-controller: what the
+//! gateway forwards.
 //!
 //! The consumer is the real gateway, its three upstream URLs pointing at Pact mock servers; a
 //! caller with a user token and its own trace context drives each route through it. The pacts say
@@ -230,6 +231,64 @@ fn storage_calls() -> Vec<Call> {
     ]
 }
 
+/// The machine controller's routes, through one kind (secrets need no driver behind the provider;
+/// every kind shares the routes' handling).
+fn controller_calls() -> Vec<Call> {
+    const ITEM: &str = "/v1/namespaces/default/secrets/contract-secret";
+    let secret = json!({"metadata": {"name": "contract-secret"}, "stringData": {"k": "v"}});
+    vec![
+        call(
+            "make a secret",
+            Some("no secret contract-secret"),
+            "POST",
+            "/v1/namespaces/default/secrets",
+            Some(secret.clone()),
+            201,
+        ),
+        call(
+            "read a secret",
+            Some("secret contract-secret exists"),
+            "GET",
+            ITEM,
+            None,
+            200,
+        ),
+        call(
+            "list machines",
+            None,
+            "GET",
+            "/v1/namespaces/default/machines",
+            None,
+            200,
+        ),
+        call(
+            "replace a secret",
+            Some("secret contract-secret exists"),
+            "PUT",
+            ITEM,
+            Some(secret),
+            200,
+        ),
+        call(
+            "label a secret",
+            Some("secret contract-secret exists"),
+            "PATCH",
+            ITEM,
+            Some(json!({"metadata": {"labels": {"team": "a"}}})),
+            200,
+        ),
+        call(
+            "delete a secret",
+            Some("secret contract-secret exists"),
+            "DELETE",
+            ITEM,
+            None,
+            200,
+        ),
+        call("ask readiness", None, "GET", "/readyz", None, 200),
+    ]
+}
+
 /// The pact the gateway has with `provider`, one interaction per call.
 fn pact_for(provider: &str, calls: &[Call], out: &std::path::Path) -> PactBuilder {
     let mut pact = PactBuilder::new_v4(CONSUMER, provider);
@@ -270,6 +329,7 @@ async fn consumer_gateway_forwards_every_route_to_its_service() {
         ("machine-driver", machine_calls()),
         ("orchestrator-registry", registry_calls()),
         ("storage-ops", storage_calls()),
+        ("machine-controller", controller_calls()),
     ];
     {
         let mocks: Vec<_> = sets
@@ -279,7 +339,7 @@ async fn consumer_gateway_forwards_every_route_to_its_service() {
             })
             .collect();
         let url = |i: usize| mocks[i].url().to_string().trim_end_matches('/').to_string();
-        let gw = spawn::gateway(&url(0), &url(1), &url(2)).await;
+        let gw = spawn::gateway(&url(0), &url(1), &url(2), &url(3)).await;
         let http = reqwest::Client::new();
         for (_, calls) in &sets {
             for c in calls.iter().filter(|c| c.path != "/readyz") {
@@ -423,4 +483,45 @@ async fn provider_machine_driver_honours_the_gateway_pact() {
     });
     let pact = pactfile::committed(CONSUMER, "machine-driver");
     verify::verify("machine-driver", &md.url, &pact, states).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn provider_machine_controller_honours_the_gateway_pact() {
+    // Secrets need no driver: nothing listens at its address.
+    let mc = spawn::machine_controller("http://127.0.0.1:9").await;
+    let url = mc.url.clone();
+    let states = States::new(move |name, _| {
+        let url = url.clone();
+        async move {
+            let item = format!("{url}/v1/namespaces/default/secrets/contract-secret");
+            let http = reqwest::Client::new();
+            match name.as_str() {
+                "secret contract-secret exists" => {
+                    let answer = http
+                        .put(&item)
+                        .bearer_auth(INTERNAL_TOKEN)
+                        .json(&json!({"metadata": {"name": "contract-secret"}, "stringData": {"k": "v"}}))
+                        .send()
+                        .await?;
+                    ok(answer, &name).await?;
+                }
+                "no secret contract-secret" => {
+                    let answer = http
+                        .delete(&item)
+                        .bearer_auth(INTERNAL_TOKEN)
+                        .send()
+                        .await?;
+                    anyhow::ensure!(
+                        answer.status().is_success() || answer.status() == 404,
+                        "setting up {name:?}: {}",
+                        answer.status()
+                    );
+                }
+                other => anyhow::bail!("unknown provider state {other:?}"),
+            }
+            Ok(HashMap::new())
+        }
+    });
+    let pact = pactfile::committed(CONSUMER, "machine-controller");
+    verify::verify("machine-controller", &mc.url, &pact, states).await;
 }
