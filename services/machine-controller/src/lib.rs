@@ -61,6 +61,7 @@ pub const VARS: &[&str] = &[
     env_vars::CLASS_CALLS,
     env_vars::WORKERS,
     env_vars::KEEP_FAILED,
+    env_vars::ORPHAN_INTERVAL,
     env_vars::MAX_WATCHES,
     env_vars::WATCH_HEARTBEAT,
 ];
@@ -97,6 +98,8 @@ pub mod env_vars {
     pub const WORKERS: &str = "BERTH_CONTROLLER_WORKERS";
     /// Failed machines each set keeps for inspection.
     pub const KEEP_FAILED: &str = "BERTH_CONTROLLER_KEEP_FAILED";
+    /// How often VMs no machine owns are looked for (two sightings this far apart delete one).
+    pub const ORPHAN_INTERVAL: &str = "BERTH_CONTROLLER_ORPHAN_INTERVAL";
     /// The most watches open at once.
     pub const MAX_WATCHES: &str = "BERTH_CONTROLLER_MAX_WATCHES";
     /// How often a quiet watch sends a BOOKMARK.
@@ -187,6 +190,7 @@ impl Config {
                 .parse_or(env_vars::WORKERS, defaults.workers)?
                 .clamp(1, 1024),
             keep_failed: env.parse_or(env_vars::KEEP_FAILED, defaults.keep_failed)?,
+            orphan_interval: d(env_vars::ORPHAN_INTERVAL, defaults.orphan_interval)?,
         };
         Ok(Config {
             key_file,

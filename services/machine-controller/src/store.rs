@@ -562,6 +562,65 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Records, before the driver is asked, that this controller makes machine `name` (uid `uid`)
+    /// of class `class_name` in `namespace`.
+    pub async fn record_made(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        class_name: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO made_machines (namespace, name, uid, class_name) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (namespace, name) DO UPDATE SET uid = excluded.uid, class_name = excluded.class_name",
+        )
+        .bind(namespace)
+        .bind(name)
+        .bind(uid)
+        .bind(class_name)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The machines of class `class_name` in `namespace` this controller made: name → uid.
+    pub async fn made(
+        &self,
+        namespace: &str,
+        class_name: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT name, uid FROM made_machines WHERE namespace = ? AND class_name = ?",
+        )
+        .bind(namespace)
+        .bind(class_name)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("name")?, r.try_get("uid")?)))
+            .collect()
+    }
+
+    /// Forgets that machine `name` in `namespace` was made (its VM is known gone).
+    pub async fn forget_made(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM made_machines WHERE namespace = ? AND name = ?")
+            .bind(namespace)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Forgets the sighting of `provider_id`.
+    pub async fn forget_orphan(&self, provider_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM orphan_sightings WHERE provider_id = ?")
+            .bind(provider_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Records that `provider_id` (in `namespace`, of class `class_name`, named for `machine`)
     /// was seen backing no machine in one full listing; returns how many listings have seen it so
     /// and when the first did.

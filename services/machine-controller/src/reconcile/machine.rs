@@ -244,6 +244,18 @@ impl Step<'_> {
             Ok(r) => r,
             Err(f) => return self.failed(OperationType::Create, f).await,
         };
+        // Recorded before the call: a VM this call makes whose machine is then gone (a timed-out
+        // create that finished after the machine's delete) is one the orphan collector may delete.
+        self.controller
+            .writer
+            .store
+            .record_made(
+                self.namespace,
+                self.name(),
+                &self.machine.metadata.uid,
+                &class.metadata.name,
+            )
+            .await?;
         self.controller
             .pace(self.namespace, &class.metadata.name)
             .await;

@@ -10,7 +10,8 @@
 //! - [`machine`]: create (recorded as Creating before the driver is called), poll status,
 //!   initialise, time out, delete behind a finalizer;
 //! - [`set`]: keep `replicas` machines, replace failed ones with a growing backoff;
-//! - [`deployment`]: one set per template, rolled within maxSurge/maxUnavailable.
+//! - [`deployment`]: one set per template, rolled within maxSurge/maxUnavailable;
+//! - [`orphans`]: VMs this controller made that back no machine, deleted after two sightings.
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -25,6 +26,7 @@ use crate::watch::Change;
 
 pub mod deployment;
 pub mod machine;
+pub mod orphans;
 pub mod queue;
 pub mod set;
 
@@ -53,6 +55,9 @@ pub struct Settings {
     /// Failed machines a set keeps for inspection instead of deleting (MCM #449); the set makes
     /// replacements beside them.
     pub keep_failed: u32,
+    /// How often the orphan collector lists each class's VMs; a VM no machine owns is deleted
+    /// once two listings at least this far apart have seen it so.
+    pub orphan_interval: Duration,
 }
 
 impl Default for Settings {
@@ -67,6 +72,7 @@ impl Default for Settings {
             class_calls_per_second: NonZeroU32::new(20).unwrap_or(NonZeroU32::MIN),
             workers: 32,
             keep_failed: 0,
+            orphan_interval: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -137,6 +143,17 @@ impl Controller {
                 }
             }));
         }
+        let orphans = {
+            let me = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(me.settings.orphan_interval).await;
+                    if let Err(e) = orphans::collect(&me).await {
+                        tracing::warn!(error = %e, "orphans: the collection failed");
+                    }
+                }
+            })
+        };
         let resync = {
             let me = self.clone();
             tokio::spawn(async move {
@@ -154,6 +171,7 @@ impl Controller {
             }
         }
         resync.abort();
+        orphans.abort();
         for w in workers {
             w.abort();
         }

@@ -5,5 +5,6 @@ mod support;
 
 mod machines;
 mod objects;
+mod orphans;
 mod rollouts;
 mod watch;

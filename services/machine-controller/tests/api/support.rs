@@ -1,6 +1,7 @@
 //! One stack for a test: the ECS emulator, a machine driver pointed at it, and a machine
 //! controller (API and reconcilers) on a temporary data directory.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use alicloud::{Credentials, Ecs, EcsConfig};
@@ -19,6 +20,8 @@ pub(crate) struct App {
     pub(crate) emulator: Emulator,
     emulator_url: String,
     pub(crate) url: String,
+    pub(crate) driver_url: String,
+    pub(crate) controller: Arc<Controller>,
     pub(crate) dir: tempfile::TempDir,
     http: reqwest::Client,
     _servers: Vec<TestServer>,
@@ -59,14 +62,17 @@ pub(crate) async fn spawn_app(settings: Settings) -> App {
     let providers = machine_driver::providers(&config).unwrap();
     let driver = spawn(machine_driver::router(&config, providers)).await;
     let dir = tempfile::tempdir().unwrap();
-    let (controller, reconcilers) = spawn_controller(dir.path(), &driver.url, settings).await;
+    let (server, reconcilers, controller) =
+        spawn_controller_with(dir.path(), &driver.url, settings).await;
     App {
         emulator,
         emulator_url: emulator_server.url.clone(),
-        url: controller.url.clone(),
+        url: server.url.clone(),
+        driver_url: driver.url.clone(),
+        controller,
         dir,
         http: reqwest::Client::new(),
-        _servers: vec![emulator_server, driver, controller],
+        _servers: vec![emulator_server, driver, server],
         reconcilers,
     }
 }
@@ -77,6 +83,16 @@ pub(crate) async fn spawn_controller(
     driver_url: &str,
     settings: Settings,
 ) -> (TestServer, tokio::task::JoinHandle<()>) {
+    let (server, reconcilers, _) = spawn_controller_with(data_dir, driver_url, settings).await;
+    (server, reconcilers)
+}
+
+/// [`spawn_controller`], with the reconcilers' shared state.
+pub(crate) async fn spawn_controller_with(
+    data_dir: &std::path::Path,
+    driver_url: &str,
+    settings: Settings,
+) -> (TestServer, tokio::task::JoinHandle<()>, Arc<Controller>) {
     let env = Env::default()
         .with("BERTH_LISTEN", "127.0.0.1:0")
         .with("BERTH_DATA_DIR", data_dir.to_str().unwrap())
@@ -86,11 +102,9 @@ pub(crate) async fn spawn_controller(
     config.settings = settings.clone();
     let writer = machine_controller::writer(&config).await.unwrap();
     let controller = Controller::new(writer.clone(), settings);
-    let reconcilers = tokio::spawn(controller.run());
-    (
-        spawn(machine_controller::router(&config, writer)).await,
-        reconcilers,
-    )
+    let reconcilers = tokio::spawn(controller.clone().run());
+    let server = spawn(machine_controller::router(&config, writer)).await;
+    (server, reconcilers, controller)
 }
 
 impl App {
