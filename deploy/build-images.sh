@@ -36,6 +36,7 @@ images=(
   "machine-driver machine-driver 8081"
   "orchestrator-registry orchestrator-registry 8082"
   "storage-ops storage-ops 8083"
+  "machine-controller machine-controller 8084"
   "ecs-emulator ecs-emulator 8090"
 )
 
@@ -50,11 +51,11 @@ started=$(date +%s)
 # flag off build scripts and proc macros, which must stay dynamic.
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
   cargo build --profile static --target "$triple" --target-dir "$target_dir" --locked \
-  -p gateway -p machine-driver -p orchestrator-registry -p storage-ops -p ecs-emulator --bins
+  -p gateway -p machine-driver -p orchestrator-registry -p storage-ops -p machine-controller -p ecs-emulator --bins
 build_seconds=$(( $(date +%s) - started ))
 echo "   built in ${build_seconds}s"
 
-for bin in gateway machine-driver orchestrator-registry storage-ops ecs-emulator; do
+for bin in gateway machine-driver orchestrator-registry storage-ops machine-controller ecs-emulator; do
   # A dynamic binary names its loader (PT_INTERP); a static one names none.
   if command -v readelf >/dev/null 2>&1 && readelf -l "$bin_dir/$bin" | grep -q 'Requesting program interpreter'; then
     echo "build-images: $bin_dir/$bin is dynamically linked; it would not run FROM scratch" >&2
@@ -88,7 +89,7 @@ for spec in "${images[@]}"; do
   else
     listen_env="BERTH_LISTEN=0.0.0.0:$port BERTH_DATA_DIR=/data"
   fi
-  # Generated, not committed: the five differ only in these values, and the exec forms of ENTRYPOINT
+  # Generated, not committed: the six differ only in these values, and the exec forms of ENTRYPOINT
   # and HEALTHCHECK cannot take build arguments.
   cat >"$ctx/Dockerfile" <<EOF
 FROM scratch

@@ -4,6 +4,7 @@
 # CLI and with plain HTTP (curl):
 #   - register an orchestrator; create, read, list and delete volumes;
 #   - create, status, list and delete a machine on the ECS emulator;
+#   - apply a machine deployment, follow its roll, and delete it with its machines;
 #   - find one request's trace id in the logs of the gateway, storage-ops and the registry;
 #   - restart storage-ops and find every volume still there;
 #   - `down` then `up`: registrations, volumes, the machine and the admin token are all still there;
@@ -103,7 +104,7 @@ berth() { "$berth_bin" "$@"; }
 version=$(sed -n '/^\[workspace.package\]/,/^\[/s/^version *= *"\(.*\)"/\1/p' Cargo.toml)
 export BERTH_IMAGE_TAG="${BERTH_IMAGE_TAG:-$version}"
 
-containers=(gateway machine-driver orchestrator-registry storage-ops ecs-emulator)
+containers=(gateway machine-driver orchestrator-registry storage-ops machine-controller ecs-emulator)
 
 # Waits until every named service's container reports healthy (its image's HEALTHCHECK).
 wait_healthy() {
@@ -218,6 +219,18 @@ berth machine list -f "$work/machine.yaml" -o json \
   | jq -e --arg p "$provider_id" --arg m "$curl_machine" '.machineList[$p] == "worker-1" and ([.machineList[]] | index($m)) != null' >/dev/null \
   || fail "ListMachines does not have both machines"
 
+step "declarative machines: apply a deployment of 2, follow its roll, read a machine by name"
+sed -e "s/EMULATOR_ACCESS_KEY_ID/$key_id/" -e "s/EMULATOR_ACCESS_KEY_SECRET/$key_secret/" \
+  -e "s/replicas: 3/replicas: 2/" examples/machine-deployment.yaml >"$work/md.yaml"
+berth apply -f "$work/md.yaml"
+berth rollout status md/workers --timeout 120s
+machines_before=$(berth get machines -o json | jq -c '[.items[] | select(.status.phase == "Running") | .metadata.name] | sort')
+[ "$(jq length <<<"$machines_before")" = 2 ] || fail "the deployment's machines: $machines_before"
+berth machine get "$(jq -r '.[0]' <<<"$machines_before")" -o json | jq -e '.status.providerID | startswith("cn-shanghai.i-")' >/dev/null \
+  || fail "a deployment's machine has no VM"
+berth get secret demo-cloud -o json | jq -e '(.stringData == null) and (.data == null) and (.keys | length == 2)' >/dev/null \
+  || fail "a secret read back shows values"
+
 step "restart storage-ops: every volume is still there"
 compose restart storage-ops >/dev/null
 wait_healthy storage-ops
@@ -237,6 +250,9 @@ grep -q "emulator access key id: $key_id" "$(log_of ecs-emulator)" || fail "the 
 [ "$(berth machine status -f "$work/machine.yaml" -o json | jq -r .providerID)" = "$provider_id" ] \
   || fail "worker-1 changed across down/up"
 code=$(api POST /v1/machines:status -d @"$work/machine.json"); expect 200 "$code" "GetMachineStatus after down/up"
+berth rollout status md/workers --timeout 120s
+[ "$(berth get machines -o json | jq -c '[.items[] | select(.status.phase == "Running") | .metadata.name] | sort')" = "$machines_before" ] \
+  || fail "the deployment's machines changed across down/up"
 
 step "a second admin token, minted inside the gateway container"
 second=$(compose exec -T gateway gateway token create --admin --name second | tr -d '\r')
@@ -271,5 +287,7 @@ done
 expect 200 "$code" "DeleteMachine $curl_machine"
 berth machine list -f "$work/machine.yaml" -o json | jq -e '.machineList == {}' >/dev/null \
   || fail "the machine is still listed"
+berth delete md workers --wait --timeout 120s
+berth get machines -o json | jq -e '.items == []' >/dev/null || fail "the deployment's machines are left"
 berth orchestrator delete scratch >/dev/null
 say "all steps passed"

@@ -6,6 +6,7 @@ checked as the parsed model it must be, field by field, not only by its status.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from http import HTTPStatus
@@ -207,3 +208,98 @@ def test_an_unknown_orchestrator_is_a_typed_404(api, admin, models):
     response = call(api.operation("GET", "/v1/orchestrators/{name}"), admin, name="no-such-orchestrator")
     assert_problem(response, models, 404, "NotFound")
     assert "no-such-orchestrator" in response.parsed.detail
+
+
+def watch_events(admin, path: str, params: dict, until, seconds: float = SETTLE_SECONDS):
+    """Reads a watch's newline-delimited events until `until(event)` holds; returns that event."""
+    deadline = time.monotonic() + seconds
+    version = params.get("resourceVersion")
+    httpx_client = admin.get_httpx_client()
+    while time.monotonic() < deadline:
+        query = dict(params, watch="true", timeoutSeconds="10")
+        if version:
+            query["resourceVersion"] = version
+        with httpx_client.stream("GET", path, params=query) as response:
+            assert response.status_code == HTTPStatus.OK, response.read()
+            assert response.headers["content-type"].startswith("application/x-ndjson")
+            for line in response.iter_lines():
+                if not line:
+                    continue
+                event = json.loads(line)
+                assert event["type"] in {"ADDED", "MODIFIED", "DELETED", "BOOKMARK"}, event
+                version = event["object"]["metadata"]["resourceVersion"]
+                if event["type"] != "BOOKMARK" and until(event):
+                    return event
+    raise AssertionError(f"no event satisfied the watch of {path} within {seconds}s")
+
+
+def test_a_deployment_rolls_and_a_watch_sees_it(api, admin, models, emulator_key):
+    key_id, key_secret = emulator_key
+    ns = f"py-{uuid.uuid4().hex[:6]}"
+    base = f"/v1/namespaces/{{namespace}}"
+    make_secret = api.operation("POST", base + "/secrets")
+    make_class = api.operation("POST", base + "/machineclasses")
+    make_deployment = api.operation("POST", base + "/machinedeployments")
+    patch_class = api.operation("PATCH", base + "/machineclasses/{name}")
+    list_deployments = api.operation("GET", base + "/machinedeployments")
+    delete_deployment = api.operation("DELETE", base + "/machinedeployments/{name}")
+
+    secret = api.body_type(make_secret).from_dict(
+        {"metadata": {"name": "cloud"}, "stringData": {"alicloudAccessKeyID": key_id, "alicloudAccessKeySecret": key_secret}}
+    )
+    made = call(make_secret, admin, namespace=ns, body=secret)
+    assert made.status_code == HTTPStatus.CREATED, made.content
+    assert isinstance(made.parsed, models.SecretResource)
+    assert made.parsed.keys == ["alicloudAccessKeyID", "alicloudAccessKeySecret"]
+    assert key_secret not in made.content.decode()
+    spec = {
+        "imageID": "m-demo-image", "instanceType": "ecs.g6.large", "region": "cn-shanghai",
+        "zoneID": "cn-shanghai-b", "securityGroupID": "sg-demo", "vSwitchID": "vsw-demo", "keyPairName": "demo",
+        "tags": {f"kubernetes.io/cluster/{ns}": "1", "kubernetes.io/role/node": "1"},
+    }
+    klass = api.body_type(make_class).from_dict(
+        {"metadata": {"name": "small"}, "provider": "Alicloud", "providerSpec": spec, "secretRef": {"name": "cloud"}}
+    )
+    made = call(make_class, admin, namespace=ns, body=klass)
+    assert made.status_code == HTTPStatus.CREATED, made.content
+    listed = call(list_deployments, admin, namespace=ns)
+    assert listed.status_code == HTTPStatus.OK, listed.content
+    version = json.loads(listed.content)["metadata"]["resourceVersion"]
+    deployment = api.body_type(make_deployment).from_dict(
+        {
+            "metadata": {"name": "pool"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"pool": "p"}},
+                "template": {"metadata": {"labels": {"pool": "p"}}, "spec": {"class": {"name": "small"}}},
+            },
+        }
+    )
+    made = call(make_deployment, admin, namespace=ns, body=deployment)
+    assert made.status_code == HTTPStatus.CREATED, made.content
+    assert isinstance(made.parsed, models.MachineDeployment)
+
+    path = f"/v1/namespaces/{ns}/machinedeployments"
+
+    def rolled(event):
+        status = event["object"].get("status", {})
+        return status.get("readyReplicas") == 2 and status.get("updatedReplicas") == 2 and status.get("replicas") == 2
+
+    ran = watch_events(admin, path, {"resourceVersion": version}, rolled)
+    first_hash = ran["object"]["status"]["templateHash"]
+    # A JSON merge patch, sent as one (the generated client has no form for that media type).
+    assert patch_class is not None
+    changed = admin.get_httpx_client().patch(
+        f"/v1/namespaces/{ns}/machineclasses/small",
+        content=json.dumps({"providerSpec": {"instanceType": "ecs.g6.xlarge"}}),
+        headers={"content-type": "application/merge-patch+json"},
+    )
+    assert changed.status_code == HTTPStatus.OK, changed.content
+    version = json.loads(changed.content)["metadata"]["resourceVersion"]
+    rolled_again = watch_events(
+        admin, path, {"resourceVersion": version}, lambda e: rolled(e) and e["object"]["status"]["templateHash"] != first_hash
+    )
+    assert rolled_again["object"]["metadata"]["name"] == "pool"
+    deleted = call(delete_deployment, admin, namespace=ns, name="pool")
+    assert deleted.status_code == HTTPStatus.OK, deleted.content
+    watch_events(admin, path, {"resourceVersion": version}, lambda e: e["type"] == "DELETED")
