@@ -240,3 +240,39 @@ async fn a_watch_through_the_gateway_outlives_its_upstream_timeout() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn open_watches_count_against_their_tokens_calls_in_flight() {
+    let stack = Stack::spawn(&[("BERTH_TOKEN_MAX_IN_FLIGHT", "2")]).await;
+    let path = format!("/v1/namespaces/{NS}/machines?watch=true&timeoutSeconds=5");
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let response = stack.call("GET", &path, Some(OWNER)).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        open.push(response);
+    }
+    let third = stack.call("GET", &path, Some(OWNER)).send().await.unwrap();
+    assert_eq!(third.status(), 429, "{}", third.text().await.unwrap());
+    // Another token has its own bound.
+    let other = stack
+        .call(
+            "GET",
+            "/v1/namespaces/tenant-b/machines?watch=true&timeoutSeconds=1",
+            Some(INTRUDER),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(other.status(), 200);
+    drop(open);
+    // Once they are closed, the token may watch again.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let again = stack.call("GET", &path, Some(OWNER)).send().await.unwrap();
+        if again.status() == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the closed watches still count");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

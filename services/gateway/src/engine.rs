@@ -746,8 +746,13 @@ impl Worker {
                                 )
                             };
                             // Held until the upstream has answered: a call counts against its
-                            // token's calls in flight while its body is being sent.
-                            let _in_flight = match admitted {
+                            // token's calls in flight while its body is being sent; a watch's
+                            // for as long as its answer streams.
+                            let watching = request
+                                .uri()
+                                .query()
+                                .is_some_and(|q| q.split('&').any(|p| p == "watch=true"));
+                            let in_flight = match admitted {
                                 Ok((identity, in_flight)) => {
                                     request.extensions_mut().insert(identity);
                                     in_flight
@@ -769,9 +774,10 @@ impl Worker {
                                 )
                                 .await;
                             *caller.timer.lock().expect("timer lock") = timer;
-                            match forwarded {
-                                Ok(response) => response,
-                                Err(e) => e.into_response(),
+                            match (forwarded, in_flight) {
+                                (Ok(response), Some(call)) if watching => call.held_by(response),
+                                (Ok(response), _) => response,
+                                (Err(e), _) => e.into_response(),
                             }
                         })
                         .await

@@ -117,6 +117,46 @@ impl Drop for InFlightCall {
     }
 }
 
+impl InFlightCall {
+    /// `response` with this call counted until its body has been sent whole (or dropped): for a
+    /// watch, whose answer streams for as long as it is open, so a token's open watches are bounded
+    /// by the same cap as its other calls.
+    pub(crate) fn held_by(self, response: axum::response::Response) -> axum::response::Response {
+        response.map(|body| {
+            axum::body::Body::new(Holding {
+                inner: body,
+                _call: self,
+            })
+        })
+    }
+}
+
+/// An answer's body that keeps its call counted while it streams.
+struct Holding {
+    inner: axum::body::Body,
+    _call: InFlightCall,
+}
+
+impl hyper::body::Body for Holding {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 /// The limiter of failed authentications, keyed by the caller's address: guessing tokens costs the
 /// guesser a 429 long before it costs the gateway much.
 pub(crate) type FailureLimiter = KeyedLimiter<IpAddr>;
