@@ -113,6 +113,9 @@ no_engine="unix://$work/no-docker-engine.sock"
 # claim), which the stack may use (BERTH_KUBERNETES_SERVERS); the reconciler runs every second so a
 # claim deleted behind Berth's back is noticed within the test's patience.
 kube_url="http://127.0.0.1:$((port_base + 30))"
+# A watch (a list with watch=true) streams until its timeoutSeconds, 30 minutes when absent; the
+# operator's ceiling (BERTH_WATCH_MAX_DURATION) cuts every one here to two seconds, so a generated
+# case that watches answers in time, as it would behind an API server with a short request timeout.
 "$target/debug/kube-standin" --listen "127.0.0.1:$((port_base + 30))" --namespaces berth-volumes \
   --bind-pending >"$work/kube-standin.out" 2>&1 &
 kube_pid=$!
@@ -121,7 +124,7 @@ DOCKER_HOST="ssh://no-docker-engine.invalid" BERTH_DOCKER_ENDPOINTS="$no_engine"
   BERTH_ECS_EMULATOR_PENDING=0 BERTH_ECS_EMULATOR_STARTING=0 BERTH_ECS_EMULATOR_STOPPING=0 \
   BERTH_ALICLOUD_REGIONS="$("$py" tests/python/harness.py regions "$repo/openapi/machine-driver.json")" \
   BERTH_INTERNAL_TOKEN_FILE="$work/internal-token" BERTH_LOG=warn \
-  BERTH_KUBERNETES_SERVERS="$kube_url" BERTH_RECONCILE_INTERVAL=1s \
+  BERTH_KUBERNETES_SERVERS="$kube_url" BERTH_RECONCILE_INTERVAL=1s BERTH_WATCH_MAX_DURATION=2s \
   "$berth" up --data-dir "$data" --port-base "$port_base" --bind 127.0.0.1 \
   >"$work/up.out" 2>"$work/up.log" &
 up_pid=$!
@@ -159,6 +162,7 @@ declare -A service_port=(
   [machine-driver]=$((port_base + 1))
   [orchestrator-registry]=$((port_base + 2))
   [storage-ops]=$((port_base + 3))
+  [machine-controller]=$((port_base + 4))
 )
 document_of() { # name port → path of the document to use
   local committed="$repo/openapi/$1.json"
@@ -184,7 +188,7 @@ fail() { failed=$((failed + 1)); echo "   FAILED: $1"; }
 
 # --- 3. Valid documents, a generated client, its flows -----------------------------------------------
 echo "== openapi-spec-validator"
-for name in gateway machine-driver orchestrator-registry storage-ops; do
+for name in gateway machine-driver orchestrator-registry storage-ops machine-controller; do
   if out=$("$venv/bin/openapi-spec-validator" "${doc_of[$name]}" 2>&1); then
     pass "$name document is valid OpenAPI"
   else
@@ -260,7 +264,7 @@ schemathesis() { # name url token
   done <<<"$verdicts"
 }
 schemathesis gateway "$gateway_url" "$BERTH_TOKEN"
-for name in orchestrator-registry storage-ops machine-driver; do
+for name in orchestrator-registry storage-ops machine-driver machine-controller; do
   schemathesis "$name" "http://127.0.0.1:${service_port[$name]}" "$internal_token"
 done
 

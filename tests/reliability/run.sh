@@ -36,7 +36,7 @@ tally() { # output file of a part → adds its closing counts
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-services=(-p gateway -p machine-driver -p orchestrator-registry -p storage-ops -p ecs-emulator)
+services=(-p gateway -p machine-driver -p machine-controller -p orchestrator-registry -p storage-ops -p ecs-emulator)
 if [ "$mode" = short ]; then
   cargo build -q "${services[@]}" -p berth-tests --bins
   bin_dir=${CARGO_TARGET_DIR:-target}/debug

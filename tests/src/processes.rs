@@ -1,4 +1,4 @@
-//! The stack as separate processes, for the suites that kill them: the five binaries started on
+//! The stack as separate processes, for the suites that kill them: the six binaries started on
 //! one data directory, each on its own port, and killed (SIGKILL) and started again one by one.
 //!
 //! [`ProcessStack::start`] wires them as production does — the gateway in front with a tokens file,
@@ -25,17 +25,20 @@ pub enum Service {
     StorageOps,
     /// `machine-driver`.
     MachineDriver,
+    /// `machine-controller`.
+    MachineController,
     /// `gateway`.
     Gateway,
 }
 
 impl Service {
     /// Every service, in the order they start (each one's dependencies first).
-    pub const ALL: [Service; 5] = [
+    pub const ALL: [Service; 6] = [
         Service::Emulator,
         Service::Registry,
         Service::StorageOps,
         Service::MachineDriver,
+        Service::MachineController,
         Service::Gateway,
     ];
 
@@ -46,6 +49,7 @@ impl Service {
             Service::Registry => "orchestrator-registry",
             Service::StorageOps => "storage-ops",
             Service::MachineDriver => "machine-driver",
+            Service::MachineController => "machine-controller",
             Service::Gateway => "gateway",
         }
     }
@@ -169,7 +173,7 @@ fn free_port() -> Result<u16, String> {
         .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
 }
 
-/// The five processes of one stack.
+/// The six processes of one stack.
 pub struct ProcessStack {
     procs: BTreeMap<Service, Process>,
     /// The gateway's URL.
@@ -247,11 +251,18 @@ impl ProcessStack {
                 Service::MachineDriver => {
                     env.push(("BERTH_ALICLOUD_ENDPOINT", url(Service::Emulator)));
                 }
+                Service::MachineController => {
+                    env.push(("BERTH_MACHINE_DRIVER_URL", url(Service::MachineDriver)));
+                }
                 Service::Gateway => {
                     env.push(("BERTH_TOKENS_FILE", tokens.display().to_string()));
                     env.push(("BERTH_REGISTRY_URL", url(Service::Registry)));
                     env.push(("BERTH_STORAGE_OPS_URL", url(Service::StorageOps)));
                     env.push(("BERTH_MACHINE_DRIVER_URL", url(Service::MachineDriver)));
+                    env.push((
+                        "BERTH_MACHINE_CONTROLLER_URL",
+                        url(Service::MachineController),
+                    ));
                     env.push(("BERTH_RATE_LIMIT_RPS", "0".into()));
                     // A killed upstream is back within a second: a breaker held open longer would
                     // only slow the suite down.

@@ -31,6 +31,8 @@ pub struct AppState {
     pub writer: Writer,
     /// How often a quiet watch sends a BOOKMARK, so proxies keep the stream.
     pub heartbeat: Duration,
+    /// The longest one watch streams.
+    pub watch_max: Duration,
     /// Watches open now, and the most allowed.
     pub watches: Arc<tokio::sync::Semaphore>,
 }

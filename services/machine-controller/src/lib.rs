@@ -64,6 +64,7 @@ pub const VARS: &[&str] = &[
     env_vars::ORPHAN_INTERVAL,
     env_vars::MAX_WATCHES,
     env_vars::WATCH_HEARTBEAT,
+    env_vars::WATCH_MAX_DURATION,
 ];
 
 /// The controller's names retired in this release: none.
@@ -104,6 +105,8 @@ pub mod env_vars {
     pub const MAX_WATCHES: &str = "BERTH_CONTROLLER_MAX_WATCHES";
     /// How often a quiet watch sends a BOOKMARK.
     pub const WATCH_HEARTBEAT: &str = "BERTH_WATCH_HEARTBEAT";
+    /// The longest one watch streams, whatever `timeoutSeconds` asks.
+    pub const WATCH_MAX_DURATION: &str = "BERTH_WATCH_MAX_DURATION";
 }
 
 /// The driver when `BERTH_MACHINE_DRIVER_URL` is unset.
@@ -130,6 +133,9 @@ pub struct Config {
     pub max_watches: usize,
     /// How often a quiet watch sends a BOOKMARK (default 10s).
     pub heartbeat: Duration,
+    /// The longest one watch streams (default and most 30 minutes): a longer `timeoutSeconds`
+    /// is cut to it, as Kubernetes' API server cuts a watch to its request timeout.
+    pub watch_max: Duration,
 }
 
 fn positive(var: &str, value: Duration) -> Result<Duration, ConfigError> {
@@ -200,6 +206,7 @@ impl Config {
             settings,
             max_watches: env.parse_or(env_vars::MAX_WATCHES, 4096usize)?.max(1),
             heartbeat: d(env_vars::WATCH_HEARTBEAT, Duration::from_secs(10))?,
+            watch_max: d(env_vars::WATCH_MAX_DURATION, stream::MAX_WATCH)?.min(stream::MAX_WATCH),
             service,
         })
     }
@@ -211,6 +218,7 @@ pub fn router(config: &Config, writer: Writer) -> axum::Router {
     let state = api::AppState {
         writer,
         heartbeat: config.heartbeat,
+        watch_max: config.watch_max,
         watches: Arc::new(tokio::sync::Semaphore::new(config.max_watches)),
     };
     ServiceApp::new(NAME, api::routes(state))

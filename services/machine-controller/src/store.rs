@@ -381,7 +381,7 @@ impl Store {
             resource_version: version,
             sealed,
         };
-        self.publish(EventType::Added, &stored, namespace);
+        self.publish(EventType::Added, &stored, namespace, false);
         Ok(stored)
     }
 
@@ -455,6 +455,15 @@ impl Store {
             tx.rollback().await?;
             return Ok(Written::Kept(current));
         }
+        let status_only = {
+            let (mut after, mut before) = (body.clone(), current.body.clone());
+            for object in [&mut after, &mut before] {
+                if let Some(fields) = object.as_object_mut() {
+                    fields.remove("status");
+                }
+            }
+            after == before && sealed == current.sealed
+        };
         if spec_of(kind, &body) != spec_of(kind, &current.body) {
             let generation = current.body["metadata"]["generation"].as_i64().unwrap_or(1);
             body["metadata"]["generation"] = json!(generation + 1);
@@ -474,7 +483,7 @@ impl Store {
         if deleting && !held {
             remove_row(&mut tx, kind, namespace, name).await?;
             tx.commit().await?;
-            self.publish(EventType::Deleted, &stored, namespace);
+            self.publish(EventType::Deleted, &stored, namespace, false);
             return Ok(Written::Removed(stored));
         }
         write_row(
@@ -488,7 +497,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        self.publish(EventType::Modified, &stored, namespace);
+        self.publish(EventType::Modified, &stored, namespace, status_only);
         Ok(Written::Kept(stored))
     }
 
@@ -672,13 +681,14 @@ impl Store {
         Ok(())
     }
 
-    fn publish(&self, event: EventType, stored: &Stored, namespace: &str) {
+    fn publish(&self, event: EventType, stored: &Stored, namespace: &str, status_only: bool) {
         self.feed.publish(Change {
             event,
             kind: stored.kind,
             namespace: namespace.to_string(),
             resource_version: stored.resource_version,
             object: stored.body.clone(),
+            status_only,
         });
     }
 }

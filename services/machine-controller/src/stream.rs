@@ -7,8 +7,8 @@
 //!   watcher so slow the feed passed it gets an ERROR event with code 410 and the stream ends.
 //! - A BOOKMARK carrying the latest version is sent whenever the stream was quiet for the
 //!   heartbeat, so proxies keep it open and a client resumes from there.
-//! - The stream ends after `timeoutSeconds` (at most 30 minutes); a client watches again from the
-//!   last version it saw.
+//! - The stream ends after `timeoutSeconds`, cut to the operator's `BERTH_WATCH_MAX_DURATION`
+//!   (30 minutes unless lower); a client watches again from the last version it saw.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use tokio::time::Instant;
 use crate::api::{AppState, labels_of};
 use crate::watch::Change;
 
-/// The longest a watch streams.
+/// The longest a watch streams, and the default of `BERTH_WATCH_MAX_DURATION`.
 pub const MAX_WATCH: Duration = Duration::from_secs(1800);
 
 /// What a watch streams: the kind and namespace, and a selector on labels.
@@ -93,8 +93,8 @@ pub async fn watch(
                 "must be at least 1",
             )));
         }
-        Some(s) => Duration::from_secs(s).min(MAX_WATCH),
-        None => MAX_WATCH,
+        Some(s) => Duration::from_secs(s).min(state.watch_max),
+        None => state.watch_max,
     };
     let permit = state.watches.clone().try_acquire_owned().map_err(|_| {
         ApiError::from_code(

@@ -47,6 +47,10 @@ pub struct Change {
     pub resource_version: u64,
     /// The object after the change (before it, for a delete), as a read answers it.
     pub object: Value,
+    /// Only `status` changed: what the reconcilers themselves write, which must not wake the
+    /// object's own reconcile again (a failing call would otherwise retry at once, past its
+    /// backoff), though it still wakes the owner that sums it up.
+    pub status_only: bool,
 }
 
 /// Why a watch cannot start where it was asked to.
@@ -150,6 +154,7 @@ mod tests {
             namespace: "default".into(),
             resource_version: v,
             object: Value::Null,
+            status_only: false,
         }
     }
 

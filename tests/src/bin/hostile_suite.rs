@@ -453,6 +453,7 @@ async fn main() -> std::process::ExitCode {
         Service::Registry,
         Service::StorageOps,
         Service::MachineDriver,
+        Service::MachineController,
     ]
     .into_iter()
     .map(|s| (s, "BERTH_IDLE_TIMEOUT", head_limit.as_str()))
@@ -476,6 +477,11 @@ async fn main() -> std::process::ExitCode {
             ),
             Service::StorageOps => ("storage-ops", "storage-ops.json", INTERNAL_TOKEN),
             Service::MachineDriver => ("machine-driver", "machine-driver.json", INTERNAL_TOKEN),
+            Service::MachineController => (
+                "machine-controller",
+                "machine-controller.json",
+                INTERNAL_TOKEN,
+            ),
             Service::Emulator => continue,
         };
         let operations = match operations(&documents.join(document)) {

@@ -936,11 +936,23 @@ async fn run(o: &Options, stack: &ProcessStack) -> Result<Report, String> {
         warm.as_secs()
     );
     println!(
-        "{:>5} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}",
-        "t s", "ops/s", "ecs", "reg", "stor", "mdrv", "gw", "reg", "stor", "mdrv", "gw"
+        "{:>5} {:>8} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "t s",
+        "ops/s",
+        "ecs",
+        "reg",
+        "stor",
+        "mdrv",
+        "mctl",
+        "gw",
+        "reg",
+        "stor",
+        "mdrv",
+        "mctl",
+        "gw"
     );
     println!(
-        "{:>5} {:>8} {:^34} {:^35}",
+        "{:>5} {:>8} {:^41} {:^44}",
         "", "", "RSS MiB", "/metrics bytes"
     );
 

@@ -43,16 +43,31 @@ pub async fn reconcile(
         namespace,
         machine: &machine,
     };
-    if machine.metadata.deletion_timestamp.is_some() {
-        return step.delete().await;
+    let deleting = machine.metadata.deletion_timestamp.is_some();
+    let creating = matches!(machine.status.phase, MachinePhase::Pending)
+        || (machine.status.phase == MachinePhase::Creating
+            && machine.status.provider_id.is_empty());
+    if !deleting
+        && matches!(
+            machine.status.phase,
+            MachinePhase::Failed | MachinePhase::Terminating
+        )
+    {
+        return Ok(None);
     }
-    match machine.status.phase {
-        MachinePhase::Failed | MachinePhase::Terminating => Ok(None),
-        MachinePhase::Pending => step.create().await,
-        MachinePhase::Creating if machine.status.provider_id.is_empty() => step.create().await,
-        MachinePhase::Creating | MachinePhase::Running | MachinePhase::Unknown => {
-            step.check().await
-        }
+    let next: &[OperationType] = match (deleting, creating) {
+        (true, _) => &[OperationType::Delete],
+        (false, true) => &[OperationType::Create],
+        (false, false) => &[OperationType::HealthCheck, OperationType::Initialize],
+    };
+    // A resync, or a restart, must not retry a failed call before its backoff is over.
+    if let Some(wait) = step.backoff_left(next) {
+        return Ok(Some(wait));
+    }
+    match (deleting, creating) {
+        (true, _) => step.delete().await,
+        (false, true) => step.create().await,
+        (false, false) => step.check().await,
     }
 }
 
@@ -188,6 +203,25 @@ impl Step<'_> {
             secret: secret.as_secret(),
         };
         Ok((request, class))
+    }
+
+    /// What is left of the wait after the last call of one of `next` failed: the long
+    /// `exhausted_retry` after ResourceExhausted, else the backoff for the failures so far,
+    /// counted from the recorded failure (so it holds across resyncs and restarts).
+    fn backoff_left(&self, next: &[OperationType]) -> Option<Duration> {
+        let status = &self.machine.status;
+        let last = status.last_operation.as_ref()?;
+        if last.state != OperationState::Failed || !next.contains(&last.operation) {
+            return None;
+        }
+        let settings = &self.controller.settings;
+        let wait = if last.error_code.as_deref() == Some(Code::ResourceExhausted.name()) {
+            settings.exhausted_retry
+        } else {
+            settings.backoff(status.failures)
+        };
+        let left = wait.saturating_sub(elapsed_since(Some(&last.last_update_time)));
+        (!left.is_zero()).then_some(left)
     }
 
     /// Records a failed call and says when to retry it.

@@ -202,8 +202,12 @@ impl Controller {
             .unwrap_or_default();
         match change.kind {
             Kind::Machine | Kind::MachineSet | Kind::MachineDeployment => {
-                self.queue
-                    .add((change.kind, change.namespace.clone(), name.to_string()));
+                // A machine's status is written only by its own reconcile, which says itself
+                // when to look again (its backoff after a failed call).
+                if !(change.kind == Kind::Machine && change.status_only) {
+                    self.queue
+                        .add((change.kind, change.namespace.clone(), name.to_string()));
+                }
                 if let Some((kind, owner)) = owner_of(&change.object) {
                     self.queue.add((kind, change.namespace.clone(), owner));
                 }

@@ -133,3 +133,155 @@ async fn a_set_keeps_its_replicas_and_replaces_a_vm_killed_behind_its_back() {
     .await;
     let _ = NS;
 }
+
+/// MCM #449: failed machines kept for inspection when the operator asks, replaced beside them.
+#[tokio::test]
+async fn a_set_keeps_failed_machines_for_inspection_when_asked() {
+    let mut settings = quick();
+    settings.keep_failed = 1;
+    let app = spawn_app(settings).await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    let set = json!({"metadata": {"name": "kept"}, "spec": {"replicas": 2,
+        "selector": {"matchLabels": {"pool": "k"}},
+        "template": {"metadata": {"labels": {"pool": "k"}}, "spec": {"class": {"name": "small"}}}}});
+    assert_eq!(app.post("machinesets", set).await.0, 201);
+    let machines = app.machines_until("2 run", |m| running(m) == 2).await;
+    let victim = machines[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let instance = machines[0]["status"]["providerID"]
+        .as_str()
+        .unwrap()
+        .rsplit_once('.')
+        .unwrap()
+        .1
+        .to_string();
+    app.ecs()
+        .delete_instance(
+            &instance,
+            true,
+            alicloud::deadline_in(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+    let machines = app
+        .machines_until("the failed one is kept beside 2 running", |m| {
+            m.len() == 3
+                && running(m) == 2
+                && m.iter()
+                    .any(|x| x["metadata"]["name"] == victim.as_str() && phase(x) == "Failed")
+        })
+        .await;
+    let failed = machines.iter().find(|x| phase(x) == "Failed").unwrap();
+    assert_eq!(
+        failed["status"]["lastOperation"]["state"], "Failed",
+        "{failed}"
+    );
+    let (_, set) = app.get("machinesets", "kept").await;
+    assert_eq!(set["status"]["failedReplicas"], 1, "{set}");
+    assert_eq!(set["status"]["readyReplicas"], 2, "{set}");
+}
+
+/// MCM #977: a cloud out of capacity (ResourceExhausted) is asked again only after the long
+/// `exhausted_retry`, not at the short backoff of other failures.
+#[tokio::test]
+async fn resource_exhausted_waits_the_long_interval() {
+    let mut settings = quick();
+    settings.exhausted_retry = Duration::from_secs(3);
+    let app = spawn_app(settings).await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    app.emulator
+        .set_faults(ecs_emulator::Faults {
+            no_stock_zones: ["cn-shanghai-b".to_string()].into(),
+            ..ecs_emulator::Faults::default()
+        })
+        .unwrap();
+    let runs = |app: &crate::support::App| {
+        app.emulator
+            .stats()
+            .calls
+            .get("RunInstances")
+            .copied()
+            .unwrap_or(0)
+    };
+    assert_eq!(
+        app.post(
+            "machines",
+            json!({"metadata": {"name": "waits"}, "spec": {"class": {"name": "small"}}})
+        )
+        .await
+        .0,
+        201
+    );
+    let machine =
+        service_kit::testing::eventually("the create fails", Duration::from_secs(10), || async {
+            let (_, m) = app.get("machines", "waits").await;
+            (m["status"]["lastOperation"]["errorCode"] == "ResourceExhausted").then_some(m)
+        })
+        .await;
+    assert_eq!(phase(&machine), "Creating", "{machine}");
+    let after_first = runs(&app);
+    // At the short backoff (50 ms, doubling) a second try would come at once.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        runs(&app),
+        after_first,
+        "asked again before the exhausted interval"
+    );
+    app.emulator
+        .set_faults(ecs_emulator::Faults::default())
+        .unwrap();
+    app.machines_until("it runs once capacity is back", |m| running(m) == 1)
+        .await;
+}
+
+/// MCM #706: creates are paced per class, so a scale-up cannot exhaust the cloud's API limits.
+#[tokio::test]
+async fn creates_are_paced_per_class() {
+    let mut settings = quick();
+    settings.class_calls_per_second = std::num::NonZeroU32::new(2).unwrap();
+    let app = spawn_app(settings).await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    let started = std::time::Instant::now();
+    let set = json!({"metadata": {"name": "paced"}, "spec": {"replicas": 6,
+        "selector": {"matchLabels": {"pool": "p"}},
+        "template": {"metadata": {"labels": {"pool": "p"}}, "spec": {"class": {"name": "small"}}}}});
+    assert_eq!(app.post("machinesets", set).await.0, 201);
+    app.machines_until("6 run", |m| running(m) == 6).await;
+    // Two at once, then two a second: the last of six cannot start before two seconds.
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "6 creates in {:?}",
+        started.elapsed()
+    );
+}
+
+/// A call the driver refuses is tried again at the growing backoff, not at once: the status the
+/// failure writes does not wake the machine's own reconcile.
+#[tokio::test]
+async fn a_refused_create_is_retried_at_its_backoff_not_at_once() {
+    let app = spawn_app(quick()).await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    // One character: the driver refuses it as an ECS instance name (InvalidArgument).
+    let machine = json!({"metadata": {"name": "x"}, "spec": {"class": {"name": "small"}}});
+    assert_eq!(app.post("machines", machine).await.0, 201);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, m) = app.get("machines", "x").await;
+    assert_eq!(
+        m["status"]["lastOperation"]["errorCode"], "InvalidArgument",
+        "{m}"
+    );
+    assert!(
+        m["status"]["lastOperation"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("ECS instance names are 2 to 128 characters"),
+        "{m}"
+    );
+    // 50 ms doubling to 500 ms is about nine tries in three seconds; the test's resync every
+    // 200 ms reads the failure's time to the second, so a few more. Woken by its own status
+    // write, it was about seventy a second.
+    let failures = m["status"]["failures"].as_u64().unwrap();
+    assert!((1..=30).contains(&failures), "{failures} tries in 3 s: {m}");
+}

@@ -108,3 +108,37 @@ async fn a_version_older_than_the_feed_is_gone() {
     let added = text.lines().filter(|l| l.contains("\"ADDED\"")).count();
     assert_eq!(added, 3, "{text}");
 }
+
+#[tokio::test]
+async fn a_watch_ends_at_the_operators_ceiling_whatever_it_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = service_kit::Env::default()
+        .with("BERTH_LISTEN", "127.0.0.1:0")
+        .with("BERTH_DATA_DIR", dir.path().to_str().unwrap())
+        .with("BERTH_WATCH_HEARTBEAT", "200ms")
+        .with("BERTH_WATCH_MAX_DURATION", "1s");
+    let config = machine_controller::Config::from_env(&env).unwrap();
+    assert_eq!(config.watch_max, Duration::from_secs(1));
+    let writer = machine_controller::writer(&config).await.unwrap();
+    let server = service_kit::testing::spawn(machine_controller::router(&config, writer)).await;
+    for asked in ["", "&timeoutSeconds=1800"] {
+        let response = reqwest::get(format!(
+            "{}/v1/namespaces/{NS}/secrets?watch=true{asked}",
+            server.url
+        ))
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 200);
+        // The stream ends by itself: the whole body arrives long before 30 minutes.
+        let body = tokio::time::timeout(Duration::from_secs(20), response.bytes())
+            .await
+            .expect("the watch outlived the ceiling")
+            .unwrap();
+        let text = String::from_utf8(body.to_vec()).unwrap();
+        assert!(text.lines().all(|l| l.contains("BOOKMARK")), "{text}");
+    }
+    // A ceiling above Kubernetes' own 30 minutes is cut to it.
+    let env = env.with("BERTH_WATCH_MAX_DURATION", "2h");
+    let config = machine_controller::Config::from_env(&env).unwrap();
+    assert_eq!(config.watch_max, Duration::from_secs(1800));
+}
