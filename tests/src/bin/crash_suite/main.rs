@@ -33,6 +33,10 @@
 //! acknowledged as made, none for one acknowledged as deleted, no claim of Berth's without a
 //! volume.
 //!
+//! Then `--scale-seeds` (default 5) rounds of the machine controller ([`scale`]): a
+//! MachineDeployment scaled 0 → 30 → 5 → 20 on the emulator while the controller and the driver
+//! are killed; at rest exactly 20 machines run, one VM each, and no VM is left without a machine.
+//!
 //! The binaries are looked for beside this one (build them in the same profile:
 //! `tests/reliability/run.sh` does). Prints a table per round and a summary, and closes with
 //! `N passed, N failed` (a round passes when every count above is zero).
@@ -42,12 +46,16 @@
 //! - this file: options, one round (start, run, settle, check, stop) and the summary;
 //! - [`model`]: what the suite knows of each name, the counts, the requests it sends;
 //! - [`workload`]: the workers and the killer;
-//! - [`checks`]: the controller's repeats at the end of a round, and every check.
+//! - [`checks`]: the controller's repeats at the end of a round, and every check;
+//! - [`scale`]: the machine controller's rounds.
 //!
 //! The processes themselves are `berth_tests::processes`.
 
 mod checks;
+#[path = "../../../../services/machine-driver/tests/support/mod.rs"]
+mod docker_support;
 mod model;
+mod scale;
 mod workload;
 
 use std::path::PathBuf;
@@ -86,6 +94,8 @@ struct Options {
     /// others: volumes only, storage-ops killed.
     kubernetes_seeds: u64,
     kubernetes_ops: usize,
+    /// The machine controller's rounds (a deployment scaled while it and the driver are killed).
+    scale_seeds: u64,
 }
 
 /// Where a round's volumes live.
@@ -108,6 +118,7 @@ fn options() -> Result<Options, String> {
         workers: 4,
         kubernetes_seeds: 1,
         kubernetes_ops: 200,
+        scale_seeds: 5,
         bin_dir: std::env::current_exe()
             .map_err(|e| e.to_string())?
             .parent()
@@ -139,6 +150,11 @@ fn options() -> Result<Options, String> {
                 o.kubernetes_ops = value()?
                     .parse()
                     .map_err(|e| format!("--kubernetes-ops: {e}"))?
+            }
+            "--scale-seeds" => {
+                o.scale_seeds = value()?
+                    .parse()
+                    .map_err(|e| format!("--scale-seeds: {e}"))?
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -407,10 +423,86 @@ async fn main() -> std::process::ExitCode {
         total.duplicate_vms,
         total.secrets_leaked
     );
+    if o.scale_seeds > 0 {
+        let (p, f) = scale_rounds(&o).await;
+        passed += p;
+        failed += f;
+    }
     println!("crash-suite: {passed} passed, {failed} failed");
     if failed == 0 {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE
     }
+}
+
+/// The machine controller's rounds, on the emulator and then on Docker, with their own table;
+/// answers (passed, failed). Without a Docker Engine its rounds are skipped, saying so, unless
+/// `BERTH_REQUIRE_DOCKER=1` makes that a failure.
+async fn scale_rounds(o: &Options) -> (usize, usize) {
+    println!(
+        "== machine controller: a deployment scaled {} through the gateway, the controller and the driver killed",
+        std::iter::once("0".to_string())
+            .chain(scale::STEPS.iter().map(u64::to_string))
+            .collect::<Vec<_>>()
+            .join(" → ")
+    );
+    println!(
+        "{:>6} {:>5} {:>6} {:>9} {:>5} {:>8} {:>6} {:>7} {:>9} {:>8}",
+        "cloud",
+        "seed",
+        "kills",
+        "machines",
+        "VMs",
+        "missing",
+        "extra",
+        "leaked",
+        "dup. VMs",
+        "seconds"
+    );
+    let (mut passed, mut failed) = (0, 0);
+    let mut clouds = vec![scale::Cloud::Emulator];
+    if docker_support::local_engine().await.is_some() {
+        clouds.push(scale::Cloud::Docker);
+    } else if std::env::var("BERTH_REQUIRE_DOCKER").as_deref() == Ok("1") {
+        println!("Docker: FAILED: BERTH_REQUIRE_DOCKER=1 but no Docker Engine answers");
+        failed += 1;
+    } else {
+        println!(
+            "Docker: SKIPPED: no Docker Engine answers (BERTH_REQUIRE_DOCKER=1 fails instead)"
+        );
+    }
+    for cloud in clouds {
+        for seed in o.first_seed..o.first_seed + o.scale_seeds {
+            let started = Instant::now();
+            match scale::round(&o.bin_dir, seed, cloud).await {
+                Ok(c) => {
+                    println!(
+                        "{cloud:>6} {seed:>5} {:>6} {:>9} {:>5} {:>8} {:>6} {:>7} {:>9} {:>8.1}",
+                        c.kills,
+                        c.machines,
+                        c.vms,
+                        c.missing,
+                        c.extra,
+                        c.leaked,
+                        c.duplicate_vms,
+                        started.elapsed().as_secs_f64()
+                    );
+                    for f in &c.findings {
+                        println!("      {f}");
+                    }
+                    if c.passed() {
+                        passed += 1;
+                    } else {
+                        failed += 1;
+                    }
+                }
+                Err(e) => {
+                    println!("{cloud:>6} {seed:>5} could not run: {e}");
+                    failed += 1;
+                }
+            }
+        }
+    }
+    (passed, failed)
 }
