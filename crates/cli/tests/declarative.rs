@@ -122,6 +122,18 @@ fn a_machine_deployment_through_the_cli() {
             "2m",
         ],
     );
+    // Done means done: the status the command ended on was made for the class as changed, with
+    // every replica of the new template.
+    let class: serde_json::Value =
+        serde_json::from_str(&ok(&stack, &["get", "mcc", "demo-class", "-o", "json"])).unwrap();
+    let md: serde_json::Value =
+        serde_json::from_str(&ok(&stack, &["get", "md", "workers", "-o", "json"])).unwrap();
+    assert_eq!(
+        md["status"]["observedClassGeneration"], class["metadata"]["generation"],
+        "{md}"
+    );
+    assert_eq!(md["status"]["updatedReplicas"], 3, "{md}");
+    // Old machines may still be going (their VMs being deleted); they go.
     until("three rolled machines", Duration::from_secs(60), || {
         let names = machine_names(&stack);
         names.len() == 3 && names.iter().all(|n| !first.contains(n))

@@ -286,6 +286,12 @@ pub fn check_class(class: &MachineClass) -> Result<(), Status> {
             "is required (Alicloud or Docker)",
         ));
     }
+    if !class.provider_spec.is_object() {
+        return Err(Status::invalid(
+            "providerSpec",
+            "must be an object (the provider's spec)",
+        ));
+    }
     let Some(secret_ref) = &class.secret_ref else {
         return Err(Status::invalid(
             "secretRef.name",
@@ -563,6 +569,13 @@ fn check_replicated(
     selector: &LabelSelector,
     template: &MachineTemplate,
 ) -> Result<(), Status> {
+    // The documents say int32, as Kubernetes' replicas are.
+    if replicas > i32::MAX as u32 {
+        return Err(Status::invalid(
+            &format!("{field}.replicas"),
+            "must be at most 2147483647 (an int32)",
+        ));
+    }
     if replicas > max_replicas {
         return Err(Status::new(
             Code::FailedPrecondition,
@@ -845,6 +858,11 @@ pub struct MachineDeploymentStatus {
     /// The current template's hash (its sets carry it as [`TEMPLATE_HASH_LABEL`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub template_hash: String,
+    /// The generation of the template's class this status was made for: a class change rolls
+    /// the machines without changing the deployment's own generation, so a client waiting for a
+    /// roll compares this with the class's `metadata.generation`.
+    #[serde(default)]
+    pub observed_class_generation: i64,
     /// `Available` and `Progressing`, as Kubernetes' Deployment says them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
@@ -1008,6 +1026,13 @@ mod tests {
             ..MachineClass::default()
         };
         c.metadata.namespace = "team-a".into();
+        assert!(
+            check_class(&c)
+                .unwrap_err()
+                .message
+                .starts_with("providerSpec:")
+        );
+        c.provider_spec = serde_json::json!({"image": "busybox"});
         assert!(
             check_class(&c)
                 .unwrap_err()

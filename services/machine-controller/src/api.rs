@@ -86,6 +86,15 @@ pub(crate) async fn list(
     query: ListQuery,
 ) -> Result<Response, ApiError> {
     check_namespace(&namespace)?;
+    if query
+        .timeout_seconds
+        .is_some_and(|t| !(1..=crate::stream::MAX_WATCH.as_secs()).contains(&t))
+    {
+        return Err(ApiError::new(Status::invalid(
+            "timeoutSeconds",
+            "must be from 1 to 1800",
+        )));
+    }
     let selector: domain::Selector = query
         .label_selector
         .as_deref()
@@ -138,6 +147,7 @@ pub(crate) async fn create(
     raw: Value,
 ) -> Result<Response, ApiError> {
     check_namespace(&namespace)?;
+    check_shape(&raw)?;
     let name = raw["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -235,6 +245,24 @@ pub(crate) async fn get(
     Ok(answer(StatusCode::OK, &stored))
 }
 
+/// What every write's body must be before anything reads into it: a JSON object whose
+/// `metadata`, when present, is an object too.
+fn check_shape(body: &Value) -> Result<(), ApiError> {
+    if !body.is_object() {
+        return Err(ApiError::new(Status::invalid(
+            "body",
+            "must be a JSON object",
+        )));
+    }
+    match body.get("metadata") {
+        None | Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err(ApiError::new(Status::invalid(
+            "metadata",
+            "must be an object",
+        ))),
+    }
+}
+
 /// Replaces an object (or makes it: PUT is how `apply` writes whether or not it exists).
 pub(crate) async fn put(
     state: AppState,
@@ -246,8 +274,12 @@ pub(crate) async fn put(
 ) -> Result<Response, ApiError> {
     check_namespace(&namespace)?;
     check_name(&name)?;
+    check_shape(&raw)?;
     caller.audit_object(format!("{namespace}/{}/{name}", kind.plural()));
-    if raw["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+    if raw["metadata"]
+        .get("name")
+        .is_some_and(|n| n.as_str() != Some(name.as_str()))
+    {
         return Err(ApiError::new(Status::invalid(
             "metadata.name",
             "must be the name in the path (or absent)",
@@ -353,6 +385,12 @@ pub(crate) async fn patch(
     patch: Value,
 ) -> Result<Response, ApiError> {
     caller.audit_object(format!("{namespace}/{}/{name}", kind.plural()));
+    if !patch.is_object() {
+        return Err(ApiError::new(Status::invalid(
+            "body",
+            "a merge patch must be a JSON object (RFC 7396)",
+        )));
+    }
     let current = visible(&state, &caller, kind, &namespace, &name).await?;
     let mut merged = current.body.clone();
     if kind == Kind::Secret {
@@ -367,6 +405,7 @@ pub(crate) async fn patch(
         }
     }
     merge_patch(&mut merged, &patch);
+    check_shape(&merged)?;
     if merged["metadata"]["name"] != json!(name) {
         return Err(ApiError::new(Status::invalid(
             "metadata.name",
@@ -433,7 +472,7 @@ macro_rules! kind_routes {
 
             #[doc = concat!("Lists the namespace's ", $tag, "; with `watch=true`, streams their changes.")]
             #[utoipa::path(get, path = $collection, tag = $tag, operation_id = concat!("listNamespaced", $singular),
-                params(("namespace" = String, Path, description = "The namespace"), ListQuery),
+                params(("namespace" = String, Path, description = "The namespace, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63), ListQuery),
                 responses(
                     (status = 200, description = "The list (`items`, `metadata.resourceVersion`), or with watch=true a stream of newline-delimited events `{type, object}`", content((Value = "application/json"), (Value = "application/x-ndjson"))),
                     (status = 400, description = "A bad namespace, selector or resourceVersion (code 3)", body = service_kit::error::Problem),
@@ -446,7 +485,7 @@ macro_rules! kind_routes {
 
             #[doc = concat!("Makes one of the namespace's ", $tag, ".")]
             #[utoipa::path(post, path = $collection, tag = $tag, operation_id = concat!("createNamespaced", $singular),
-                params(("namespace" = String, Path, description = "The namespace")),
+                params(("namespace" = String, Path, description = "The namespace, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
                 request_body = $schema,
                 responses(
                     (status = 201, description = "Made", body = $schema),
@@ -461,7 +500,7 @@ macro_rules! kind_routes {
 
             #[doc = concat!("Reads one of the namespace's ", $tag, ".")]
             #[utoipa::path(get, path = $item, tag = $tag, operation_id = concat!("readNamespaced", $singular),
-                params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
+                params(("namespace" = String, Path, description = "The namespace, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63), ("name" = String, Path, description = "The name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
                 responses(
                     (status = 200, description = "The object", body = $schema),
                     (status = 404, description = "No such object (code 5)", body = service_kit::error::Problem),
@@ -472,7 +511,7 @@ macro_rules! kind_routes {
 
             #[doc = concat!("Replaces (or makes) one of the namespace's ", $tag, "; `metadata.resourceVersion`, when sent, must be the current one.")]
             #[utoipa::path(put, path = $item, tag = $tag, operation_id = concat!("replaceNamespaced", $singular),
-                params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
+                params(("namespace" = String, Path, description = "The namespace, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63), ("name" = String, Path, description = "The name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
                 request_body = $schema,
                 responses(
                     (status = 200, description = "Replaced", body = $schema),
@@ -488,7 +527,7 @@ macro_rules! kind_routes {
 
             #[doc = concat!("Changes one of the namespace's ", $tag, " by a JSON merge patch (RFC 7386).")]
             #[utoipa::path(patch, path = $item, tag = $tag, operation_id = concat!("patchNamespaced", $singular),
-                params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
+                params(("namespace" = String, Path, description = "The namespace, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63), ("name" = String, Path, description = "The name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
                 request_body(content = Value, content_type = "application/merge-patch+json"),
                 responses(
                     (status = 200, description = "Changed", body = $schema),
@@ -503,7 +542,7 @@ macro_rules! kind_routes {
 
             #[doc = concat!("Deletes one of the namespace's ", $tag, ": at once, or once its finalizers are done (its VM deleted, what it owns gone).")]
             #[utoipa::path(delete, path = $item, tag = $tag, operation_id = concat!("deleteNamespaced", $singular),
-                params(("namespace" = String, Path, description = "The namespace"), ("name" = String, Path, description = "The name")),
+                params(("namespace" = String, Path, description = "The namespace, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63), ("name" = String, Path, description = "The name, a DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63)),
                 responses(
                     (status = 200, description = "Deleted, or marked (metadata.deletionTimestamp) until its finalizers are done", body = $schema),
                     (status = 404, description = "No such object (code 5)", body = service_kit::error::Problem),
@@ -561,6 +600,113 @@ kind_routes!(
     "/v1/namespaces/{namespace}/machinedeployments",
     "/v1/namespaces/{namespace}/machinedeployments/{name}"
 );
+
+/// The documented examples, one object of each kind that works on a stack whose Alicloud provider
+/// is the ECS emulator (`berth up`): a secret with the emulator's key (its two `EMULATOR_*`
+/// placeholders replaced by the key `berth up` prints), a class using the secret `alicloud`, and
+/// a machine, set and deployment of the class `small` — the secret and class examples made under
+/// those two names first, as the README's tour does. Path parameters name the example objects
+/// (the secret and class ones under names nothing uses, so deleting them is allowed); a create's
+/// example takes a name of its own, so it does not meet the one the others read and replace.
+pub(crate) fn document_examples(doc: &mut Value) {
+    // What the controller writes and a caller's write never changes (Kubernetes' status
+    // subresource): documented read-only, so a client knows not to send it.
+    for schema in ["MachineResource", "MachineSet", "MachineDeployment"] {
+        if let Some(status) = doc["components"]["schemas"][schema]["properties"].get_mut("status") {
+            status["readOnly"] = json!(true);
+        }
+    }
+    let class = "small";
+    let examples: [(&str, &str, Value); 5] = [
+        (
+            "secrets",
+            "spare-secret",
+            json!({"apiVersion": API_VERSION, "kind": "Secret",
+                "stringData": {"alicloudAccessKeyID": "EMULATOR_ACCESS_KEY_ID",
+                               "alicloudAccessKeySecret": "EMULATOR_ACCESS_KEY_SECRET"}}),
+        ),
+        (
+            "machineclasses",
+            "spare-class",
+            json!({"apiVersion": API_VERSION, "kind": "MachineClass", "provider": "Alicloud",
+                "providerSpec": {"imageID": "m-demo-image", "instanceType": "ecs.g6.large",
+                    "region": "cn-shanghai", "zoneID": "cn-shanghai-b",
+                    "securityGroupID": "sg-demo", "vSwitchID": "vsw-demo", "keyPairName": "demo",
+                    "tags": {"kubernetes.io/cluster/demo": "1", "kubernetes.io/role/node": "1"}},
+                "secretRef": {"name": "alicloud"}}),
+        ),
+        (
+            "machines",
+            "worker-1",
+            json!({"apiVersion": API_VERSION, "kind": "Machine",
+                "metadata": {"labels": {"role": "single"}},
+                "spec": {"class": {"name": class}}}),
+        ),
+        (
+            "machinesets",
+            "pool",
+            json!({"apiVersion": API_VERSION, "kind": "MachineSet",
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"pool": "set"}},
+                    "template": {"metadata": {"labels": {"pool": "set"}},
+                                 "spec": {"class": {"name": class}}}}}),
+        ),
+        (
+            "machinedeployments",
+            "workers",
+            json!({"apiVersion": API_VERSION, "kind": "MachineDeployment",
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"pool": "workers"}},
+                    "template": {"metadata": {"labels": {"pool": "workers"}},
+                                 "spec": {"class": {"name": class}}}}}),
+        ),
+    ];
+    for (plural, name, body) in examples {
+        let collection = format!("/v1/namespaces/{{namespace}}/{plural}");
+        let item = format!("{collection}/{{name}}");
+        let with_name = |name: &str| {
+            let mut body = body.clone();
+            let labels = body["metadata"]["labels"].clone();
+            body["metadata"] = json!({"name": name});
+            if !labels.is_null() {
+                body["metadata"]["labels"] = labels;
+            }
+            body
+        };
+        let paths = &mut doc["paths"];
+        for (path, method) in [
+            (&collection, "get"),
+            (&collection, "post"),
+            (&item, "get"),
+            (&item, "put"),
+            (&item, "patch"),
+            (&item, "delete"),
+        ] {
+            let Some(operation) = paths.get_mut(path.as_str()).and_then(|p| p.get_mut(method))
+            else {
+                continue;
+            };
+            if let Some(parameters) = operation["parameters"].as_array_mut() {
+                for p in parameters.iter_mut() {
+                    match p["name"].as_str() {
+                        Some("namespace") => p["example"] = json!("team-a"),
+                        Some("name") => p["example"] = json!(name),
+                        _ => {}
+                    }
+                }
+            }
+            let example = match method {
+                "post" => with_name(&format!("{name}-new")),
+                "put" => with_name(name),
+                "patch" => json!({"metadata": {"labels": {"team": "a"}}}),
+                _ => continue,
+            };
+            if let Some(content) = operation["requestBody"]["content"].as_object_mut() {
+                for media in content.values_mut() {
+                    media["example"] = example.clone();
+                }
+            }
+        }
+    }
+}
 
 /// The API routes, with their OpenAPI descriptions.
 pub fn routes(state: AppState) -> OpenApiRouter {

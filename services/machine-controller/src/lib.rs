@@ -222,6 +222,7 @@ pub fn router(config: &Config, writer: Writer) -> axum::Router {
         watches: Arc::new(tokio::sync::Semaphore::new(config.max_watches)),
     };
     ServiceApp::new(NAME, api::routes(state))
+        .document_edits(api::document_examples)
         .http_config(config.service.http.clone())
         .readiness(Check::new("db", move || {
             let store = db.clone();

@@ -585,8 +585,10 @@ pub async fn scale(
     Ok(())
 }
 
-/// Where a deployment's roll stands: done, or what is still to happen.
-fn rollout_state(d: &Value) -> Result<(), String> {
+/// Where a deployment's roll stands: done, or what is still to happen. `class_generation` is
+/// its class's generation when the command started: a class change rolls the machines without
+/// changing the deployment's generation.
+fn rollout_state(d: &Value, class_generation: Option<i64>) -> Result<(), String> {
     let want = number(d, "/spec/replicas");
     let observed = d
         .pointer("/status/observedGeneration")
@@ -596,7 +598,11 @@ fn rollout_state(d: &Value) -> Result<(), String> {
         .pointer("/metadata/generation")
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    if observed < generation {
+    let observed_class = d
+        .pointer("/status/observedClassGeneration")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
+    if observed < generation || class_generation.is_some_and(|g| observed_class < g) {
         return Err("waiting for the controller to see the latest change".into());
     }
     let updated = number(d, "/status/updatedReplicas");
@@ -637,9 +643,20 @@ pub async fn rollout_status(
     }
     let client = Client::new(ctx.client());
     let current = client.get(kind, &namespace, &name).await?;
+    // The class as it is now: a roll it started is not done until the controller saw it. A class
+    // that is missing (or unreadable) leaves only the deployment's own generation to wait on.
+    let class = text(&current, "/spec/template/spec/class/name").to_string();
+    let class_generation = match class.is_empty() {
+        true => None,
+        false => client
+            .get(Kind::MachineClass, &namespace, &class)
+            .await
+            .ok()
+            .and_then(|c| c.pointer("/metadata/generation").and_then(Value::as_i64)),
+    };
     let done = format!("machinedeployment {name:?} successfully rolled out");
     let mut last = String::new();
-    let mut check = |d: &Value| match rollout_state(d) {
+    let mut check = |d: &Value| match rollout_state(d, class_generation) {
         Ok(()) => true,
         Err(state) => {
             if state != last {
@@ -715,6 +732,7 @@ mod tests {
 
     #[test]
     fn a_roll_is_done_when_every_replica_is_updated_and_available() {
+        let rollout_state_of = |d: &Value| rollout_state(d, None);
         let d = |generation: i64,
                  observed: i64,
                  want: u64,
@@ -726,25 +744,34 @@ mod tests {
                               "updatedReplicas": updated, "availableReplicas": available}})
         };
         assert!(
-            rollout_state(&d(2, 1, 3, 3, 3, 3))
+            rollout_state_of(&d(2, 1, 3, 3, 3, 3))
                 .unwrap_err()
                 .contains("latest change")
         );
         assert!(
-            rollout_state(&d(2, 2, 3, 4, 1, 3))
+            rollout_state_of(&d(2, 2, 3, 4, 1, 3))
                 .unwrap_err()
                 .contains("1 of 3 updated")
         );
         assert!(
-            rollout_state(&d(2, 2, 3, 4, 3, 3))
+            rollout_state_of(&d(2, 2, 3, 4, 3, 3))
                 .unwrap_err()
                 .contains("1 old replicas")
         );
         assert!(
-            rollout_state(&d(2, 2, 3, 3, 3, 2))
+            rollout_state_of(&d(2, 2, 3, 3, 3, 2))
                 .unwrap_err()
                 .contains("2 of 3")
         );
-        rollout_state(&d(2, 2, 3, 3, 3, 3)).unwrap();
+        rollout_state_of(&d(2, 2, 3, 3, 3, 3)).unwrap();
+        // A class change: done only once the controller saw the class's new generation.
+        let mut done = d(2, 2, 3, 3, 3, 3);
+        done["status"]["observedClassGeneration"] = json!(4);
+        assert!(
+            rollout_state(&done, Some(5))
+                .unwrap_err()
+                .contains("latest change")
+        );
+        rollout_state(&done, Some(4)).unwrap();
     }
 }

@@ -163,6 +163,7 @@ pub async fn reconcile(
                     "unavailableReplicas": want.saturating_sub(ready),
                     "observedGeneration": generation,
                     "templateHash": hash,
+                    "observedClassGeneration": class_generation,
                     "conditions": conditions,
                 });
                 Ok(())
