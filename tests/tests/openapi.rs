@@ -293,3 +293,41 @@ fn committed_documents_are_valid_openapi_3_1() {
         );
     }
 }
+
+/// The gateway merges its upstreams' components by name, so a schema two services both document
+/// must be the same in each: otherwise the merged document holds whichever came last, and a
+/// client of the gateway is told something one of the services does not do (the controller's
+/// MachineClass once replaced the driver's, dropping `required`).
+#[test]
+fn services_document_a_shared_schema_alike() {
+    let services = [
+        "machine-driver",
+        "orchestrator-registry",
+        "storage-ops",
+        "machine-controller",
+    ];
+    let docs: Vec<(&str, Value)> = services
+        .iter()
+        .map(|name| (*name, committed(name).expect("a committed document")))
+        .collect();
+    let mut differing = Vec::new();
+    for (i, (a, doc_a)) in docs.iter().enumerate() {
+        for (b, doc_b) in &docs[i + 1..] {
+            let (Some(sa), Some(sb)) = (
+                doc_a["components"]["schemas"].as_object(),
+                doc_b["components"]["schemas"].as_object(),
+            ) else {
+                continue;
+            };
+            for (name, schema) in sa {
+                if sb.get(name).is_some_and(|other| other != schema) {
+                    differing.push(format!("{name}: {a} and {b}"));
+                }
+            }
+        }
+    }
+    assert!(
+        differing.is_empty(),
+        "schemas of one name that the services document differently: {differing:?}"
+    );
+}

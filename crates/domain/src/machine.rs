@@ -22,6 +22,17 @@ pub const CLOUD_KEY_REFUSED: &str = "not a Berth credential";
 /// client tells it from "not yet" (the CLI exits 1 for it, not 3).
 pub const BOOTSTRAP_RUNS_ONCE: &str = "it runs only once";
 
+/// The providers a class may name.
+pub const PROVIDERS: [&str; 2] = ["Alicloud", "Docker"];
+
+/// What an OpenAPI document states of `MachineClass` beyond its Rust type: the providers, and the
+/// two fields every provider needs. The driver and the machine controller both document the
+/// schema, and the gateway merges their documents into one, so both state it through this.
+pub fn document_machine_class(class: &mut serde_json::Value) {
+    class["properties"]["provider"]["enum"] = serde_json::json!(PROVIDERS);
+    class["required"] = serde_json::json!(["provider", "providerSpec"]);
+}
+
 /// The parts of Kubernetes `ObjectMeta` Berth uses.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

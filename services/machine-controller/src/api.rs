@@ -611,6 +611,9 @@ kind_routes!(
 pub(crate) fn document_examples(doc: &mut Value) {
     // What the controller writes and a caller's write never changes (Kubernetes' status
     // subresource): documented read-only, so a client knows not to send it.
+    if let Some(class) = doc["components"]["schemas"].get_mut("MachineClass") {
+        domain::machine::document_machine_class(class);
+    }
     for schema in ["MachineResource", "MachineSet", "MachineDeployment"] {
         if let Some(status) = doc["components"]["schemas"][schema]["properties"].get_mut("status") {
             status["readOnly"] = json!(true);

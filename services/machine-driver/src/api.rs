@@ -138,8 +138,7 @@ fn document_requests(doc: &mut serde_json::Value) {
         return;
     };
     if let Some(class) = schemas.get_mut("MachineClass") {
-        class["properties"]["provider"]["enum"] = json!([alicloud::NAME, docker::NAME]);
-        class["required"] = json!(["provider", "providerSpec"]);
+        domain::machine::document_machine_class(class);
     }
     if let Some(list) = schemas.get_mut("ListMachinesRequest") {
         list["allOf"] = rules("list");

@@ -229,6 +229,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_documented_providers_are_this_drivers() {
+        assert_eq!(
+            domain::machine::PROVIDERS,
+            [alicloud::NAME, docker::NAME],
+            "the OpenAPI documents name the providers through domain::machine::PROVIDERS"
+        );
+    }
+
+    #[test]
     fn every_variable_this_crate_reads_is_declared() {
         let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
         let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
