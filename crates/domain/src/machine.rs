@@ -22,6 +22,24 @@ pub const CLOUD_KEY_REFUSED: &str = "not a Berth credential";
 /// client tells it from "not yet" (the CLI exits 1 for it, not 3).
 pub const BOOTSTRAP_RUNS_ONCE: &str = "it runs only once";
 
+/// An integer as JSON Schema's `integer` allows it, `3` or `3.0`, within int64 (a client may write
+/// a large one as a float: `2.5e16`).
+fn integral<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    use serde::Deserialize as _;
+    use serde::de::Error as _;
+    let n = serde_json::Number::deserialize(d)?;
+    if let Some(i) = n.as_i64() {
+        return Ok(i);
+    }
+    match n.as_f64() {
+        // i64::MAX as f64 rounds up to 2^63, which is already out of range.
+        Some(f) if f.fract() == 0.0 && f >= i64::MIN as f64 && f < i64::MAX as f64 => Ok(f as i64),
+        _ => Err(D::Error::custom(format!(
+            "{n} is not an integer within int64"
+        ))),
+    }
+}
+
 /// The providers a class may name.
 pub const PROVIDERS: [&str; 2] = ["Alicloud", "Docker"];
 
@@ -59,7 +77,11 @@ pub struct ObjectMeta {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub resource_version: String,
     /// How many times a stored object's spec has changed (machine-controller). The driver ignores it.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(
+        default,
+        skip_serializing_if = "is_zero",
+        deserialize_with = "integral"
+    )]
     pub generation: i64,
     /// When a stored object was made (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -593,6 +615,25 @@ pub(crate) mod base64_values {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_generation_is_any_integral_number_within_int64() {
+        let meta =
+            |g: &str| serde_json::from_str::<ObjectMeta>(&format!("{{\"generation\": {g}}}"));
+        assert_eq!(meta("7").unwrap().generation, 7);
+        assert_eq!(
+            meta("2.6701548458116744e16").unwrap().generation,
+            26701548458116744
+        );
+        assert!(
+            meta("1.5")
+                .unwrap_err()
+                .to_string()
+                .contains("not an integer")
+        );
+        assert!(meta("1e19").is_err());
+        assert!(meta("\"3\"").is_err());
+    }
 
     #[test]
     fn secret_debug_and_display_never_show_values() {

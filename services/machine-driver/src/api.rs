@@ -167,12 +167,14 @@ fn document_requests(doc: &mut serde_json::Value) {
         );
         machine["allOf"] = rules("machine");
     }
-    for (operation, name) in [
-        ("create", "CreateMachineRequest"),
-        ("initialize", "InitializeMachineRequest"),
+    // CheckMachineClass runs CreateMachine's checks, so it takes CreateMachine's body and rules.
+    for (path, name) in [
+        ("machines:create", "CreateMachineRequest"),
+        ("machines:initialize", "InitializeMachineRequest"),
+        ("machineclasses:check", "CreateMachineRequest"),
     ] {
         if let Some(body) = doc.pointer_mut(&format!(
-            "/paths/~1v1~1machines:{operation}/post/requestBody/content/application~1json/schema"
+            "/paths/~1v1~1{path}/post/requestBody/content/application~1json/schema"
         )) {
             *body = json!({"$ref": format!("#/components/schemas/{name}")});
         }

@@ -5,6 +5,8 @@
 //! service gets [`INTERNAL_TOKEN`] as its internal credential, the value the pacts' example
 //! requests carry.
 
+use std::sync::Arc;
+
 use service_kit::Env;
 use service_kit::server::Application;
 
@@ -127,6 +129,28 @@ pub async fn machine_controller(driver_url: &str) -> Running {
         url: serve(app),
         data,
     }
+}
+
+/// The machine controller's API, calling the machine driver at `driver_url`, without its
+/// reconcile loop; with the reconcilers' shared state (over the same store and driver client) and
+/// `settings`, for a test that runs each reconcile step itself, in an order it chooses.
+pub async fn machine_controller_stepped(
+    driver_url: &str,
+    settings: machine_controller::reconcile::Settings,
+) -> (Running, Arc<machine_controller::reconcile::Controller>) {
+    let data = data_dir();
+    let env = base_env(&data).with("BERTH_MACHINE_DRIVER_URL", driver_url);
+    let config = machine_controller::Config::from_env(&env).expect("machine-controller config");
+    let writer = machine_controller::writer(&config)
+        .await
+        .expect("the machine controller's store, keys and driver client");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let router = machine_controller::router(&config, writer.clone());
+    let url = serve(Application::new(router, listener));
+    let controller = machine_controller::reconcile::Controller::new(writer, settings);
+    (Running { url, data }, controller)
 }
 
 /// The gateway in front of the four services at the given URLs, with `berth_tests`' tokens.

@@ -21,7 +21,8 @@ use pact_verifier::verification_result::VerificationMismatchResult;
 use pact_verifier::{FilterInfo, PactSource, ProviderInfo, ProviderTransport, VerificationOptions};
 use serde_json::Value;
 
-/// What a provider-state closure returns: values the pact may refer to (unused so far).
+/// What a provider-state closure returns: values the interaction's request may take through a
+/// provider-state generator (`${name}`), such as the `providerID` of the VM the state made.
 pub type StateValues = HashMap<String, Value>;
 
 type StateFuture = Pin<Box<dyn Future<Output = anyhow::Result<StateValues>> + Send>>;
