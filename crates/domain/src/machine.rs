@@ -32,8 +32,9 @@ fn integral<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
         return Ok(i);
     }
     match n.as_f64() {
-        // i64::MAX as f64 rounds up to 2^63, which is already out of range.
-        Some(f) if f.fract() == 0.0 && f >= i64::MIN as f64 && f < i64::MAX as f64 => Ok(f as i64),
+        // Both bounds as f64 are ±2^63, and a literal just past either one (-2^63 - 1) rounds to
+        // them: only what lies strictly between is surely in range.
+        Some(f) if f.fract() == 0.0 && f > i64::MIN as f64 && f < i64::MAX as f64 => Ok(f as i64),
         _ => Err(D::Error::custom(format!(
             "{n} is not an integer within int64"
         ))),
@@ -632,6 +633,8 @@ mod tests {
                 .contains("not an integer")
         );
         assert!(meta("1e19").is_err());
+        assert!(meta("-9223372036854775809").is_err());
+        assert!(meta("9223372036854775808").is_err());
         assert!(meta("\"3\"").is_err());
     }
 
