@@ -329,6 +329,22 @@ impl ProcessStack {
     }
 }
 
+/// Whether every binary of the stack is built in `bin_dir`; the refusal names the first that is
+/// not, as `suite` says it.
+pub fn check_built(suite: &str, bin_dir: &Path) -> Result<(), String> {
+    match Service::ALL
+        .into_iter()
+        .find(|s| !bin_dir.join(s.binary()).is_file())
+    {
+        None => Ok(()),
+        Some(s) => Err(format!(
+            "{suite}: {} is not built (looked in {}; --bin-dir names another)",
+            s.binary(),
+            bin_dir.display()
+        )),
+    }
+}
+
 /// The directory of the stack's binaries for a suite whose only option is `--bin-dir DIR`: that
 /// directory, else the suite's own (`cargo build` puts them side by side). `Err` is the usage line,
 /// for the suite to print before exiting 2.

@@ -836,15 +836,9 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    for s in Service::ALL {
-        if !o.bin_dir.join(s.binary()).is_file() {
-            eprintln!(
-                "load-soak: {} is not built (looked in {}; --bin-dir names another)",
-                s.binary(),
-                o.bin_dir.display()
-            );
-            return std::process::ExitCode::from(2);
-        }
+    if let Err(e) = berth_tests::processes::check_built("load-soak", &o.bin_dir) {
+        eprintln!("{e}");
+        return std::process::ExitCode::from(2);
     }
     let data = match tempfile::Builder::new().prefix("berth-load-").tempdir() {
         Ok(d) => d,

@@ -560,15 +560,9 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    for s in Service::ALL {
-        if !o.bin_dir.join(s.binary()).is_file() {
-            eprintln!(
-                "watch-bench: {} is not built (looked in {}; --bin-dir names another)",
-                s.binary(),
-                o.bin_dir.display()
-            );
-            return std::process::ExitCode::from(2);
-        }
+    if let Err(e) = berth_tests::processes::check_built("watch-bench", &o.bin_dir) {
+        eprintln!("{e}");
+        return std::process::ExitCode::from(2);
     }
     // This process holds a connection per watcher; the gateway one per watcher each side.
     match enough_files(2 * o.watchers as u64 + 256) {

@@ -319,16 +319,9 @@ async fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    for s in Service::ALL {
-        let bin = o.bin_dir.join(s.binary());
-        if !bin.is_file() {
-            eprintln!(
-                "crash-suite: {} is not built (looked in {}; --bin-dir names another)",
-                s.binary(),
-                o.bin_dir.display()
-            );
-            return std::process::ExitCode::from(2);
-        }
+    if let Err(e) = berth_tests::processes::check_built("crash-suite", &o.bin_dir) {
+        eprintln!("{e}");
+        return std::process::ExitCode::from(2);
     }
     println!(
         "== crash suite: {} seeds from {}, {} operations each over {} workers",

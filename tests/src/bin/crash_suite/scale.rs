@@ -116,6 +116,23 @@ pub(crate) async fn round(
         .prefix("berth-crash-scale-")
         .tempdir()
         .map_err(|e| e.to_string())?;
+    match run(bin_dir, seed, cloud, data.path()).await {
+        Ok(counts) if counts.passed() => Ok(counts),
+        // The data directory (every service's log) stays to look at.
+        Ok(counts) => {
+            eprintln!("scale round {seed}: kept {}", data.keep().display());
+            Ok(counts)
+        }
+        Err(e) => Err(format!("{e} (kept {})", data.keep().display())),
+    }
+}
+
+async fn run(
+    bin_dir: &std::path::Path,
+    seed: u64,
+    cloud: Cloud,
+    data: &std::path::Path,
+) -> Result<ScaleCounts, String> {
     let credentials = Credentials {
         admin_token: ADMIN_TOKEN.into(),
         internal_token: INTERNAL_TOKEN.into(),
@@ -132,7 +149,7 @@ pub(crate) async fn round(
             Some((engine, run))
         }
     };
-    let stack = ProcessStack::start(bin_dir, data.path(), &credentials, &settings(cloud)).await?;
+    let stack = ProcessStack::start(bin_dir, data, &credentials, &settings(cloud)).await?;
     let (backend, secret, class) = match backend {
         None => (
             Backend::Emulator {
@@ -184,9 +201,15 @@ pub(crate) async fn round(
         tokio::time::sleep(Duration::from_millis(rng.random_range(300..3000))).await;
     }
     stop.store(true, Ordering::Relaxed);
-    counts.kills = killing
+    let (kills, failed_starts) = killing
         .await
         .map_err(|e| format!("the killer panicked: {e}"))?;
+    counts.kills = kills;
+    counts.findings.extend(
+        failed_starts
+            .into_iter()
+            .map(|e| format!("restart failed: {e}")),
+    );
     let mut stack = Arc::try_unwrap(stack)
         .map_err(|_| "the stack is still shared".to_string())?
         .into_inner();
@@ -253,18 +276,19 @@ pub(crate) async fn round(
         }
     }
     stack.stop().await;
-    if !counts.passed() {
-        let kept = data.keep();
-        eprintln!("scale round {seed}: kept {}", kept.display());
-    }
     Ok(counts)
 }
 
 /// Kills the controller, the driver or both every 0.2-1 s until told to stop, and starts them
-/// again after up to 0.5 s; answers how many kills.
-async fn killer(stack: Arc<Mutex<ProcessStack>>, stop: Arc<AtomicBool>, seed: u64) -> usize {
+/// again after up to 0.5 s; answers how many kills, and the starts that failed five times.
+async fn killer(
+    stack: Arc<Mutex<ProcessStack>>,
+    stop: Arc<AtomicBool>,
+    seed: u64,
+) -> (usize, Vec<String>) {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut kills = 0;
+    let mut failed_starts = Vec::new();
     let everyone = [Service::MachineController, Service::MachineDriver];
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(rng.random_range(200..1000))).await;
@@ -280,11 +304,27 @@ async fn killer(stack: Arc<Mutex<ProcessStack>>, stop: Arc<AtomicBool>, seed: u6
         kills += victims.len();
         tokio::time::sleep(Duration::from_millis(rng.random_range(0..500))).await;
         for v in victims {
-            // A failed start is tried again at the end of the round.
-            let _ = stack.process(*v).start().await;
+            // A start can fail on a loaded machine (the port not yet free, /healthz late): it is
+            // tried again, and one that never comes back is a finding, not a silent outage.
+            let mut last = String::new();
+            for _ in 0..5 {
+                match stack.process(*v).start().await {
+                    Ok(()) => {
+                        last.clear();
+                        break;
+                    }
+                    Err(e) => {
+                        last = e;
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+            if !last.is_empty() {
+                failed_starts.push(last);
+            }
         }
     }
-    kills
+    (kills, failed_starts)
 }
 
 fn alicloud_class() -> Value {
@@ -430,21 +470,24 @@ impl Api {
     ) -> Result<(), String> {
         let started = Instant::now();
         loop {
-            let answer = request().bearer_auth(ADMIN_TOKEN).send().await;
-            match answer {
+            let last = match request().bearer_auth(ADMIN_TOKEN).send().await {
                 Ok(r) if r.status().is_success() => return Ok(()),
-                Ok(r) if !(r.status().is_server_error() || r.status() == 429) => {
-                    return Err(format!(
-                        "{} {}",
-                        r.status(),
-                        r.text().await.unwrap_or_default()
-                    ));
+                Ok(r) => {
+                    let status = r.status();
+                    let text = r.text().await.unwrap_or_default();
+                    if !(status.is_server_error() || status == 429) {
+                        return Err(format!("{status} {text}"));
+                    }
+                    format!("{status} {text}")
                 }
-                _ if started.elapsed() > SETTLE => {
-                    return Err("a write was not answered 2xx within the settle time".into());
-                }
-                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                Err(e) => e.to_string(),
+            };
+            if started.elapsed() > SETTLE {
+                return Err(format!(
+                    "a write was not answered 2xx within the settle time; the last answer: {last}"
+                ));
             }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
