@@ -137,6 +137,21 @@ async fn a_watch_ends_at_the_operators_ceiling_whatever_it_asks() {
         let text = String::from_utf8(body.to_vec()).unwrap();
         assert!(text.lines().all(|l| l.contains("BOOKMARK")), "{text}");
     }
+    // Outside 1..1800 is refused, naming the field, with or without watch.
+    for asked in ["watch=true&timeoutSeconds=0", "timeoutSeconds=1801"] {
+        let response = reqwest::get(format!("{}/v1/namespaces/{NS}/secrets?{asked}", server.url))
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "{asked}");
+        let problem: Value = response.json().await.unwrap();
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .starts_with("timeoutSeconds:"),
+            "{problem}"
+        );
+    }
     // A ceiling above Kubernetes' own 30 minutes is cut to it.
     let env = env.with("BERTH_WATCH_MAX_DURATION", "2h");
     let config = machine_controller::Config::from_env(&env).unwrap();

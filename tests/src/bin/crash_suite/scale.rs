@@ -327,21 +327,23 @@ async fn killer(
     (kills, failed_starts)
 }
 
+/// The class of the suite's other machines (`berth_tests::alicloud_machine_request`), stored.
 fn alicloud_class() -> Value {
-    json!({
-        "provider": "Alicloud",
-        "providerSpec": {
-            "imageID": "m-image",
-            "instanceType": "ecs.g6.large",
-            "region": "cn-shanghai",
-            "zoneID": "cn-shanghai-b",
-            "securityGroupID": "sg-1",
-            "vSwitchID": "vsw-1",
-            "keyPairName": "kp",
-            "tags": {"kubernetes.io/cluster/shoot--scale": "1", "kubernetes.io/role/node": "1"}
-        },
-        "secretRef": {"name": "cloud"}
-    })
+    let mut request = berth_tests::alicloud_machine_request(&berth_tests::AlicloudMachine {
+        name: "unused",
+        uid: "unused",
+        cluster: "shoot--scale",
+        class: "small",
+        key_id: ECS_KEY_ID,
+        key_secret: ECS_KEY_SECRET,
+        user_data: "",
+    });
+    let mut class = request["machineClass"].take();
+    if let Some(fields) = class.as_object_mut() {
+        fields.remove("metadata");
+    }
+    class["secretRef"] = json!({"name": "cloud"});
+    class
 }
 
 /// A class of the test machine image, its containers labelled with the round's run (so the sweep
