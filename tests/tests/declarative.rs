@@ -1,7 +1,7 @@
 //! Declarative machines through the gateway (issue 33): a tenant's secret, class and deployment
 //! reach Running on the stack's ECS emulator; another tenant can neither see nor touch them by any
 //! route, nor watch them; and a watch outlives the gateway's upstream timeout, kept open by
-//! bookmarks.
+//! bookmarks; volumes and orchestrators are watched through the gateway the same way.
 
 use std::time::{Duration, Instant};
 
@@ -274,5 +274,73 @@ async fn open_watches_count_against_their_tokens_calls_in_flight() {
         }
         assert!(Instant::now() < deadline, "the closed watches still count");
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn volumes_and_orchestrators_are_watched_through_the_gateway() {
+    use service_kit::testing::Events;
+    let stack = Stack::spawn(&[
+        ("BERTH_UPSTREAM_TIMEOUT", "1s"),
+        ("BERTH_WATCH_HEARTBEAT", "200ms"),
+    ])
+    .await;
+    let wait = Duration::from_secs(10);
+    let watch = |path: &str, token: &str| stack.call("GET", path, Some(token)).send();
+    let volumes = watch(
+        "/v1/volumes?namespace=tenant-a&watch=true&timeoutSeconds=5",
+        OWNER,
+    )
+    .await
+    .unwrap();
+    assert_eq!(volumes.status(), 200);
+    let mut volumes = Events::new(volumes);
+    // Another tenant watching tenant-a's volumes sees none of them.
+    let mut intruder = Events::new(
+        watch(
+            "/v1/volumes?namespace=tenant-a&watch=true&timeoutSeconds=5",
+            INTRUDER,
+        )
+        .await
+        .unwrap(),
+    );
+    let orchestrators = watch("/v1/orchestrators?watch=true&timeoutSeconds=5", "tok-admin")
+        .await
+        .unwrap();
+    assert_eq!(orchestrators.status(), 200);
+    let mut orchestrators = Events::new(orchestrators);
+    // The stack's default orchestrator comes first.
+    let first = orchestrators.next_change(wait).await.unwrap();
+    assert_eq!(first["type"], "ADDED", "{first}");
+    // Past the gateway's upstream timeout, the streams still deliver.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, made) = send(
+        &stack,
+        "POST",
+        "/v1/volumes",
+        OWNER,
+        Some(json!({"namespace": "tenant-a", "name": "data", "capacity": "1Mi"})),
+    )
+    .await;
+    assert_eq!(status, 201, "{made}");
+    let added = volumes.next_change(wait).await.unwrap();
+    assert_eq!(
+        (&added["type"], &added["object"]["metadata"]["name"]),
+        (&json!("ADDED"), &json!("data")),
+        "{added}"
+    );
+    let (status, _) = send(
+        &stack,
+        "PUT",
+        "/v1/orchestrators/spare",
+        "tok-admin",
+        Some(json!({"kind": "nomad"})),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let registered = orchestrators.next_change(wait).await.unwrap();
+    assert_eq!(registered["object"]["name"], "spare", "{registered}");
+    while let Some(event) = intruder.next(wait).await {
+        assert_eq!(event["type"], "BOOKMARK", "the intruder saw {event}");
     }
 }

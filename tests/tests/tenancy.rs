@@ -49,7 +49,8 @@ fn probe(method: &'static str, path: &'static str, body: Option<Value>, expect: 
 /// Every volume and orchestrator route, as an intruder calls it at the owner's objects.
 fn probes() -> Vec<Probe> {
     use Expect::{Body, Status};
-    let empty = json!({"items": []});
+    // Another namespace lists as an empty one, and tells no version of its own.
+    let empty = json!({"metadata": {"resourceVersion": "0"}, "items": []});
     vec![
         // Volumes: another namespace's are missing, lists leave them out.
         probe("GET", "/v1/volumes/{ns}/{name}", None, Status(404)),
@@ -77,6 +78,13 @@ fn probes() -> Vec<Probe> {
             "/v1/volumes?namespace={ns}&labelSelector=owner",
             None,
             Body(200, empty.clone()),
+        ),
+        // Its watch streams bookmarks only (timeoutSeconds=1: the stream ends), with no version.
+        probe(
+            "GET",
+            "/v1/volumes?namespace={ns}&watch=true&timeoutSeconds=1",
+            None,
+            Status(200),
         ),
         probe("GET", "/v1/volumes", None, Status(200)),
         probe("GET", "/v1/volumes?labelSelector=owner", None, Status(200)),

@@ -360,7 +360,8 @@ fn volumes_and_orchestrators_through_the_cli() {
     );
 }
 
-/// Issue 14, point 6: `--watch` prints the list, then every change, until Ctrl-C.
+/// Issue 14, point 6: `--watch` prints the list, then every change, until Ctrl-C (issue 33: from
+/// the server's watch of the namespace, not by looking again).
 #[test]
 fn watch_prints_changes_until_interrupted() {
     let stack = Stack::start();
@@ -411,6 +412,8 @@ fn watch_prints_changes_until_interrupted() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(status.success(), "{status:?}: {err}");
+    // It followed the server's watch: had it not opened, it would have said so and polled.
+    assert!(!err.contains("looking every second"), "{err}");
 
     // Watching one volume that does not exist is refused at once.
     let out = stack.berth(&["volume", "get", "nothing", "-w"]);

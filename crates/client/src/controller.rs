@@ -13,7 +13,6 @@
 //! | [`Client::delete`] | `DELETE /v1/namespaces/{namespace}/{kind}/{name}` |
 
 use domain::resources::Kind;
-use domain::{Code, Status};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -26,64 +25,7 @@ pub type Client = ApiClient<MachineControllerApi>;
 #[derive(Debug)]
 pub enum MachineControllerApi {}
 
-/// One event of a watch.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WatchEvent {
-    /// `ADDED`, `MODIFIED`, `DELETED`, `BOOKMARK` or `ERROR`.
-    pub event: String,
-    /// The object (for a bookmark, only its `metadata.resourceVersion`).
-    pub object: Value,
-}
-
-/// A watch's stream of events, read line by line from the answer.
-#[derive(Debug)]
-pub struct Watch {
-    response: reqwest::Response,
-    buffer: Vec<u8>,
-    base: String,
-}
-
-/// The longest event line read: an object is far smaller; a longer line is no Berth answer.
-const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
-
-impl Watch {
-    /// The next event, or `None` when the server ended the stream (its `timeoutSeconds`).
-    pub async fn next(&mut self) -> Result<Option<WatchEvent>, ClientError> {
-        loop {
-            if let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buffer.drain(..=end).collect();
-                let value: Value = serde_json::from_slice(&line).map_err(|_| self.garbled())?;
-                return Ok(Some(WatchEvent {
-                    event: value["type"].as_str().unwrap_or_default().to_string(),
-                    object: value["object"].clone(),
-                }));
-            }
-            if self.buffer.len() > MAX_EVENT_BYTES {
-                return Err(self.garbled());
-            }
-            match self.response.chunk().await {
-                Ok(Some(chunk)) => self.buffer.extend_from_slice(&chunk),
-                Ok(None) => return Ok(None),
-                Err(e) => return Err(ClientError::transport(&e, &self.base)),
-            }
-        }
-    }
-
-    fn garbled(&self) -> ClientError {
-        ClientError {
-            status: Status::new(
-                Code::Internal,
-                format!(
-                    "the watch from {} sent a line that is not an event",
-                    self.base
-                ),
-            ),
-            http_status: None,
-            request_id: None,
-            retry_after: None,
-        }
-    }
-}
+pub use crate::watch::{Watch, WatchEvent};
 
 fn collection(kind: Kind, namespace: &str) -> String {
     format!("/v1/namespaces/{}/{}", encode(namespace), kind.plural())
@@ -132,12 +74,7 @@ impl Client {
             pairs.push(("resourceVersion", v.to_string()));
         }
         let path = format!("{}{}", collection(kind, namespace), query_string(&pairs));
-        let response = self.inner.call::<()>(Method::GET, &path, None).await?;
-        Ok(Watch {
-            response,
-            buffer: Vec::new(),
-            base: self.inner.base_url().to_string(),
-        })
+        Watch::open(&self.inner, &path).await
     }
 
     /// One object; [`Code::NotFound`] when there is none.

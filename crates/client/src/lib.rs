@@ -35,6 +35,7 @@ pub mod controller;
 pub mod machines;
 pub mod registry;
 pub mod storage;
+pub mod watch;
 
 /// A typed client of the API `A` (a marker named in its module, e.g. [`machines::MachineDriverApi`]):
 /// [`ServiceClient`] underneath, and that API's calls, implemented in its module.

@@ -7,6 +7,7 @@
 //! | [`Client::get`] | `GET /v1/orchestrators/{name}` |
 //! | [`Client::has`] | `HEAD /v1/orchestrators/{name}` |
 //! | [`Client::list`] | `GET /v1/orchestrators` |
+//! | [`Client::watch`] | `GET /v1/orchestrators?watch=true&resourceVersion=` |
 //! | [`Client::deregister`] | `DELETE /v1/orchestrators/{name}` |
 //! | [`Client::kinds`] | `GET /v1/kinds` |
 //! | [`Client::detect`] | `GET /v1/orchestrators:detect` |
@@ -59,6 +60,27 @@ impl Client {
     /// Every registered orchestrator, sorted by name.
     pub async fn list(&self) -> Result<OrchestratorList, ClientError> {
         self.inner.get("/v1/orchestrators").await
+    }
+
+    /// Starts a watch of the orchestrators after `resource_version` (every one first, as ADDED,
+    /// when `None`), for at most `timeout_seconds`.
+    pub async fn watch(
+        &self,
+        resource_version: Option<&str>,
+        timeout_seconds: u64,
+    ) -> Result<crate::watch::Watch, ClientError> {
+        let mut query = vec![
+            ("watch", "true".to_string()),
+            ("timeoutSeconds", timeout_seconds.to_string()),
+        ];
+        if let Some(v) = resource_version {
+            query.push(("resourceVersion", v.to_string()));
+        }
+        crate::watch::Watch::open(
+            &self.inner,
+            &format!("/v1/orchestrators{}", crate::query_string(&query)),
+        )
+        .await
     }
 
     /// Deregisters `name`; succeeds whether or not it was registered.

@@ -5,6 +5,7 @@
 //! | [`Client::add`] | `POST /v1/volumes` |
 //! | [`Client::get`] | `GET /v1/volumes/{namespace}/{name}` |
 //! | [`Client::list`] | `GET /v1/volumes?namespace=&labelSelector=&limit=&continue=` |
+//! | [`Client::watch`] | `GET /v1/volumes?namespace=&watch=true&resourceVersion=` |
 //! | [`Client::delete`], [`Client::delete_with_policy`] | `DELETE /v1/volumes/{namespace}/{name}` |
 //! | [`Client::stats`] | `GET /v1/volumes/{namespace}/{name}/stats` |
 //! | [`Client::orphans`] | `GET /v1/orphans` |
@@ -74,6 +75,30 @@ impl Client {
         }
         self.inner
             .get(&format!("/v1/volumes{}", query_string(&query)))
+            .await
+    }
+
+    /// Starts a watch of `namespace`'s volumes (matching `selector`) after `resource_version`
+    /// (every current one first, as ADDED, when `None`), for at most `timeout_seconds`.
+    pub async fn watch(
+        &self,
+        namespace: &str,
+        selector: Option<&str>,
+        resource_version: Option<&str>,
+        timeout_seconds: u64,
+    ) -> Result<crate::watch::Watch, ClientError> {
+        let mut query = vec![
+            ("namespace", namespace.to_string()),
+            ("watch", "true".to_string()),
+            ("timeoutSeconds", timeout_seconds.to_string()),
+        ];
+        if let Some(s) = selector {
+            query.push(("labelSelector", s.to_string()));
+        }
+        if let Some(v) = resource_version {
+            query.push(("resourceVersion", v.to_string()));
+        }
+        crate::watch::Watch::open(&self.inner, &format!("/v1/volumes{}", query_string(&query)))
             .await
     }
 

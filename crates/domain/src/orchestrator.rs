@@ -160,6 +160,9 @@ impl RegisterOrchestrator {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct OrchestratorList {
+    /// The version the list was read at: `watch=true&resourceVersion=` it streams what came after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<crate::resources::ListMeta>,
     /// The orchestrators; `[]` when none is registered.
     pub items: Vec<Orchestrator>,
 }

@@ -21,6 +21,16 @@ use crate::names::{Labels, validate_dns1123_label, validate_labels};
 /// The API version of every stored object.
 pub const API_VERSION: &str = "berth.io/v1";
 
+/// A list's `metadata`: the version a watch of the same list resumes from, so nothing between the
+/// list and the watch is missed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ListMeta {
+    /// The version the list was read at (digits, as a string).
+    pub resource_version: String,
+}
+
 /// The finalizer the controller puts on every machine: the machine's row stays until its VM or
 /// container is deleted, so a deletion is never forgotten half-done.
 pub const MACHINE_FINALIZER: &str = "berth.io/machine";

@@ -332,6 +332,11 @@ pub struct Volume {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VolumeList {
+    /// With a `namespace`: the version that namespace was at when the list began
+    /// (`watch=true&resourceVersion=` streams what came after). Each namespace has its own sequence,
+    /// so a list of several has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<crate::resources::ListMeta>,
     /// The volumes of this page.
     pub items: Vec<Volume>,
     /// The token for the next page; absent on the last page.

@@ -1076,6 +1076,7 @@ mod tests {
         let declared: Vec<&str> = vars::EVERY_SERVICE
             .iter()
             .chain(vars::ORCHESTRATOR_LIMITS)
+            .chain(crate::watch::vars::ALL)
             .copied()
             .collect();
         let found = names_in_sources(std::path::Path::new(concat!(

@@ -40,6 +40,8 @@
 //! - [`tenancy`]: the caller (its token's name and namespaces, as the gateway forwards them), the
 //!   [`tenancy::Caller`] extractor handlers check objects against, and the one audit line the stack
 //!   writes per mutating call.
+//! - [`watch`]: the change feed a store publishes to, and the `watch=true` stream of a list route
+//!   (Kubernetes' events, resume, 410, bookmarks), with the operator's limits on it.
 //! - [`app`], [`server`]: assembling a service's router, and serving it with graceful shutdown, on
 //!   hyper's HTTP/1 connection builder with a head-read limit (`BERTH_IDLE_TIMEOUT`), or by an engine
 //!   of the service's own ([`server::Engine`]).
@@ -67,6 +69,7 @@ pub mod telemetry;
 pub mod tenancy;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod watch;
 
 pub use app::ServiceApp;
 pub use config::{Env, HttpConfig, SecretString};

@@ -212,3 +212,51 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogCapture {
         self.clone()
     }
 }
+
+/// The events of a `watch=true` answer, one JSON value per line, read as they arrive.
+pub struct Events {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+    ready: std::collections::VecDeque<serde_json::Value>,
+}
+
+impl Events {
+    /// Reads the events of `response` (a 200 with `application/x-ndjson`).
+    pub fn new(response: reqwest::Response) -> Events {
+        Events {
+            response,
+            buffer: Vec::new(),
+            ready: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// The next event; `None` when the stream ended, panics when none came `within`.
+    pub async fn next(&mut self, within: Duration) -> Option<serde_json::Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                return Some(event);
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.response.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("no event within {within:?}"))
+                .expect("the stream broke")?;
+            self.buffer.extend_from_slice(&chunk);
+            while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buffer.drain(..=end).collect();
+                self.ready
+                    .push_back(serde_json::from_slice(&line).expect("each line is JSON"));
+            }
+        }
+    }
+
+    /// The next event that is not a BOOKMARK.
+    pub async fn next_change(&mut self, within: Duration) -> Option<serde_json::Value> {
+        loop {
+            let event = self.next(within).await?;
+            if event["type"] != "BOOKMARK" {
+                return Some(event);
+            }
+        }
+    }
+}

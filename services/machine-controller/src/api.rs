@@ -5,9 +5,6 @@
 //! The handlers are written once, over the kind; [`kind_routes!`] stamps out each kind's documented
 //! operations, which only name the kind and its schema.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -29,12 +26,8 @@ use crate::store::{Stored, Written};
 pub struct AppState {
     /// Writes, checks and the store.
     pub writer: Writer,
-    /// How often a quiet watch sends a BOOKMARK, so proxies keep the stream.
-    pub heartbeat: Duration,
-    /// The longest one watch streams.
-    pub watch_max: Duration,
-    /// Watches open now, and the most allowed.
-    pub watches: Arc<tokio::sync::Semaphore>,
+    /// The operator's limits on watches, and the permits of the open ones.
+    pub watch: service_kit::watch::WatchLimits,
 }
 
 /// The query of a list.
@@ -86,15 +79,7 @@ pub(crate) async fn list(
     query: ListQuery,
 ) -> Result<Response, ApiError> {
     check_namespace(&namespace)?;
-    if query
-        .timeout_seconds
-        .is_some_and(|t| !(1..=crate::stream::MAX_WATCH.as_secs()).contains(&t))
-    {
-        return Err(ApiError::new(Status::invalid(
-            "timeoutSeconds",
-            "must be from 1 to 1800",
-        )));
-    }
+    service_kit::watch::check_timeout(query.timeout_seconds)?;
     let selector: domain::Selector = query
         .label_selector
         .as_deref()

@@ -10,7 +10,7 @@
 //! - [`objects`]: what a write of each kind must be (checks, the driver's class check, what may
 //!   not be deleted while used).
 //! - [`store`]: SQLite (WAL, `synchronous = FULL`), one resourceVersion sequence; every committed
-//!   change goes to the [`watch`] feed.
+//!   change goes to the feed ([`service_kit::watch::Feed`]) watches and reconcilers follow.
 //! - [`seal`]: AES-256-GCM sealing of secrets' values with the operator's keys.
 //! - [`reconcile`]: the machine, machine-set and deployment controllers, on one work queue.
 //! - [`build`]: opens the store and keys, reseals secrets after a key rotation, starts the
@@ -25,6 +25,7 @@ use client::{ClientOptions, ServiceClient};
 use service_kit::config::{ConfigError, SqliteServiceConfig, vars};
 use service_kit::health::{Check, NotReady};
 use service_kit::server::Application;
+use service_kit::watch::WatchLimits;
 use service_kit::{Env, ServiceApp};
 
 pub mod api;
@@ -33,7 +34,6 @@ pub mod reconcile;
 pub mod seal;
 pub mod store;
 pub mod stream;
-pub mod watch;
 
 use crate::objects::Writer;
 use crate::reconcile::{Controller, Settings};
@@ -62,13 +62,17 @@ pub const VARS: &[&str] = &[
     env_vars::WORKERS,
     env_vars::KEEP_FAILED,
     env_vars::ORPHAN_INTERVAL,
-    env_vars::MAX_WATCHES,
-    env_vars::WATCH_HEARTBEAT,
-    env_vars::WATCH_MAX_DURATION,
+    service_kit::watch::vars::MAX_WATCHES,
+    service_kit::watch::vars::WATCH_HEARTBEAT,
+    service_kit::watch::vars::WATCH_MAX_DURATION,
 ];
 
-/// The controller's names retired in this release: none.
-pub const RENAMED: &[service_kit::config::Renamed] = &[];
+/// The controller's names retired in this release: the most watches is one setting for every
+/// service that serves them.
+pub const RENAMED: &[service_kit::config::Renamed] = &[service_kit::config::Renamed::same(
+    "BERTH_CONTROLLER_MAX_WATCHES",
+    service_kit::watch::vars::MAX_WATCHES,
+)];
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -101,12 +105,6 @@ pub mod env_vars {
     pub const KEEP_FAILED: &str = "BERTH_CONTROLLER_KEEP_FAILED";
     /// How often VMs no machine owns are looked for (two sightings this far apart delete one).
     pub const ORPHAN_INTERVAL: &str = "BERTH_CONTROLLER_ORPHAN_INTERVAL";
-    /// The most watches open at once.
-    pub const MAX_WATCHES: &str = "BERTH_CONTROLLER_MAX_WATCHES";
-    /// How often a quiet watch sends a BOOKMARK.
-    pub const WATCH_HEARTBEAT: &str = "BERTH_WATCH_HEARTBEAT";
-    /// The longest one watch streams, whatever `timeoutSeconds` asks.
-    pub const WATCH_MAX_DURATION: &str = "BERTH_WATCH_MAX_DURATION";
 }
 
 /// The driver when `BERTH_MACHINE_DRIVER_URL` is unset.
@@ -129,13 +127,8 @@ pub struct Config {
     pub max_replicas: u32,
     /// The reconcilers' settings.
     pub settings: Settings,
-    /// The most watches open at once (default 4096).
-    pub max_watches: usize,
-    /// How often a quiet watch sends a BOOKMARK (default 10s).
-    pub heartbeat: Duration,
-    /// The longest one watch streams (default and most 30 minutes): a longer `timeoutSeconds`
-    /// is cut to it, as Kubernetes' API server cuts a watch to its request timeout.
-    pub watch_max: Duration,
+    /// Watches: heartbeat, longest stream, most open.
+    pub watch: WatchLimits,
 }
 
 fn positive(var: &str, value: Duration) -> Result<Duration, ConfigError> {
@@ -204,9 +197,7 @@ impl Config {
             driver_timeout: d(env_vars::MACHINE_DRIVER_TIMEOUT, Duration::from_secs(60))?,
             max_replicas: env.parse_or(env_vars::MAX_REPLICAS, 100u32)?,
             settings,
-            max_watches: env.parse_or(env_vars::MAX_WATCHES, 4096usize)?.max(1),
-            heartbeat: d(env_vars::WATCH_HEARTBEAT, Duration::from_secs(10))?,
-            watch_max: d(env_vars::WATCH_MAX_DURATION, stream::MAX_WATCH)?.min(stream::MAX_WATCH),
+            watch: WatchLimits::from_env(env)?,
             service,
         })
     }
@@ -217,9 +208,7 @@ pub fn router(config: &Config, writer: Writer) -> axum::Router {
     let db = writer.store.clone();
     let state = api::AppState {
         writer,
-        heartbeat: config.heartbeat,
-        watch_max: config.watch_max,
-        watches: Arc::new(tokio::sync::Semaphore::new(config.max_watches)),
+        watch: config.watch.clone(),
     };
     ServiceApp::new(NAME, api::routes(state))
         .document_edits(api::document_examples)

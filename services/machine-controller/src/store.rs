@@ -26,7 +26,10 @@ use sqlx::sqlite::{
 };
 use sqlx::{Row, SqlitePool, SqliteTransaction};
 
-use crate::watch::{Change, EventType, Feed};
+use service_kit::watch::{EventType, Feed};
+
+/// One committed change, as the feed carries it.
+pub type Change = service_kit::watch::Change<Kind>;
 
 /// How long a writer waits for SQLite's lock before the request is answered 503.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -195,7 +198,7 @@ impl From<StoreError> for ApiError {
 pub struct Store {
     pool: SqlitePool,
     write_lock: Arc<tokio::sync::Mutex<()>>,
-    feed: Arc<Feed>,
+    feed: Arc<Feed<Kind>>,
 }
 
 /// How many changes the feed remembers for resuming watches.
@@ -234,12 +237,12 @@ impl Store {
         Ok(Store {
             pool,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
-            feed: Feed::new(FEED_CAPACITY, current as u64),
+            feed: Feed::new(FEED_CAPACITY, current as u64, []),
         })
     }
 
     /// The change feed.
-    pub fn feed(&self) -> &Arc<Feed> {
+    pub fn feed(&self) -> &Arc<Feed<Kind>> {
         &self.feed
     }
 
@@ -677,7 +680,7 @@ impl Store {
         self.feed.publish(Change {
             event,
             kind: stored.kind,
-            namespace: namespace.to_string(),
+            scope: namespace.to_string(),
             resource_version: stored.resource_version,
             object: stored.body.clone(),
             status_only,

@@ -37,6 +37,8 @@ pub struct AppState {
     pub detection: Arc<DetectionEnv>,
     /// How detection decides whether a Docker Engine is reachable.
     pub probe: Arc<dyn EngineProbe>,
+    /// The operator's limits on watches, and the permits of the open ones.
+    pub watch: service_kit::watch::WatchLimits,
 }
 
 /// The API routes, with their OpenAPI descriptions.
@@ -419,19 +421,80 @@ async fn deregister_orchestrator(
     Ok(Json(DeleteResult { deleted }))
 }
 
-/// Every registered orchestrator, sorted by name.
+/// The query of the list.
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Stream changes (newline-delimited JSON events) instead of answering a list.
+    watch: Option<bool>,
+    /// With `watch`: the version to stream changes after (the list's `metadata.resourceVersion`);
+    /// absent or `0`, every orchestrator is sent as ADDED first. Too old: 410.
+    #[param(pattern = "^[0-9]{0,20}$")]
+    resource_version: Option<String>,
+    /// With `watch`: how long to stream, in seconds (at most 1800, the default).
+    #[param(minimum = 1, maximum = 1800)]
+    timeout_seconds: Option<u64>,
+    /// Accepted for Kubernetes clients; BOOKMARK heartbeats are always sent.
+    allow_watch_bookmarks: Option<bool>,
+}
+
+/// Every registered orchestrator, sorted by name; with `watch=true`, their changes as they happen.
 #[utoipa::path(
     get,
     path = "/v1/orchestrators",
     tag = "orchestrators",
-    responses((status = 200, description = "`items` is `[]` when none is registered", body = OrchestratorList))
+    params(ListQuery),
+    responses(
+        (status = 200, description = "`items` is `[]` when none is registered; with watch=true a stream of newline-delimited events `{type, object}` (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR)", content((OrchestratorList = "application/json"), (Value = "application/x-ndjson"))),
+        (status = 400, description = "A bad resourceVersion or timeoutSeconds (code 3)", body = Problem),
+        (status = 410, description = "watch: the resourceVersion is older than the changes kept; list again (code 11)", body = Problem),
+        (status = 429, description = "watch: too many watches open (code 8)", body = Problem),
+    )
 )]
 async fn list_orchestrators(
     State(state): State<AppState>,
-) -> Result<Json<OrchestratorList>, ApiError> {
-    Ok(Json(OrchestratorList {
-        items: state.store.list().await?,
-    }))
+    service_kit::extract::Query(query): service_kit::extract::Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    use service_kit::watch;
+    watch::check_timeout(query.timeout_seconds)?;
+    let from = watch::parse_resource_version(query.resource_version.as_deref())?;
+    let (items, version) = match (query.watch.unwrap_or(false), from) {
+        // A resumed watch reads nothing: what it missed is in the feed.
+        (true, Some(v)) => (Vec::new(), v),
+        _ => state.store.list_at().await?,
+    };
+    if !query.watch.unwrap_or(false) {
+        return Ok(Json(OrchestratorList {
+            metadata: Some(domain::resources::ListMeta {
+                resource_version: version.to_string(),
+            }),
+            items,
+        })
+        .into_response());
+    }
+    let _ = query.allow_watch_bookmarks;
+    let permit = watch::admit(&state.watch, "orchestrator registry")?;
+    let initial = items
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap_or_default())
+        .collect();
+    let subscription = state.store.feed().subscribe("", version)?;
+    Ok(watch::stream(
+        watch::Watch {
+            subscription,
+            after: version,
+            initial,
+            scope: String::new(),
+            admits: Box::new(|_| true),
+            // Registrations are cluster-wide: every caller that may list them may watch them.
+            visible: true,
+            kind: "Orchestrator",
+            timeout_seconds: query.timeout_seconds,
+        },
+        &state.watch,
+        permit,
+    ))
 }
 
 /// The default orchestrator: the one storage-ops uses when a volume names none.

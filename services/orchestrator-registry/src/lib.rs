@@ -54,6 +54,9 @@ pub const VARS: &[&str] = &[
     detect::KUBERNETES_SERVICE_HOST,
     detect::NOMAD_ADDR,
     detect::DOCKER_HOST,
+    service_kit::watch::vars::MAX_WATCHES,
+    service_kit::watch::vars::WATCH_HEARTBEAT,
+    service_kit::watch::vars::WATCH_MAX_DURATION,
 ];
 
 /// The registry's names retired in this release: none.
@@ -105,6 +108,8 @@ pub struct Config {
     pub kubernetes_namespace: String,
     /// Decides whether a Docker Engine is reachable; [`PingProbe`] unless a test injects another.
     pub docker_probe: Arc<dyn EngineProbe>,
+    /// Watches of the list: heartbeat, longest stream, most open.
+    pub watch: service_kit::watch::WatchLimits,
 }
 
 impl Config {
@@ -161,6 +166,7 @@ impl Config {
             docker_probe: Arc::new(PingProbe {
                 timeout: ping_timeout,
             }),
+            watch: service_kit::watch::WatchLimits::from_env(env)?,
         })
     }
 }
@@ -172,6 +178,7 @@ pub fn router(config: &Config, store: Store) -> axum::Router {
         store: store.clone(),
         detection: Arc::new(config.detection.clone()),
         probe: config.docker_probe.clone(),
+        watch: config.watch.clone(),
     };
     ServiceApp::new(NAME, api::routes(state))
         .document_edits(api::document_links)

@@ -5,13 +5,19 @@
 //! upgrade its lock (`SQLITE_BUSY` that no timeout can cure). Switching the default clears the old one
 //! and sets the new one in that same transaction, and a partial unique index makes a second default
 //! impossible even if the code were wrong.
+//!
+//! Every committed change is published to the [`Feed`] a `watch=true` list follows. Writes take
+//! the store's own write lock around their transaction and its publishing, so changes reach the
+//! feed in the order of their versions.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use domain::{Code, Orchestrator, OrchestratorKind, Status};
 use serde_json::Value;
 use service_kit::ApiError;
+use service_kit::watch::{Change, EventType, Feed};
 use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow,
     SqliteSynchronous,
@@ -128,10 +134,16 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// How many changes the feed remembers for resuming watches (orchestrators change rarely).
+const FEED_CAPACITY: usize = 1024;
+
 /// The registry's database.
 #[derive(Debug, Clone)]
 pub struct Store {
     pool: SqlitePool,
+    /// Held from a write's `BEGIN` to its changes' publishing (see the module's words).
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+    feed: Arc<Feed<()>>,
 }
 
 impl Store {
@@ -169,7 +181,44 @@ impl Store {
                     path.display()
                 )
             })?;
-        Ok(Store { pool })
+        let current: i64 =
+            sqlx::query_scalar("SELECT value FROM registry_meta WHERE key = 'resource_version'")
+                .fetch_one(&pool)
+                .await?;
+        Ok(Store {
+            pool,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            feed: Feed::new(FEED_CAPACITY, u64::try_from(current).unwrap_or(0), []),
+        })
+    }
+
+    /// The change feed (orchestrators are cluster-wide: its one scope is `""`).
+    pub fn feed(&self) -> &Arc<Feed<()>> {
+        &self.feed
+    }
+
+    /// Every orchestrator, sorted by name, and the version the list is at, read in one transaction.
+    pub async fn list_at(&self) -> Result<(Vec<Orchestrator>, u64), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let version: i64 =
+            sqlx::query_scalar("SELECT value FROM registry_meta WHERE key = 'resource_version'")
+                .fetch_one(&mut *tx)
+                .await?;
+        let rows = select("ORDER BY name").fetch_all(&mut *tx).await?;
+        tx.commit().await?;
+        let items = rows.iter().map(decode).collect::<Result<_, _>>()?;
+        Ok((items, u64::try_from(version).unwrap_or(0)))
+    }
+
+    fn publish(&self, event: EventType, orchestrator: &Orchestrator) {
+        self.feed.publish(Change {
+            event,
+            kind: (),
+            scope: String::new(),
+            resource_version: orchestrator.resource_version,
+            object: serde_json::to_value(orchestrator).unwrap_or_default(),
+            status_only: false,
+        });
     }
 
     /// `SELECT 1`, for readiness.
@@ -209,6 +258,7 @@ impl Store {
         want: &Registration,
         precondition: Option<&Precondition>,
     ) -> Result<(Orchestrator, Outcome), StoreError> {
+        let _writing = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let current = fetch_in(&mut tx, name).await?;
         check_precondition(name, current.as_ref(), precondition)?;
@@ -234,15 +284,16 @@ impl Store {
         }
         let version = next_version(&mut tx).await?;
         let now = chrono::Utc::now().to_rfc3339();
+        let mut undefaulted = Vec::new();
         if default {
-            sqlx::query(
+            undefaulted = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "UPDATE orchestrators SET is_default = 0, resource_version = ?, updated_at = ? \
-                 WHERE is_default = 1 AND name <> ?",
-            )
+                 WHERE is_default = 1 AND name <> ? RETURNING {COLUMNS}"
+            )))
             .bind(version as i64)
             .bind(&now)
             .bind(name)
-            .execute(&mut *tx)
+            .fetch_all(&mut *tx)
             .await?;
         }
         sqlx::query(
@@ -265,27 +316,46 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        let outcome = if current.is_some() {
-            Outcome::Replaced
+        let (outcome, event) = if current.is_some() {
+            (Outcome::Replaced, EventType::Modified)
         } else {
-            Outcome::Created
+            (Outcome::Created, EventType::Added)
         };
-        Ok((
-            Orchestrator {
-                resource_version: version,
-                ..next
-            },
-            outcome,
-        ))
+        let made = Orchestrator {
+            resource_version: version,
+            ..next
+        };
+        // Committed: a row that does not decode is the next read's error, not this write's.
+        for previous in undefaulted.iter().filter_map(|r| decode(r).ok()) {
+            self.publish(EventType::Modified, &previous);
+        }
+        self.publish(event, &made);
+        Ok((made, outcome))
     }
 
     /// Deregisters `name`; says whether it was registered.
     pub async fn deregister(&self, name: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM orchestrators WHERE name = ?")
+        let _writing = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let Some(gone) = fetch_in(&mut tx, name).await? else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        // A delete takes a version of its own, as Kubernetes' does, so a watch resumes past it.
+        let version = next_version(&mut tx).await?;
+        sqlx::query("DELETE FROM orchestrators WHERE name = ?")
             .bind(name)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
-        Ok(done.rows_affected() > 0)
+        tx.commit().await?;
+        self.publish(
+            EventType::Deleted,
+            &Orchestrator {
+                resource_version: version,
+                ..gone
+            },
+        );
+        Ok(true)
     }
 
     /// Whether the first start has already registered a detected default.
@@ -305,6 +375,7 @@ impl Store {
         name: &str,
         want: &Registration,
     ) -> Result<Option<Orchestrator>, StoreError> {
+        let _writing = self.write_lock.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let done: i64 =
             sqlx::query_scalar("SELECT value FROM registry_meta WHERE key = 'bootstrapped'")
@@ -339,6 +410,9 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
+        if let Some(made) = &made {
+            self.publish(EventType::Added, made);
+        }
         Ok(made)
     }
 }

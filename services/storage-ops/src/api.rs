@@ -33,12 +33,13 @@ pub const DEFAULT_LIMIT: u32 = 100;
 pub const MAX_LIMIT: u32 = 1000;
 
 /// The API routes, with their OpenAPI descriptions.
-pub fn routes(ops: Arc<Ops>) -> OpenApiRouter {
+pub fn routes(ops: Arc<Ops>, watch: service_kit::watch::WatchLimits) -> OpenApiRouter {
     OpenApiRouter::new()
         .routes(routes!(add_storage, list_storage))
         .routes(routes!(read_storage, delete_storage))
         .routes(routes!(volume_stats))
         .routes(routes!(list_orphans))
+        .layer(axum::Extension(watch))
         .with_state(ops)
 }
 
@@ -193,24 +194,44 @@ struct ListQuery {
     #[serde(rename = "continue")]
     #[param(rename = "continue")]
     continue_token: Option<String>,
+    /// Stream the namespace's changes (newline-delimited JSON events) instead of answering a
+    /// page; needs `namespace` (each namespace has its own sequence of versions).
+    watch: Option<bool>,
+    /// With `watch`: the version to stream changes after (a list's `metadata.resourceVersion`);
+    /// absent or `0`, every current volume of the namespace is sent as ADDED first. Too old: 410.
+    #[serde(rename = "resourceVersion")]
+    #[param(rename = "resourceVersion", pattern = "^[0-9]{0,20}$")]
+    resource_version: Option<String>,
+    /// With `watch`: how long to stream, in seconds (at most 1800, the default).
+    #[serde(rename = "timeoutSeconds")]
+    #[param(rename = "timeoutSeconds", minimum = 1, maximum = 1800)]
+    timeout_seconds: Option<u64>,
+    /// Accepted for Kubernetes clients; BOOKMARK heartbeats are always sent.
+    #[serde(rename = "allowWatchBookmarks")]
+    #[param(rename = "allowWatchBookmarks")]
+    allow_watch_bookmarks: Option<bool>,
 }
 
-/// ListStorage: a page of volumes in (namespace, name) order.
+/// ListStorage: a page of volumes in (namespace, name) order; with `watch=true`, a namespace's
+/// changes as they happen.
 #[utoipa::path(
     get,
     path = "/v1/volumes",
     tag = "volumes",
     params(ListQuery),
     responses(
-        (status = 200, description = "A page; `items` is [] when empty; `continue` is absent on the last page", body = VolumeList),
-        (status = 400, description = "A bad namespace, selector, limit or continue token (code 3)", body = Problem),
+        (status = 200, description = "A page; `items` is [] when empty; `continue` is absent on the last page; with a namespace, `metadata.resourceVersion` is where a watch resumes. With watch=true, a stream of newline-delimited events `{type, object}` (ADDED, MODIFIED, DELETED, BOOKMARK, ERROR)", content((VolumeList = "application/json"), (serde_json::Value = "application/x-ndjson"))),
+        (status = 400, description = "A bad namespace, selector, limit, continue token, resourceVersion or timeoutSeconds, or a watch without a namespace (code 3)", body = Problem),
+        (status = 410, description = "watch: the resourceVersion is older than the changes kept; list again (code 11)", body = Problem),
+        (status = 429, description = "watch: too many watches open (code 8)", body = Problem),
     )
 )]
 async fn list_storage(
     State(ops): State<Arc<Ops>>,
+    axum::Extension(watching): axum::Extension<service_kit::watch::WatchLimits>,
     caller: Caller,
     Query(q): Query<ListQuery>,
-) -> Result<Json<VolumeList>, ApiError> {
+) -> Result<Response, ApiError> {
     let namespace = q.namespace.filter(|n| !n.is_empty());
     if let Some(ns) = &namespace {
         names::validate_dns1123_label("namespace", ns)?;
@@ -232,19 +253,120 @@ async fn list_storage(
         )
         .into());
     }
+    service_kit::watch::check_timeout(q.timeout_seconds)?;
+    let from = service_kit::watch::parse_resource_version(q.resource_version.as_deref())?;
+    if q.watch.unwrap_or(false) {
+        let _ = q.allow_watch_bookmarks;
+        let Some(namespace) = namespace else {
+            return Err(Status::invalid(
+                "namespace",
+                "is required with watch=true: a watch follows one namespace (each has its own sequence of versions)",
+            )
+            .into());
+        };
+        return watch_volumes(
+            &ops,
+            &watching,
+            &caller,
+            namespace,
+            selector,
+            from,
+            q.timeout_seconds,
+        )
+        .await;
+    }
     let after = match q.continue_token.as_deref().filter(|t| !t.is_empty()) {
         None => None,
         Some(t) => Some(ops.decode_continue(t)?),
     };
-    Ok(Json(
-        ops.list(ListRequest {
+    // Read before the page, so the page is at least as new: a watch from it may repeat a change,
+    // never miss one. A namespace the caller may not see is at "0", as an empty one is to it.
+    let version = match &namespace {
+        Some(ns) if caller.namespaces.allows(ns) => Some(
+            ops.store()
+                .namespace_version(ns)
+                .await
+                .map_err(OpsError::Store)?,
+        ),
+        Some(_) => Some(0),
+        None => None,
+    };
+    let mut list = ops
+        .list(ListRequest {
             namespace,
             visible: caller.namespaces,
             selector,
             limit,
             after,
         })
-        .await?,
+        .await?;
+    list.metadata = version.map(|v| domain::resources::ListMeta {
+        resource_version: v.to_string(),
+    });
+    Ok(Json(list).into_response())
+}
+
+/// `watch=true`: the namespace's volumes (every current one first, without a version), then
+/// their changes.
+async fn watch_volumes(
+    ops: &Ops,
+    limits: &service_kit::watch::WatchLimits,
+    caller: &Caller,
+    namespace: String,
+    selector: Option<Selector>,
+    from: Option<u64>,
+    timeout_seconds: Option<u64>,
+) -> Result<Response, ApiError> {
+    use service_kit::watch;
+    let permit = watch::admit(limits, "storage-ops")?;
+    let visible = caller.namespaces.allows(&namespace);
+    let store = ops.store();
+    let admits = move |labels: &domain::Labels| selector.as_ref().is_none_or(|s| s.matches(labels));
+    let (initial, after) = match from {
+        Some(v) => (Vec::new(), v),
+        None if visible => {
+            let (rows, version) = store.snapshot(&namespace).await.map_err(OpsError::Store)?;
+            let added = rows
+                .iter()
+                .filter(|r| admits(&r.labels))
+                .map(|r| serde_json::to_value(crate::ops::to_volume(r)).unwrap_or_default())
+                .collect();
+            (added, version)
+        }
+        None => (Vec::new(), 0),
+    };
+    let subscription = if visible {
+        store.feed().subscribe(&namespace, after)?
+    } else {
+        // Another tenant's namespace: nothing, and no version of it either (not even "too old").
+        watch::Subscription {
+            backlog: Vec::new(),
+            live: store.feed().subscribe_now(),
+        }
+    };
+    Ok(watch::stream(
+        watch::Watch {
+            subscription,
+            after,
+            initial,
+            scope: namespace,
+            admits: Box::new(move |c| {
+                let labels: domain::Labels = c.object["metadata"]["labels"]
+                    .as_object()
+                    .map(|m| {
+                        m.iter()
+                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                admits(&labels)
+            }),
+            visible,
+            kind: "Volume",
+            timeout_seconds,
+        },
+        limits,
+        permit,
     ))
 }
 

@@ -64,6 +64,9 @@ pub const VARS: &[&str] = &[
     service_kit::config::vars::KUBERNETES_SERVERS,
     service_kit::config::vars::KUBERNETES_SERVICE_HOST,
     env_vars::KUBECONFIG,
+    service_kit::watch::vars::MAX_WATCHES,
+    service_kit::watch::vars::WATCH_HEARTBEAT,
+    service_kit::watch::vars::WATCH_MAX_DURATION,
 ];
 
 /// Storage-ops' names retired in this release: a service's database is named for the service, as
@@ -140,6 +143,8 @@ pub struct Config {
     /// Credentials for named Kubernetes API servers (`BERTH_KUBECONFIG`; unset: none, so only
     /// in-cluster and servers that take anonymous calls, such as a test's loopback stand-in).
     pub kubeconfig: Option<std::path::PathBuf>,
+    /// Watches of a namespace's volumes: heartbeat, longest stream, most open.
+    pub watch: service_kit::watch::WatchLimits,
 }
 
 impl Config {
@@ -187,6 +192,7 @@ impl Config {
         };
         let kubeconfig = env.get(env_vars::KUBECONFIG).map(std::path::PathBuf::from);
         Ok(Config {
+            watch: service_kit::watch::WatchLimits::from_env(env)?,
             limits,
             quota,
             kubeconfig,
@@ -233,7 +239,7 @@ fn registry_timeout(env: &Env, http: &HttpConfig) -> Result<Duration, ConfigErro
 pub fn router(config: &Config, ops: Arc<Ops>) -> axum::Router {
     let db = ops.clone();
     let registry = ops.clone();
-    ServiceApp::new(NAME, api::routes(ops))
+    ServiceApp::new(NAME, api::routes(ops, config.watch.clone()))
         .document_edits(api::document_links)
         .metric_prefixes(&["berth_storage_"])
         .http_config(config.service.http.clone())

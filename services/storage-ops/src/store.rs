@@ -29,8 +29,10 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use domain::{Labels, OrchestratorKind, VolumePhase};
+use domain::volume::{VolumeMeta, VolumeSpecView, VolumeStatus};
+use domain::{Condition, Labels, OrchestratorKind, Volume, VolumePhase};
 use rusqlite::{OptionalExtension, params};
+use service_kit::watch::Feed;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::backend::NewObject;
@@ -94,6 +96,45 @@ pub struct VolumeRow {
     pub updated_at: String,
     /// Bumped on every write, monotonic across the whole store.
     pub resource_version: i64,
+}
+
+/// The wire form of a stored volume.
+pub fn to_volume(row: &VolumeRow) -> Volume {
+    let ready = match row.phase {
+        VolumePhase::Ready => "True",
+        VolumePhase::Failed | VolumePhase::Deleting => "False",
+        VolumePhase::Pending | VolumePhase::Provisioning => "Unknown",
+    };
+    Volume {
+        metadata: VolumeMeta {
+            name: row.name.clone(),
+            namespace: row.namespace.clone(),
+            uid: row.uid.clone(),
+            labels: row.labels.clone(),
+            creation_timestamp: row.created_at.clone(),
+            resource_version: row.resource_version.to_string(),
+        },
+        spec: VolumeSpecView {
+            orchestrator: row.orchestrator.clone(),
+            capacity: row.capacity.clone(),
+            capacity_bytes: row.capacity_bytes,
+            replicas: row.replicas,
+            parameters: row.parameters.clone(),
+        },
+        status: VolumeStatus {
+            phase: row.phase,
+            reason: row.reason.clone(),
+            message: row.message.clone(),
+            location: row.location.clone(),
+            conditions: vec![Condition {
+                kind: "Ready".into(),
+                status: ready.into(),
+                reason: row.reason.clone(),
+                message: row.message.clone(),
+                last_transition_time: Some(row.updated_at.clone()),
+            }],
+        },
+    }
 }
 
 /// A change of phase (and maybe location).
@@ -201,6 +242,9 @@ pub struct Store {
 
 struct Inner {
     read: Readers,
+    feed: Arc<Feed<()>>,
+    /// The version every namespace's own sequence starts above.
+    floor: i64,
     writes: mpsc::Sender<Command>,
     instance: String,
     continue_key: Vec<u8>,
@@ -232,16 +276,62 @@ impl Store {
         // Opening and migrating touch the disk: not on an async thread.
         let opened = tokio::task::spawn_blocking(move || open_blocking(&owned)).await??;
         let (writes, queue) = mpsc::channel(4 * MAX_BATCH);
-        writer::spawn(opened.writer, queue, opened.resource_version)?;
+        let feed = Feed::new(
+            FEED_CAPACITY,
+            u64::try_from(opened.resource_version).unwrap_or(0),
+            opened.namespace_versions,
+        );
+        writer::spawn(opened.writer, queue, opened.resource_version, feed.clone())?;
         Ok(Store {
             inner: Arc::new(Inner {
                 read: Readers::new(path),
+                feed,
+                floor: opened.resource_version,
                 writes,
                 instance: opened.instance,
                 continue_key: opened.continue_key,
                 quota,
             }),
         })
+    }
+
+    /// The change feed a watch of volumes follows; its scopes are namespaces, each with its own
+    /// sequence of versions.
+    pub fn feed(&self) -> &Arc<Feed<()>> {
+        &self.inner.feed
+    }
+
+    /// The version `namespace` is at: the last its own sequence issued, or the floor every
+    /// namespace's sequence starts above when it has none yet.
+    pub async fn namespace_version(&self, namespace: &str) -> Result<u64, StoreError> {
+        let (namespace, floor) = (namespace.to_owned(), self.inner.floor);
+        self.inner
+            .read
+            .read(move |c| namespace_version(c, &namespace, floor))
+            .await
+    }
+
+    /// Every volume of `namespace` and the version they are at, read in one transaction (what a
+    /// watch without a version starts with). A namespace's volumes are bounded by its quota.
+    pub async fn snapshot(&self, namespace: &str) -> Result<(Vec<VolumeRow>, u64), StoreError> {
+        let (namespace, floor) = (namespace.to_owned(), self.inner.floor);
+        self.inner
+            .read
+            .read(move |c| {
+                let tx = c.unchecked_transaction()?;
+                let version = namespace_version(&tx, &namespace, floor)?;
+                let rows = tx
+                    .prepare_cached(concat!(
+                        "SELECT ",
+                        columns!(),
+                        " FROM volumes WHERE namespace = ?1 ORDER BY name"
+                    ))?
+                    .query_map([&namespace], row_from)?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                tx.commit()?;
+                Ok((rows, version))
+            })
+            .await
     }
 
     /// This database's id (labels Docker volumes as this store's).
@@ -347,8 +437,8 @@ impl Store {
             })
             .await?
         {
-            Outcome::Removed(b) => Ok(b),
-            _ => unreachable!("remove answers a bool"),
+            Outcome::Removed(row) => Ok(row.is_some()),
+            _ => unreachable!("remove answers what it removed"),
         }
     }
 
@@ -567,12 +657,29 @@ impl Store {
     }
 }
 
+/// How many changes the feed remembers for resuming watches.
+const FEED_CAPACITY: usize = 4096;
+
+fn namespace_version(
+    c: &rusqlite::Connection,
+    namespace: &str,
+    floor: i64,
+) -> rusqlite::Result<u64> {
+    let version: Option<i64> = c
+        .prepare_cached("SELECT version FROM namespace_versions WHERE namespace = ?1")?
+        .query_row([namespace], |r| r.get(0))
+        .optional()?;
+    Ok(u64::try_from(version.unwrap_or(floor)).unwrap_or(0))
+}
+
 /// What opening a database finds: the writing connection, migrated, and the `meta` values.
 struct Opened {
     writer: rusqlite::Connection,
     instance: String,
     continue_key: Vec<u8>,
     resource_version: i64,
+    /// Where each namespace's sequence is (a watch of one cannot resume from before it).
+    namespace_versions: Vec<(String, u64)>,
 }
 
 fn open_blocking(path: &Path) -> Result<Opened, Box<dyn std::error::Error + Send + Sync>> {
@@ -596,11 +703,21 @@ fn open_blocking(path: &Path) -> Result<Opened, Box<dyn std::error::Error + Send
     let instance = meta("instance")?;
     let continue_key = hex::decode(meta("continue_key")?)?;
     let resource_version = meta("resource_version")?.parse()?;
+    let namespace_versions = conn
+        .prepare("SELECT namespace, version FROM namespace_versions")?
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                u64::try_from(r.get::<_, i64>(1)?).unwrap_or(0),
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Opened {
         writer: conn,
         instance,
         continue_key,
         resource_version,
+        namespace_versions,
     })
 }
 

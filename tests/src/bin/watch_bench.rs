@@ -609,7 +609,7 @@ async fn main() -> std::process::ExitCode {
         ),
         (
             Service::MachineController,
-            "BERTH_CONTROLLER_MAX_WATCHES",
+            "BERTH_MAX_WATCHES",
             max_watches.as_str(),
         ),
     ];

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use domain::orchestrator::{OrchestratorKind, RegisterOrchestrator};
 
-use super::watch::{Source, watch};
+use super::watch::{Changes, STREAM_SECONDS, Source, watch};
 use super::{CliError, Ctx};
 use crate::args::{Format, OrchestratorCommand, Output};
 use crate::output::{Printable, print, print_list};
@@ -116,11 +116,16 @@ pub async fn get(
     output: Output,
 ) -> Result<(), CliError> {
     if watching {
+        let changes: Changes<'_> = Box::new(|| {
+            let registry = registry.clone();
+            Box::pin(async move { registry.watch(None, STREAM_SECONDS).await })
+        });
         return watch(
             Source::One(Box::new(move || {
                 let (registry, name) = (registry.clone(), name.to_string());
                 Box::pin(async move { registry.get(&name).await })
             })),
+            Some(changes),
             output,
         )
         .await;
@@ -140,11 +145,16 @@ pub async fn list(
     output: Output,
 ) -> Result<(), CliError> {
     if watching {
+        let changes: Changes<'_> = Box::new(|| {
+            let registry = registry.clone();
+            Box::pin(async move { registry.watch(None, STREAM_SECONDS).await })
+        });
         return watch(
             Source::Many(Box::new(move || {
                 let registry = registry.clone();
                 Box::pin(async move { registry.list().await.map(|l| l.items) })
             })),
+            Some(changes),
             output,
         )
         .await;

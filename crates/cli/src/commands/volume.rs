@@ -2,7 +2,7 @@
 
 use domain::{Code, Status, Volume, VolumePhase, VolumeProvisionerProfile};
 
-use super::watch::{Source, watch};
+use super::watch::{Changes, STREAM_SECONDS, Source, watch};
 use super::{CliError, Ctx, POLL, Step, decode, not_now, read_structured, split_name, until};
 use crate::args::{Format, Output, VolumeCommand, VolumeName, VolumeQuery};
 use crate::output::{Printable, print, print_list, quantity};
@@ -184,11 +184,16 @@ pub async fn get(
 ) -> Result<(), CliError> {
     let (ns, n) = split_name(&volume.name, volume.namespace.as_deref())?;
     if watching {
+        let changes: Changes<'_> = Box::new(|| {
+            let (storage, ns) = (storage.clone(), ns.clone());
+            Box::pin(async move { storage.watch(&ns, None, None, STREAM_SECONDS).await })
+        });
         return watch(
             Source::One(Box::new(|| {
                 let (storage, ns, n) = (storage.clone(), ns.clone(), n.clone());
                 Box::pin(async move { storage.get(&ns, &n).await })
             })),
+            Some(changes),
             output,
         )
         .await;
@@ -224,11 +229,24 @@ pub async fn list(
         continue_token: None,
     };
     if query.watch {
+        // Volumes of every namespace have no one sequence to follow: those are looked at again.
+        let changes = namespace.clone().map(|ns| -> Changes<'_> {
+            let selector = query.selector.clone();
+            Box::new(move || {
+                let (storage, ns, selector) = (storage.clone(), ns.clone(), selector.clone());
+                Box::pin(async move {
+                    storage
+                        .watch(&ns, selector.as_deref(), None, STREAM_SECONDS)
+                        .await
+                })
+            })
+        });
         return watch(
             Source::Many(Box::new(move || {
                 let (storage, params) = (storage.clone(), params.clone());
                 Box::pin(async move { storage.list_all(&params).await })
             })),
+            changes,
             output,
         )
         .await;
@@ -250,6 +268,7 @@ pub async fn list(
             page
         }
         None => domain::VolumeList {
+            metadata: None,
             items: storage.list_all(&params).await?,
             continue_token: None,
         },

@@ -1,7 +1,12 @@
-//! `--watch`: look again every second and print what changed, until Ctrl-C (exit 0) or until the
-//! reader goes away (`| head`, exit 0).
+//! `--watch`: print what changed, until Ctrl-C (exit 0) or until the reader goes away (`| head`,
+//! exit 0).
 //!
-//! The services have no watch API, so this polls. What it prints is kubectl's
+//! Where the service streams changes (a namespace's volumes, the orchestrators), the list is read
+//! again only when the server's watch says something changed: opening the watch sends every
+//! current object as ADDED, so nothing that changed between a read and the watch's start is missed,
+//! and a watch the server ends (its `timeoutSeconds`) is opened again. Where it does not (volumes
+//! of every namespace, which have no one sequence of versions), or when the watch cannot be
+//! opened, it looks again every second. What it prints is kubectl's
 //! `--output-watch-events`: every change is an event, `ADDED`, `MODIFIED` or `DELETED`, with the
 //! object; the first listing is all `ADDED`. A table gets an EVENT column (a deletion would otherwise
 //! be indistinguishable from the object's last state); JSON is one `{"type", "object"}` per line;
@@ -25,6 +30,53 @@ pub const INTERVAL: Duration = Duration::from_secs(1);
 /// One look at the watched thing.
 pub type Fetch<'a, T> =
     Box<dyn FnMut() -> Pin<Box<dyn Future<Output = Result<T, ClientError>> + 'a>> + 'a>;
+
+/// Opens the server's watch of what a [`Source`] reads.
+pub type Changes<'a> = Box<
+    dyn FnMut() -> Pin<Box<dyn Future<Output = Result<client::watch::Watch, ClientError>> + 'a>>
+        + 'a,
+>;
+
+/// How long each server watch the CLI opens lasts before it is opened again.
+pub const STREAM_SECONDS: u64 = 300;
+
+/// Waits until `changes` says something changed (or, without one, for [`INTERVAL`]). A watch that
+/// ended is opened again; one that cannot be opened leaves the CLI looking every second.
+async fn changed(changes: &mut Option<Changes<'_>>, open: &mut Option<client::watch::Watch>) {
+    let Some(opener) = changes else {
+        tokio::time::sleep(INTERVAL).await;
+        return;
+    };
+    loop {
+        let stream = match open {
+            Some(stream) => stream,
+            None => match opener().await {
+                Ok(stream) => open.insert(stream),
+                Err(e) => {
+                    eprintln!("watch: {}; looking every second instead", e.status.message);
+                    *changes = None;
+                    tokio::time::sleep(INTERVAL).await;
+                    return;
+                }
+            },
+        };
+        match stream.next().await {
+            Ok(Some(event)) if event.event == "BOOKMARK" => {}
+            // A change, or a watch the server ended or outran (an ERROR event): read the list
+            // again; an ended one is opened again after.
+            Ok(Some(event)) => {
+                if event.event == "ERROR" {
+                    *open = None;
+                }
+                return;
+            }
+            Ok(None) | Err(_) => {
+                *open = None;
+                return;
+            }
+        }
+    }
+}
 
 /// What a watch looks at.
 pub enum Source<'a, T> {
@@ -68,8 +120,10 @@ impl Event {
 /// Prints the changes `source` shows until interrupted.
 pub async fn watch<T: Tabular + Clone>(
     mut source: Source<'_, T>,
+    mut server_watch: Option<Changes<'_>>,
     output: Output,
 ) -> Result<(), CliError> {
+    let mut open = None;
     let wide = output.is_wide();
     let mut headers = vec!["EVENT"];
     headers.extend(T::headers(wide));
@@ -104,7 +158,7 @@ pub async fn watch<T: Tabular + Clone>(
         }
         tokio::select! {
             _ = &mut interrupted => return Ok(()),
-            _ = tokio::time::sleep(INTERVAL) => {}
+            () = changed(&mut server_watch, &mut open) => {}
         }
     }
 }

@@ -22,7 +22,7 @@ use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde_json::Value;
 
 use crate::objects::Writer;
-use crate::watch::Change;
+use crate::store::Change;
 
 pub mod deployment;
 pub mod machine;
@@ -206,23 +206,23 @@ impl Controller {
                 // when to look again (its backoff after a failed call).
                 if !(change.kind == Kind::Machine && change.status_only) {
                     self.queue
-                        .add((change.kind, change.namespace.clone(), name.to_string()));
+                        .add((change.kind, change.scope.clone(), name.to_string()));
                 }
                 if let Some((kind, owner)) = owner_of(&change.object) {
-                    self.queue.add((kind, change.namespace.clone(), owner));
+                    self.queue.add((kind, change.scope.clone(), owner));
                 }
             }
             Kind::MachineClass => {
                 if let Ok((deployments, _)) = self
                     .writer
                     .store
-                    .list(Kind::MachineDeployment, Some(&change.namespace))
+                    .list(Kind::MachineDeployment, Some(&change.scope))
                     .await
                 {
                     for d in deployments {
                         self.queue.add((
                             Kind::MachineDeployment,
-                            change.namespace.clone(),
+                            change.scope.clone(),
                             d.name().to_string(),
                         ));
                     }

@@ -118,7 +118,7 @@ async fn a_watch_ends_at_the_operators_ceiling_whatever_it_asks() {
         .with("BERTH_WATCH_HEARTBEAT", "200ms")
         .with("BERTH_WATCH_MAX_DURATION", "1s");
     let config = machine_controller::Config::from_env(&env).unwrap();
-    assert_eq!(config.watch_max, Duration::from_secs(1));
+    assert_eq!(config.watch.max_duration, Duration::from_secs(1));
     let writer = machine_controller::writer(&config).await.unwrap();
     let server = service_kit::testing::spawn(machine_controller::router(&config, writer)).await;
     for asked in ["", "&timeoutSeconds=1800"] {
@@ -155,5 +155,5 @@ async fn a_watch_ends_at_the_operators_ceiling_whatever_it_asks() {
     // A ceiling above Kubernetes' own 30 minutes is cut to it.
     let env = env.with("BERTH_WATCH_MAX_DURATION", "2h");
     let config = machine_controller::Config::from_env(&env).unwrap();
-    assert_eq!(config.watch_max, Duration::from_secs(1800));
+    assert_eq!(config.watch.max_duration, Duration::from_secs(1800));
 }

@@ -9,6 +9,7 @@
 //! - `default_flag`: the default flag: one default, even under concurrent switches.
 //! - `persistence`: restarts and kills on the same database file.
 //! - `detection`: detection from an injected environment, and the first start's default.
+//! - `watch`: `watch=true` on the list: events, the default moving, resume, 410 after a restart.
 
 mod bad_input;
 mod default_flag;
@@ -17,3 +18,4 @@ mod persistence;
 mod registrations;
 mod routes;
 mod support;
+mod watch;

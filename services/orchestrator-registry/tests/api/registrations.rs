@@ -58,7 +58,16 @@ async fn list_is_sorted_and_items_is_an_empty_array_when_none_is_registered() {
     app.clear().await;
     let r = app.list().await;
     assert_eq!(r.status, 200);
-    assert_eq!(r.body, json!({"items": []}));
+    assert_eq!(r.body["items"], json!([]));
+    assert!(
+        r.body["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .is_ok(),
+        "the list says the version a watch resumes from: {}",
+        r.body
+    );
     for name in ["zeta", "alpha", "mid-1", "mid-0"] {
         assert_eq!(app.put(name, json!({"kind": "nomad"})).await.status, 201);
     }

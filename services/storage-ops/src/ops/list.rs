@@ -166,6 +166,7 @@ impl Ops {
         {
             // Another tenant's namespace lists as an empty one does.
             return Ok(VolumeList {
+                metadata: None,
                 items: Vec::new(),
                 continue_token: None,
             });
@@ -198,6 +199,7 @@ impl Ops {
                 if items.len() == limit {
                     let more = i + 1 < fetched || !exhausted;
                     return Ok(VolumeList {
+                        metadata: None,
                         items,
                         continue_token: more
                             .then(|| after.as_ref().map(|(a, b)| self.encode_continue(a, b)))
@@ -207,12 +209,14 @@ impl Ops {
             }
             if exhausted {
                 return Ok(VolumeList {
+                    metadata: None,
                     items,
                     continue_token: None,
                 });
             }
             if scanned >= MAX_SCAN {
                 return Ok(VolumeList {
+                    metadata: None,
                     items,
                     continue_token: after.as_ref().map(|(a, b)| self.encode_continue(a, b)),
                 });

@@ -22,8 +22,7 @@
 
 use std::sync::Arc;
 
-use domain::volume::{VolumeMeta, VolumeSpecView, VolumeStatus};
-use domain::{Code, Condition, Orchestrator, Status, Volume, VolumePhase};
+use domain::{Code, Orchestrator, Status};
 
 use crate::backend::{Backend, Backends};
 use crate::locks::KeyLocks;
@@ -66,44 +65,7 @@ pub struct Ops {
     orphan_policy: OrphanPolicy,
 }
 
-/// The wire form of a stored volume.
-pub fn to_volume(row: &VolumeRow) -> Volume {
-    let ready = match row.phase {
-        VolumePhase::Ready => "True",
-        VolumePhase::Failed | VolumePhase::Deleting => "False",
-        VolumePhase::Pending | VolumePhase::Provisioning => "Unknown",
-    };
-    Volume {
-        metadata: VolumeMeta {
-            name: row.name.clone(),
-            namespace: row.namespace.clone(),
-            uid: row.uid.clone(),
-            labels: row.labels.clone(),
-            creation_timestamp: row.created_at.clone(),
-            resource_version: row.resource_version.to_string(),
-        },
-        spec: VolumeSpecView {
-            orchestrator: row.orchestrator.clone(),
-            capacity: row.capacity.clone(),
-            capacity_bytes: row.capacity_bytes,
-            replicas: row.replicas,
-            parameters: row.parameters.clone(),
-        },
-        status: VolumeStatus {
-            phase: row.phase,
-            reason: row.reason.clone(),
-            message: row.message.clone(),
-            location: row.location.clone(),
-            conditions: vec![Condition {
-                kind: "Ready".into(),
-                status: ready.into(),
-                reason: row.reason.clone(),
-                message: row.message.clone(),
-                last_transition_time: Some(row.updated_at.clone()),
-            }],
-        },
-    }
-}
+pub use crate::store::to_volume;
 
 impl Ops {
     /// The logic over `store`, resolving orchestrators through `registry` and using only the

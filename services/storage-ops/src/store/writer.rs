@@ -20,9 +20,11 @@ use std::sync::Arc;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 
+use service_kit::watch::{Change, EventType, Feed};
+
 use crate::backend::{BackendError, NewObject};
 
-use super::{MAX_BATCH, NamespaceQuota, StatusUpdate, StoreError, VolumeRow, now};
+use super::{MAX_BATCH, NamespaceQuota, StatusUpdate, StoreError, VolumeRow, now, to_volume};
 
 /// A change the writer makes, with where to send its outcome.
 pub(super) enum Command {
@@ -61,7 +63,19 @@ impl Command {
 pub(super) enum Outcome {
     Row(Box<VolumeRow>),
     MaybeRow(Option<Box<VolumeRow>>),
-    Removed(bool),
+    /// The removed volume's last state, at the version its removal took.
+    Removed(Option<Box<VolumeRow>>),
+}
+
+impl Outcome {
+    /// The change a watch sees, if the command changed anything.
+    fn change(&self) -> Option<(EventType, &VolumeRow)> {
+        match self {
+            Outcome::Row(row) => Some((EventType::Added, row)),
+            Outcome::MaybeRow(row) => Some((EventType::Modified, row.as_deref()?)),
+            Outcome::Removed(row) => Some((EventType::Deleted, row.as_deref()?)),
+        }
+    }
 }
 
 /// Starts the writer thread on `conn` (already migrated); it ends when every sender is gone.
@@ -69,14 +83,15 @@ pub(super) fn spawn(
     conn: Connection,
     queue: mpsc::Receiver<Command>,
     rv: i64,
+    feed: Arc<Feed<()>>,
 ) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("store-writer".into())
-        .spawn(move || write_loop(conn, queue, rv))
+        .spawn(move || write_loop(conn, queue, rv, &feed))
         .map(|_| ())
 }
 
-fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Command>, mut rv: i64) {
+fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Command>, mut rv: i64, feed: &Feed<()>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = queue.blocking_recv() {
         batch.push(first);
@@ -86,7 +101,7 @@ fn write_loop(conn: Connection, mut queue: mpsc::Receiver<Command>, mut rv: i64)
                 Err(_) => break,
             }
         }
-        run_batch(&conn, &mut batch, &mut rv);
+        run_batch(&conn, &mut batch, &mut rv, feed);
     }
 }
 
@@ -160,7 +175,7 @@ fn mark_committed(batch: &mut [Command], results: &[Result<Outcome, StoreError>]
     }
 }
 
-fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64) {
+fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64, feed: &Feed<()>) {
     // BEGIN IMMEDIATE takes the write lock now, so nothing in the batch can fail on it halfway.
     if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
         let e = StoreError::db(e);
@@ -223,6 +238,18 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64) {
         return;
     }
     mark_committed(batch, &results);
+    // Published by the one writer, after the commit and in the batch's order: each namespace's
+    // versions reach watchers in their order.
+    for (event, row) in results.iter().flatten().filter_map(Outcome::change) {
+        feed.publish(Change {
+            event,
+            kind: (),
+            scope: row.namespace.clone(),
+            resource_version: u64::try_from(row.resource_version).unwrap_or(0),
+            object: serde_json::to_value(to_volume(row)).unwrap_or_default(),
+            status_only: false,
+        });
+    }
     for (cmd, result) in batch.drain(..).zip(results) {
         cmd.reply(result);
     }
@@ -397,9 +424,19 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
                 .execute(params![uid, now()])?;
             }
             let removed = conn
-                .prepare_cached("DELETE FROM volumes WHERE uid = ?1")?
-                .execute([uid])?;
-            Ok(Outcome::Removed(removed > 0))
+                .prepare_cached(concat!(
+                    "DELETE FROM volumes WHERE uid = ?1 RETURNING ",
+                    super::columns!()
+                ))?
+                .query_row([uid], super::row_from)
+                .optional()?;
+            let Some(mut removed) = removed else {
+                return Ok(Outcome::Removed(None));
+            };
+            // A removal takes a version of its own, as Kubernetes' delete does, so a watch of the
+            // namespace resumes past it.
+            removed.resource_version = next_version(conn, &removed.namespace, floor)?;
+            Ok(Outcome::Removed(Some(Box::new(removed))))
         }
     }
 }

@@ -19,6 +19,7 @@
 //! - `docker`: the Docker backend against a real Engine (skipped with a reason when none answers).
 //! - `crash`: the built binary killed mid-flight: no acknowledged change lost, no orphan left.
 //! - `tenancy`: callers scoped to namespaces, and the per-namespace quotas.
+//! - `watch`: `watch=true` on a namespace's list: events, resume, 410 after a restart, tenants.
 
 mod add;
 mod crash;
@@ -32,3 +33,4 @@ mod reconcile;
 mod routes;
 mod support;
 mod tenancy;
+mod watch;

@@ -69,7 +69,10 @@ async fn default_one(
 
 async fn list(State(registrations): State<Registrations>) -> axum::Json<OrchestratorList> {
     let items = registrations.lock().unwrap().values().cloned().collect();
-    axum::Json(OrchestratorList { items })
+    axum::Json(OrchestratorList {
+        metadata: None,
+        items,
+    })
 }
 
 async fn register(
