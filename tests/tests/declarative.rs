@@ -340,6 +340,17 @@ async fn volumes_and_orchestrators_are_watched_through_the_gateway() {
     assert_eq!(status, 201);
     let registered = orchestrators.next_change(wait).await.unwrap();
     assert_eq!(registered["object"]["name"], "spare", "{registered}");
+    // Its deletion is streamed too (and the stack's Docker volume, when the default orchestrator
+    // is an Engine, is not left behind).
+    let (status, _) = send(&stack, "DELETE", "/v1/volumes/tenant-a/data", OWNER, None).await;
+    assert_eq!(status, 200);
+    loop {
+        let event = volumes.next_change(wait).await.unwrap();
+        if event["type"] == "DELETED" {
+            assert_eq!(event["object"]["metadata"]["name"], "data");
+            break;
+        }
+    }
     while let Some(event) = intruder.next(wait).await {
         assert_eq!(event["type"], "BOOKMARK", "the intruder saw {event}");
     }

@@ -288,21 +288,65 @@ pub fn parse_resource_version(text: Option<&str>) -> Result<Option<u64>, ApiErro
 /// Whether a change belongs in a watch's stream.
 pub type Admits<K> = Box<dyn Fn(&Change<K>) -> bool + Send>;
 
-/// What a watch streams, as its service decided it.
-pub struct Watch<K> {
-    /// The changes after the start (from [`Feed::subscribe`]).
+/// Where a watch starts ([`Feed::start`]).
+pub struct Started<K> {
+    /// The changes after the start.
     pub subscription: Subscription<K>,
     /// The version the watch starts after.
     pub after: u64,
     /// The current objects, when the watch started without a version: streamed first as ADDED.
     pub initial: Vec<Value>,
+    /// Whether the caller may see the scope at all: one it may not gets a stream of bookmarks
+    /// carrying only the version it asked for, as a scope with nothing in it does, and no
+    /// version of it is ever too old.
+    pub visible: bool,
+}
+
+impl<K> Feed<K> {
+    /// Starts a watch of `scope` after `from`; without a version, `current` reads the scope's
+    /// objects (already filtered as the watch asks) and the version they are at, and those come
+    /// first. A caller who may not see the scope (`visible` false) is read nothing.
+    pub async fn start<F, Fut>(
+        &self,
+        scope: &str,
+        from: Option<u64>,
+        visible: bool,
+        current: F,
+    ) -> Result<Started<K>, ApiError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(Vec<Value>, u64), ApiError>>,
+    {
+        let (initial, after) = match from {
+            Some(v) => (Vec::new(), v),
+            None if visible => current().await?,
+            None => (Vec::new(), 0),
+        };
+        let subscription = if visible {
+            self.subscribe(scope, after)?
+        } else {
+            Subscription {
+                backlog: Vec::new(),
+                live: self.subscribe_now(),
+            }
+        };
+        Ok(Started {
+            subscription,
+            after,
+            initial,
+            visible,
+        })
+    }
+}
+
+/// What a watch streams, as its service decided it.
+pub struct Watch<K> {
+    /// Where it starts.
+    pub started: Started<K>,
     /// The scope it follows: the versions its BOOKMARKs carry are this scope's.
     pub scope: String,
     /// Whether a change of the scope belongs in this stream (its kind and labels).
     pub admits: Admits<K>,
-    /// Whether the caller may see the scope at all: one it may not gets a stream of bookmarks
-    /// only, as a scope with nothing in it does.
-    pub visible: bool,
     /// The kind its BOOKMARKs name.
     pub kind: &'static str,
     /// How long it streams (`timeoutSeconds`, already checked).
@@ -333,12 +377,15 @@ pub fn stream<K: Send + Sync + 'static>(
     permit: OwnedSemaphorePermit,
 ) -> Response {
     let Watch {
-        subscription,
-        after,
-        initial,
+        started:
+            Started {
+                subscription,
+                after,
+                initial,
+                visible,
+            },
         scope,
         admits,
-        visible,
         kind,
         timeout_seconds,
     } = watch;

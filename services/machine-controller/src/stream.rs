@@ -26,36 +26,23 @@ pub async fn watch(
     let store = &state.writer.store;
     // Another namespace's objects are answered as if there were none: the stream stays open and
     // says nothing but bookmarks.
-    let (initial, after) = match from {
-        Some(v) => (Vec::new(), v),
-        None if visible => {
+    let started = store
+        .feed()
+        .start(&namespace, from, visible, || async {
             let (objects, version) = store.list(kind, Some(&namespace)).await?;
             let added = objects
                 .into_iter()
                 .filter(|o| selector.matches(&labels_of(&o.body)))
                 .map(|o| o.body)
                 .collect();
-            (added, version)
-        }
-        None => (Vec::new(), 0),
-    };
-    let subscription = if visible {
-        store.feed().subscribe(&namespace, after)?
-    } else {
-        // Nothing to resume: whatever version was asked, it is not told too old either.
-        watch::Subscription {
-            backlog: Vec::new(),
-            live: store.feed().subscribe_now(),
-        }
-    };
+            Ok((added, version))
+        })
+        .await?;
     Ok(watch::stream(
         Watch {
-            subscription,
-            after,
-            initial,
+            started,
             scope: namespace,
             admits: Box::new(move |c| c.kind == kind && selector.matches(&labels_of(&c.object))),
-            visible,
             kind: kind.as_str(),
             timeout_seconds,
         },

@@ -459,12 +459,8 @@ async fn list_orchestrators(
     use service_kit::watch;
     watch::check_timeout(query.timeout_seconds)?;
     let from = watch::parse_resource_version(query.resource_version.as_deref())?;
-    let (items, version) = match (query.watch.unwrap_or(false), from) {
-        // A resumed watch reads nothing: what it missed is in the feed.
-        (true, Some(v)) => (Vec::new(), v),
-        _ => state.store.list_at().await?,
-    };
     if !query.watch.unwrap_or(false) {
+        let (items, version) = state.store.list_at().await?;
         return Ok(Json(OrchestratorList {
             metadata: Some(domain::resources::ListMeta {
                 resource_version: version.to_string(),
@@ -475,20 +471,24 @@ async fn list_orchestrators(
     }
     let _ = query.allow_watch_bookmarks;
     let permit = watch::admit(&state.watch, "orchestrator registry")?;
-    let initial = items
-        .iter()
-        .map(|o| serde_json::to_value(o).unwrap_or_default())
-        .collect();
-    let subscription = state.store.feed().subscribe("", version)?;
+    // Registrations are cluster-wide: every caller that may list them may watch them.
+    let started = state
+        .store
+        .feed()
+        .start("", from, true, || async {
+            let (items, version) = state.store.list_at().await?;
+            let added = items
+                .iter()
+                .map(|o| serde_json::to_value(o).unwrap_or_default())
+                .collect();
+            Ok((added, version))
+        })
+        .await?;
     Ok(watch::stream(
         watch::Watch {
-            subscription,
-            after: version,
-            initial,
+            started,
             scope: String::new(),
             admits: Box::new(|_| true),
-            // Registrations are cluster-wide: every caller that may list them may watch them.
-            visible: true,
             kind: "Orchestrator",
             timeout_seconds: query.timeout_seconds,
         },

@@ -322,33 +322,22 @@ async fn watch_volumes(
     let visible = caller.namespaces.allows(&namespace);
     let store = ops.store();
     let admits = move |labels: &domain::Labels| selector.as_ref().is_none_or(|s| s.matches(labels));
-    let (initial, after) = match from {
-        Some(v) => (Vec::new(), v),
-        None if visible => {
+    // Another tenant's namespace: nothing, and no version of it either (not even "too old").
+    let started = store
+        .feed()
+        .start(&namespace, from, visible, || async {
             let (rows, version) = store.snapshot(&namespace).await.map_err(OpsError::Store)?;
             let added = rows
                 .iter()
                 .filter(|r| admits(&r.labels))
                 .map(|r| serde_json::to_value(crate::ops::to_volume(r)).unwrap_or_default())
                 .collect();
-            (added, version)
-        }
-        None => (Vec::new(), 0),
-    };
-    let subscription = if visible {
-        store.feed().subscribe(&namespace, after)?
-    } else {
-        // Another tenant's namespace: nothing, and no version of it either (not even "too old").
-        watch::Subscription {
-            backlog: Vec::new(),
-            live: store.feed().subscribe_now(),
-        }
-    };
+            Ok((added, version))
+        })
+        .await?;
     Ok(watch::stream(
         watch::Watch {
-            subscription,
-            after,
-            initial,
+            started,
             scope: namespace,
             admits: Box::new(move |c| {
                 let labels: domain::Labels = c.object["metadata"]["labels"]
@@ -361,7 +350,6 @@ async fn watch_volumes(
                     .unwrap_or_default();
                 admits(&labels)
             }),
-            visible,
             kind: "Volume",
             timeout_seconds,
         },

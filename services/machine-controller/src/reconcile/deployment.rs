@@ -3,19 +3,21 @@
 //! and its class's generation, so changing either rolls the machines.
 //!
 //! RollingUpdate: the new set grows while all sets' machines together (those being deleted too,
-//! which still hold their VMs) stay within `replicas + maxSurge`;
+//! which still hold their VMs, and those a set is still to make) stay within `replicas + maxSurge`;
 //! old sets shrink while the available machines stay at least `replicas - maxUnavailable` (their
-//! machines not running go first, as they count for nothing). Recreate: old sets go to zero, and
-//! once their machines are gone the new set grows. An old set at zero with no machine left is
-//! deleted. While `paused`, no new set is made; the current ones keep their sizes.
+//! machines not running go first, as they count for nothing). A set's status may not have caught
+//! up with its replicas yet: what it has above them is counted as going, never as available.
+//! Recreate: old sets go to zero, and once their machines are gone the new set grows. An old set
+//! at zero with no machine left is deleted. While `paused`, no new set is made; the current ones
+//! keep their sizes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use domain::machine::{Condition, OwnerReference};
 use domain::resources::{
-    API_VERSION, Kind, MachineDeployment, MachineSet, OWNER_FINALIZER, StrategyType,
-    TEMPLATE_HASH_LABEL,
+    API_VERSION, Kind, MachineDeployment, MachinePhase, MachineResource, MachineSet,
+    OWNER_FINALIZER, StrategyType, TEMPLATE_HASH_LABEL,
 };
 use serde_json::{Value, json};
 use sha2::Digest as _;
@@ -80,14 +82,47 @@ pub async fn reconcile(
         .copied()
         .collect();
     if let Some(current) = &current {
-        // Machines being deleted still hold their VMs: the surge counts every machine there is.
+        // The surge counts, set by set, the machines being deleted (they still hold their VMs),
+        // the failed ones, and the larger of the machines it keeps and its replicas: a set still
+        // making machines holds them already, and one that has not yet deleted its surplus still
+        // has it. (Summing either across sets alone lets one set's lag hide another's.)
         let mut existing = 0u32;
+        // What the sets but the current one hold, failed machines (which may be kept for
+        // inspection) aside: while anything is left there, the roll is on.
+        let mut elsewhere = 0u32;
         for set in &sets {
-            existing += store.owned(Kind::Machine, &set.metadata.uid).await?.len() as u32;
+            let (mut active, mut deleting, mut failed) = (0u32, 0u32, 0u32);
+            for stored in store.owned(Kind::Machine, &set.metadata.uid).await? {
+                let machine: MachineResource = stored.decode()?;
+                if machine.metadata.deletion_timestamp.is_some() {
+                    deleting += 1;
+                } else if machine.status.phase == MachinePhase::Failed {
+                    failed += 1;
+                } else {
+                    active += 1;
+                }
+            }
+            let wanted = match set.metadata.deletion_timestamp {
+                None => set.spec.replicas,
+                Some(_) => 0,
+            };
+            let held = deleting + active.max(wanted);
+            existing += held + failed;
+            if set.metadata.uid != current.metadata.uid {
+                elsewhere += held;
+            }
         }
         match deployment.spec.strategy.strategy_type {
             StrategyType::RollingUpdate => {
-                roll(store, namespace, &deployment, current, &olds, existing).await?
+                roll(
+                    store,
+                    namespace,
+                    &deployment,
+                    current,
+                    &olds,
+                    (existing, elsewhere),
+                )
+                .await?
             }
             StrategyType::Recreate => recreate(store, namespace, want, current, &olds).await?,
         }
@@ -281,20 +316,23 @@ async fn scale(
     gone_is_fine(written)
 }
 
-/// One step of a rolling update.
+/// One step of a rolling update. `held` is what every set holds, and what the sets but `current`
+/// hold (machines kept, still to make, or leaving).
 async fn roll(
     store: &Store,
     namespace: &str,
     deployment: &MachineDeployment,
     current: &MachineSet,
     olds: &[&MachineSet],
-    existing: u32,
+    held: (u32, u32),
 ) -> Result<(), StoreError> {
+    let (existing, elsewhere) = held;
     let want = deployment.spec.replicas;
     let (surge, unavailable) = deployment.spec.strategy.bounds(want);
     let old_total: u32 = olds.iter().map(|s| s.spec.replicas).sum();
-    if old_total == 0 {
-        // Nothing to roll from: the current set is simply the deployment's size.
+    if old_total == 0 && elsewhere == 0 {
+        // Nothing to roll from: the current set is simply the deployment's size. (Old sets at
+        // zero whose machines are still being deleted are not nothing: those hold VMs.)
         return scale(store, namespace, current, want).await;
     }
     // Grow the new set within the surge, counting machines that are there but no set wants any
@@ -303,9 +341,11 @@ async fn roll(
     let room = (want + surge).saturating_sub(total);
     let grown = (current.spec.replicas + room).min(want);
     scale(store, namespace, current, grown).await?;
-    // Shrink old sets while enough stay available; what is not running goes first, freely.
-    let ready: u32 =
-        olds.iter().map(|s| s.status.ready_replicas).sum::<u32>() + current.status.ready_replicas;
+    // Shrink old sets while enough stay available; what is not running goes first, freely. A
+    // set's ready machines above its replicas are going (its status was written before it was
+    // scaled down, and the set deletes its surplus, running machines last): never count them.
+    let ready_of = |s: &MachineSet| s.status.ready_replicas.min(s.spec.replicas);
+    let ready: u32 = olds.iter().map(|s| ready_of(s)).sum::<u32>() + ready_of(current);
     let mut removable = ready.saturating_sub(want.saturating_sub(unavailable));
     let mut olds: Vec<&&MachineSet> = olds.iter().collect();
     olds.sort_by(|a, b| {
@@ -314,7 +354,7 @@ async fn roll(
             .cmp(&b.metadata.creation_timestamp)
     });
     for old in olds {
-        let not_ready = old.spec.replicas.saturating_sub(old.status.ready_replicas);
+        let not_ready = old.spec.replicas.saturating_sub(ready_of(old));
         let from_ready = (old.spec.replicas - not_ready).min(removable);
         removable -= from_ready;
         let target = old.spec.replicas - not_ready - from_ready;
