@@ -123,12 +123,17 @@ pub async fn serve_limited(
         let _ = stream.set_nodelay(true);
         let router = router.clone();
         let activity = state.clone();
+        let closing_for_calls = closing.clone();
         connections.spawn(async move {
             let _registered = registered;
             let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
                 request
                     .extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
+                // A watch ends when the server starts to drain, rather than holding the drain.
+                request
+                    .extensions_mut()
+                    .insert(crate::watch::Draining(closing_for_calls.clone()));
                 let busy = Busy::enter(&activity);
                 let answer = router.clone().oneshot(request);
                 async move {

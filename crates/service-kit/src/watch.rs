@@ -2,8 +2,9 @@
 //! Kubernetes' semantics. One implementation for every service that stores objects (the machine
 //! controller, storage-ops' volumes, the registry's orchestrators).
 //!
-//! - [`Feed`]: the change feed a store publishes each committed change to, in version order. A ring
-//!   of the last changes lets a watcher resume from a version it saw; one older than the ring (or
+//! - [`Feed`]: the change feed a store publishes each committed change to, in version order. The
+//!   last changes, kept per scope (the noisiest scope gives up its oldest when the feed is full),
+//!   let a watcher resume from a version it saw; one older than those (or
 //!   than this process's start, whose ring starts empty) is [`Gone`], Kubernetes' 410, and lists
 //!   again. Versions are compared within a *scope* (a namespace): a service whose namespaces have
 //!   sequences of their own (storage-ops) keeps a floor per scope, so another tenant's writes never
@@ -85,6 +86,9 @@ pub struct Change<K> {
     /// Only `status` changed: what a reconciler writes, which must not wake the object's own
     /// reconcile again (a failing call would otherwise retry at once, past its backoff).
     pub status_only: bool,
+    /// For a change of labels, the labels before it (`metadata.labels`): a watch with a
+    /// selector sees an object leave it as DELETED and enter it as ADDED, as Kubernetes' does.
+    pub previous_labels: Option<Value>,
 }
 
 /// Why a watch cannot start where it was asked to.
@@ -115,13 +119,17 @@ pub struct Feed<K> {
     capacity: usize,
 }
 
+/// The remembered changes, kept per scope, at most the feed's capacity in all. When it is full the
+/// scope that holds the most gives up its oldest: the noisiest tenant pays for its own writes, and
+/// a quiet one's watches are not made to list again (nor told, by a 410, how much others wrote).
 #[derive(Debug)]
 struct Ring<K> {
-    changes: VecDeque<Arc<Change<K>>>,
-    /// Every scope's changes after this version are in `changes`, unless `evicted` says otherwise.
+    scopes: HashMap<String, VecDeque<Arc<Change<K>>>>,
+    held: usize,
+    /// Every scope's changes after this version are held, unless `evicted` says otherwise.
     floor: u64,
-    /// Per scope, the newest version that fell out of the ring (or that the scope was at when the
-    /// feed started).
+    /// Per scope, the newest version that fell out (or that the scope was at when the feed
+    /// started).
     evicted: HashMap<String, u64>,
 }
 
@@ -132,6 +140,35 @@ impl<K> Ring<K> {
             .copied()
             .unwrap_or(0)
             .max(self.floor)
+    }
+
+    fn push(&mut self, change: Arc<Change<K>>, capacity: usize) {
+        self.scopes
+            .entry(change.scope.clone())
+            .or_default()
+            .push_back(change);
+        self.held += 1;
+        while self.held > capacity {
+            let Some(noisiest) = self
+                .scopes
+                .iter()
+                .max_by_key(|(_, changes)| changes.len())
+                .map(|(scope, _)| scope.clone())
+            else {
+                return;
+            };
+            let Some(changes) = self.scopes.get_mut(&noisiest) else {
+                return;
+            };
+            if let Some(out) = changes.pop_front() {
+                self.held -= 1;
+                let floor = self.evicted.entry(noisiest.clone()).or_default();
+                *floor = (*floor).max(out.resource_version);
+            }
+            if changes.is_empty() {
+                self.scopes.remove(&noisiest);
+            }
+        }
     }
 }
 
@@ -158,7 +195,8 @@ impl<K> Feed<K> {
         Arc::new(Feed {
             sender,
             ring: Mutex::new(Ring {
-                changes: VecDeque::with_capacity(capacity.min(4096)),
+                scopes: HashMap::new(),
+                held: 0,
                 floor: current,
                 evicted: scopes.into_iter().collect(),
             }),
@@ -176,13 +214,7 @@ impl<K> Feed<K> {
     pub fn publish(&self, change: Change<K>) {
         let change = Arc::new(change);
         let mut ring = self.ring.lock().unwrap_or_else(|e| e.into_inner());
-        if ring.changes.len() == self.capacity
-            && let Some(evicted) = ring.changes.pop_front()
-        {
-            let floor = ring.evicted.entry(evicted.scope.clone()).or_default();
-            *floor = (*floor).max(evicted.resource_version);
-        }
-        ring.changes.push_back(change.clone());
+        ring.push(change.clone(), self.capacity);
         // No receiver is no error: nobody watches.
         let _ = self.sender.send(change);
     }
@@ -204,9 +236,11 @@ impl<K> Feed<K> {
         // between the backlog and the live stream.
         let live = self.sender.subscribe();
         let backlog = ring
-            .changes
-            .iter()
-            .filter(|c| c.scope == scope && c.resource_version > from)
+            .scopes
+            .get(scope)
+            .into_iter()
+            .flatten()
+            .filter(|c| c.resource_version > from)
             .cloned()
             .collect();
         Ok(Subscription { backlog, live })
@@ -285,8 +319,42 @@ pub fn parse_resource_version(text: Option<&str>) -> Result<Option<u64>, ApiErro
     }
 }
 
-/// Whether a change belongs in a watch's stream.
-pub type Admits<K> = Box<dyn Fn(&Change<K>) -> bool + Send>;
+/// Which changes of its scope a watch streams: objects of its kinds whose labels match.
+pub struct Filter<K> {
+    /// Whether the watch follows this kind.
+    pub kind: Box<dyn Fn(&K) -> bool + Send>,
+    /// Whether an object's `metadata.labels` match the watch's selector.
+    pub labels: Box<dyn Fn(&Value) -> bool + Send>,
+}
+
+impl<K> Filter<K> {
+    /// Every object of every kind.
+    pub fn everything() -> Filter<K> {
+        Filter {
+            kind: Box::new(|_| true),
+            labels: Box::new(|_| true),
+        }
+    }
+
+    /// The event `change` is to this watch, if any: a change that takes an object into the
+    /// selector is its ADDED, one that takes it out its DELETED.
+    fn event(&self, change: &Change<K>) -> Option<&'static str> {
+        if !(self.kind)(&change.kind) {
+            return None;
+        }
+        let now = (self.labels)(&change.object["metadata"]["labels"]);
+        let before = match (&change.event, &change.previous_labels) {
+            (EventType::Modified, Some(labels)) => (self.labels)(labels),
+            _ => now,
+        };
+        match (change.event, before, now) {
+            (EventType::Modified, false, true) => Some("ADDED"),
+            (EventType::Modified, true, false) => Some("DELETED"),
+            (event, _, true) => Some(event.as_str()),
+            _ => None,
+        }
+    }
+}
 
 /// Where a watch starts ([`Feed::start`]).
 pub struct Started<K> {
@@ -339,14 +407,39 @@ impl<K> Feed<K> {
     }
 }
 
+/// Cancelled when the server a request came in by starts to drain (the kit's server puts it in
+/// every request's extensions): a watch then ends, as Kubernetes' API server ends its watches at
+/// shutdown, and its client watches again.
+#[derive(Debug, Clone, Default)]
+pub struct Draining(pub tokio_util::sync::CancellationToken);
+
+/// A handler takes the drain of the server its request came in by (one never cancelled when it
+/// came in by another: a test's router called directly).
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Draining {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(parts
+            .extensions
+            .get::<Draining>()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
 /// What a watch streams, as its service decided it.
 pub struct Watch<K> {
+    /// The drain of the server the request came in by.
+    pub draining: Draining,
     /// Where it starts.
     pub started: Started<K>,
     /// The scope it follows: the versions its BOOKMARKs carry are this scope's.
     pub scope: String,
-    /// Whether a change of the scope belongs in this stream (its kind and labels).
-    pub admits: Admits<K>,
+    /// Which changes of the scope belong in this stream (its kinds and labels).
+    pub filter: Filter<K>,
     /// The kind its BOOKMARKs name.
     pub kind: &'static str,
     /// How long it streams (`timeoutSeconds`, already checked).
@@ -377,6 +470,7 @@ pub fn stream<K: Send + Sync + 'static>(
     permit: OwnedSemaphorePermit,
 ) -> Response {
     let Watch {
+        draining,
         started:
             Started {
                 subscription,
@@ -385,7 +479,7 @@ pub fn stream<K: Send + Sync + 'static>(
                 visible,
             },
         scope,
-        admits,
+        filter,
         kind,
         timeout_seconds,
     } = watch;
@@ -402,8 +496,8 @@ pub fn stream<K: Send + Sync + 'static>(
             subscription
                 .backlog
                 .iter()
-                .filter(|c| c.scope == scope && admits(c))
-                .map(|c| line(c.event.as_str(), &c.object)),
+                .filter(|c| c.scope == scope)
+                .filter_map(|c| Some(line(filter.event(c)?, &c.object))),
         );
     }
     let latest = match subscription.backlog.last() {
@@ -414,12 +508,14 @@ pub fn stream<K: Send + Sync + 'static>(
         pending,
         live: subscription.live,
         scope,
-        admits,
+        filter,
         visible,
         kind,
         latest,
         deadline: Instant::now() + limit,
         heartbeat: limits.heartbeat,
+        last_sent: Instant::now(),
+        draining: Box::pin(draining.0.cancelled_owned()),
         done: false,
         _permit: permit,
     };
@@ -441,18 +537,28 @@ struct Streaming<K> {
     pending: VecDeque<Bytes>,
     live: broadcast::Receiver<Arc<Change<K>>>,
     scope: String,
-    admits: Admits<K>,
+    filter: Filter<K>,
     visible: bool,
     kind: &'static str,
     latest: u64,
     deadline: Instant,
     heartbeat: Duration,
+    /// When the stream last sent a line: a BOOKMARK follows a heartbeat of its own silence, never
+    /// of the feed's (other scopes' changes must not tell a watcher when they happen).
+    last_sent: Instant,
+    draining: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
     done: bool,
     _permit: OwnedSemaphorePermit,
 }
 
 impl<K> Streaming<K> {
     async fn next(&mut self) -> Option<Bytes> {
+        let next = self.next_line().await;
+        self.last_sent = Instant::now();
+        next
+    }
+
+    async fn next_line(&mut self) -> Option<Bytes> {
         if let Some(line) = self.pending.pop_front() {
             return Some(line);
         }
@@ -460,15 +566,16 @@ impl<K> Streaming<K> {
             return None;
         }
         loop {
-            let quiet_until = Instant::now() + self.heartbeat;
+            let quiet_until = self.last_sent + self.heartbeat;
             tokio::select! {
+                () = self.draining.as_mut() => return None,
                 received = self.live.recv() => match received {
                     // Another scope's versions are another sequence (and another tenant's), and a
                     // scope the caller may not see tells it nothing, its versions neither.
                     Ok(change) if self.visible && change.scope == self.scope => {
                         self.latest = self.latest.max(change.resource_version);
-                        if (self.admits)(&change) {
-                            return Some(line(change.event.as_str(), &change.object));
+                        if let Some(event) = self.filter.event(&change) {
+                            return Some(line(event, &change.object));
                         }
                     }
                     Ok(_) => {}
@@ -511,7 +618,43 @@ mod tests {
             resource_version: v,
             object: Value::Null,
             status_only: false,
+            previous_labels: None,
         }
+    }
+
+    #[test]
+    fn a_selector_sees_objects_enter_and_leave_it() {
+        let filter: Filter<()> = Filter {
+            kind: Box::new(|_| true),
+            labels: Box::new(|labels| labels["app"] == "x"),
+        };
+        let labelled = |event, now: &str, before: Option<&str>| Change {
+            event,
+            kind: (),
+            scope: "a".into(),
+            resource_version: 1,
+            object: json!({"metadata": {"labels": {"app": now}}}),
+            status_only: false,
+            previous_labels: before.map(|b| json!({"app": b})),
+        };
+        use EventType::*;
+        assert_eq!(filter.event(&labelled(Added, "x", None)), Some("ADDED"));
+        assert_eq!(filter.event(&labelled(Added, "y", None)), None);
+        assert_eq!(
+            filter.event(&labelled(Modified, "x", None)),
+            Some("MODIFIED")
+        );
+        assert_eq!(
+            filter.event(&labelled(Modified, "y", Some("x"))),
+            Some("DELETED")
+        );
+        assert_eq!(
+            filter.event(&labelled(Modified, "x", Some("y"))),
+            Some("ADDED")
+        );
+        assert_eq!(filter.event(&labelled(Modified, "y", Some("z"))), None);
+        assert_eq!(filter.event(&labelled(Deleted, "x", None)), Some("DELETED"));
+        assert_eq!(filter.event(&labelled(Deleted, "y", None)), None);
     }
 
     #[tokio::test]
@@ -545,18 +688,21 @@ mod tests {
         feed.publish(change("a", 6));
         feed.publish(change("b", 101));
         feed.publish(change("b", 102));
-        // b's writes pushed a's 6 out: a watcher of "a" after 5 must list again, one after 6 not;
-        // b's own floor moved only by its own evicted change.
-        assert_eq!(feed.subscribe("a", 5).unwrap_err(), Gone { oldest: 6 });
-        assert!(feed.subscribe("a", 6).unwrap().backlog.is_empty());
+        // The feed is full (2): b, the noisiest, gave up its own oldest; a's 6 is still there.
+        assert_eq!(
+            feed.subscribe("a", 5).unwrap().backlog.len(),
+            1,
+            "another scope's writes never make a quiet one list again"
+        );
+        assert_eq!(feed.subscribe("b", 100).unwrap_err(), Gone { oldest: 101 });
         let b: Vec<u64> = feed
-            .subscribe("b", 100)
+            .subscribe("b", 101)
             .unwrap()
             .backlog
             .iter()
             .map(|c| c.resource_version)
             .collect();
-        assert_eq!(b, [101, 102]);
+        assert_eq!(b, [102]);
     }
 
     #[test]

@@ -733,6 +733,7 @@ impl Worker {
                     let gateway = &self.shared.gateway;
                     let caller = &busy.0;
                     let pool = &self.pools[route.upstream.index()];
+                    let stopping = self.stop.clone();
                     self.shared
                         .stack
                         .handle(request, route.template, |mut request| async move {
@@ -775,7 +776,9 @@ impl Worker {
                                 .await;
                             *caller.timer.lock().expect("timer lock") = timer;
                             match (forwarded, in_flight) {
-                                (Ok(response), Some(call)) if watching => call.held_by(response),
+                                (Ok(response), Some(call)) if watching => {
+                                    call.held_by(response, stopping)
+                                }
                                 (Ok(response), _) => response,
                                 (Err(e), _) => e.into_response(),
                             }

@@ -120,12 +120,19 @@ impl Drop for InFlightCall {
 impl InFlightCall {
     /// `response` with this call counted until its body has been sent whole (or dropped): for a
     /// watch, whose answer streams for as long as it is open, so a token's open watches are bounded
-    /// by the same cap as its other calls.
-    pub(crate) fn held_by(self, response: axum::response::Response) -> axum::response::Response {
+    /// by the same cap as its other calls. The stream ends when `stopping` is cancelled: a
+    /// watch would otherwise hold the gateway's drain for as long as it was asked to last (the
+    /// client watches again, elsewhere or after the restart).
+    pub(crate) fn held_by(
+        self,
+        response: axum::response::Response,
+        stopping: tokio_util::sync::CancellationToken,
+    ) -> axum::response::Response {
         response.map(|body| {
             axum::body::Body::new(Holding {
                 inner: body,
                 _call: self,
+                stopping: Box::pin(stopping.cancelled_owned()),
             })
         })
     }
@@ -135,6 +142,7 @@ impl InFlightCall {
 struct Holding {
     inner: axum::body::Body,
     _call: InFlightCall,
+    stopping: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
 }
 
 impl hyper::body::Body for Holding {
@@ -145,7 +153,11 @@ impl hyper::body::Body for Holding {
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
-        std::pin::Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+        let this = self.get_mut();
+        if this.stopping.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(None);
+        }
+        std::pin::Pin::new(&mut this.inner).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {

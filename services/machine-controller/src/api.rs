@@ -36,17 +36,17 @@ pub struct AppState {
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only objects whose labels match (`a=b,c!=d,e in (f,g)`).
-    label_selector: Option<String>,
+    pub(crate) label_selector: Option<String>,
     /// Stream changes (newline-delimited JSON events) instead of answering a list.
-    watch: Option<bool>,
+    pub(crate) watch: Option<bool>,
     /// With `watch`: the version to stream changes after (the list's `metadata.resourceVersion`);
     /// absent or `0`, every current object is sent as ADDED first. Too old: 410.
-    resource_version: Option<String>,
+    pub(crate) resource_version: Option<String>,
     /// With `watch`: how long to stream, in seconds (at most 1800, the default).
     #[param(minimum = 1, maximum = 1800)]
-    timeout_seconds: Option<u64>,
+    pub(crate) timeout_seconds: Option<u64>,
     /// Accepted for Kubernetes clients; BOOKMARK heartbeats are always sent.
-    allow_watch_bookmarks: Option<bool>,
+    pub(crate) allow_watch_bookmarks: Option<bool>,
 }
 
 fn check_namespace(namespace: &str) -> Result<(), ApiError> {
@@ -74,6 +74,7 @@ fn answer(status: StatusCode, stored: &Stored) -> Response {
 pub(crate) async fn list(
     state: AppState,
     caller: Caller,
+    draining: service_kit::watch::Draining,
     kind: Kind,
     namespace: String,
     query: ListQuery,
@@ -88,16 +89,8 @@ pub(crate) async fn list(
         .map_err(ApiError::new)?;
     if query.watch.unwrap_or(false) {
         let _ = query.allow_watch_bookmarks;
-        return crate::stream::watch(
-            &state,
-            &caller,
-            kind,
-            namespace,
-            selector,
-            query.resource_version,
-            query.timeout_seconds,
-        )
-        .await;
+        return crate::stream::watch(&state, &caller, draining, kind, namespace, selector, query)
+            .await;
     }
     let (objects, version) = if caller.allows(&namespace) {
         state.writer.store.list(kind, Some(&namespace)).await?
@@ -464,8 +457,8 @@ macro_rules! kind_routes {
                     (status = 410, description = "watch: the resourceVersion is older than the changes kept; list again (code 11)", body = service_kit::error::Problem),
                     (status = 429, description = "watch: too many watches open (code 8)", body = service_kit::error::Problem),
                 ))]
-            pub(crate) async fn list(State(state): State<AppState>, caller: Caller, Path(namespace): Path<String>, Query(query): Query<ListQuery>) -> Result<Response, ApiError> {
-                super::list(state, caller, $kind, namespace, query).await
+            pub(crate) async fn list(State(state): State<AppState>, caller: Caller, draining: service_kit::watch::Draining, Path(namespace): Path<String>, Query(query): Query<ListQuery>) -> Result<Response, ApiError> {
+                super::list(state, caller, draining, $kind, namespace, query).await
             }
 
             #[doc = concat!("Makes one of the namespace's ", $tag, ".")]

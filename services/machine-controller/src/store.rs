@@ -1,4 +1,4 @@
-//! The controller's SQLite: every stored object, one resourceVersion sequence, and the orphan
+//! The controller's SQLite: every stored object, a resourceVersion sequence per namespace, and the orphan
 //! collector's sightings.
 //!
 //! Objects are kept as the JSON a read answers (a secret's values apart, sealed in their own
@@ -234,10 +234,16 @@ impl Store {
             sqlx::query_scalar("SELECT value FROM controller_meta WHERE key = 'resource_version'")
                 .fetch_one(&pool)
                 .await?;
+        // A watch of a namespace cannot resume from before where its sequence is now.
+        let namespaces: Vec<(String, i64)> =
+            sqlx::query_as("SELECT namespace, version FROM namespace_versions")
+                .fetch_all(&pool)
+                .await?;
+        let scopes = namespaces.into_iter().map(|(ns, v)| (ns, v.max(0) as u64));
         Ok(Store {
             pool,
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
-            feed: Feed::new(FEED_CAPACITY, current as u64, []),
+            feed: Feed::new(FEED_CAPACITY, current as u64, scopes),
         })
     }
 
@@ -272,7 +278,8 @@ impl Store {
     }
 
     /// Every object of `kind` in `namespace` (every namespace when `None`), by namespace and name,
-    /// and the store's version when they were read (what a watch continues from).
+    /// and the version they were read at (what a watch continues from): the namespace's own, or
+    /// for every namespace only the floor all their sequences start above.
     pub async fn list(
         &self,
         kind: Kind,
@@ -300,13 +307,10 @@ impl Store {
                 .await?
             }
         };
-        let version: i64 =
-            sqlx::query_scalar("SELECT value FROM controller_meta WHERE key = 'resource_version'")
-                .fetch_one(&mut *tx)
-                .await?;
+        let version = namespace_version(&mut tx, namespace).await?;
         tx.commit().await?;
         let objects = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
-        Ok((objects, version as u64))
+        Ok((objects, version))
     }
 
     /// The objects of `kind` whose controlling owner is `owner_uid`.
@@ -352,7 +356,7 @@ impl Store {
                 name,
             });
         }
-        let version = next_version(&mut tx).await?;
+        let version = next_version(&mut tx, namespace).await?;
         body["apiVersion"] = json!(API_VERSION);
         body["kind"] = json!(kind.as_str());
         let meta = &mut body["metadata"];
@@ -463,7 +467,7 @@ impl Store {
             let generation = current.body["metadata"]["generation"].as_i64().unwrap_or(1);
             body["metadata"]["generation"] = json!(generation + 1);
         }
-        let version = next_version(&mut tx).await?;
+        let version = next_version(&mut tx, namespace).await?;
         body["metadata"]["resourceVersion"] = json!(version.to_string());
         let deleting = body["metadata"].get("deletionTimestamp").is_some();
         let held = body["metadata"]["finalizers"]
@@ -492,7 +496,16 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
-        self.publish(EventType::Modified, &stored, namespace, status_only);
+        let previous_labels = &current.body["metadata"]["labels"];
+        let relabelled = (*previous_labels != stored.body["metadata"]["labels"])
+            .then(|| previous_labels.clone());
+        self.publish_change(
+            EventType::Modified,
+            &stored,
+            namespace,
+            status_only,
+            relabelled,
+        );
         Ok(Written::Kept(stored))
     }
 
@@ -677,6 +690,17 @@ impl Store {
     }
 
     fn publish(&self, event: EventType, stored: &Stored, namespace: &str, status_only: bool) {
+        self.publish_change(event, stored, namespace, status_only, None);
+    }
+
+    fn publish_change(
+        &self,
+        event: EventType,
+        stored: &Stored,
+        namespace: &str,
+        status_only: bool,
+        previous_labels: Option<Value>,
+    ) {
         self.feed.publish(Change {
             event,
             kind: stored.kind,
@@ -684,6 +708,7 @@ impl Store {
             resource_version: stored.resource_version,
             object: stored.body.clone(),
             status_only,
+            previous_labels,
         });
     }
 }
@@ -723,13 +748,43 @@ pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-async fn next_version(tx: &mut SqliteTransaction<'static>) -> Result<u64, StoreError> {
+/// The next resourceVersion of `namespace`'s own sequence, which starts above the store's floor
+/// (every version issued before namespaces had sequences of their own): one sequence for all let
+/// a tenant learn from its own versions how much the others wrote.
+async fn next_version(
+    tx: &mut SqliteTransaction<'static>,
+    namespace: &str,
+) -> Result<u64, StoreError> {
     let v: i64 = sqlx::query_scalar(
-        "UPDATE controller_meta SET value = value + 1 WHERE key = 'resource_version' RETURNING value",
+        "INSERT INTO namespace_versions (namespace, version) \
+         VALUES (?, (SELECT value FROM controller_meta WHERE key = 'resource_version') + 1) \
+         ON CONFLICT (namespace) DO UPDATE SET version = version + 1 RETURNING version",
     )
+    .bind(namespace)
     .fetch_one(&mut **tx)
     .await?;
     Ok(v as u64)
+}
+
+/// The version `namespace` is at (the floor when it has none yet); for every namespace, the floor.
+async fn namespace_version(
+    tx: &mut SqliteTransaction<'static>,
+    namespace: Option<&str>,
+) -> Result<u64, StoreError> {
+    let floor: i64 =
+        sqlx::query_scalar("SELECT value FROM controller_meta WHERE key = 'resource_version'")
+            .fetch_one(&mut **tx)
+            .await?;
+    let own: Option<i64> = match namespace {
+        Some(ns) => {
+            sqlx::query_scalar("SELECT version FROM namespace_versions WHERE namespace = ?")
+                .bind(ns)
+                .fetch_optional(&mut **tx)
+                .await?
+        }
+        None => None,
+    };
+    Ok(own.unwrap_or(floor).max(0) as u64)
 }
 
 /// The uid of the owner reference marked `controller: true`, or of the only one.

@@ -9,18 +9,23 @@ use service_kit::watch::{self, Watch};
 
 use crate::api::{AppState, labels_of};
 
+/// An object's `metadata.labels` as a selector reads them.
+fn labels_from(labels: &serde_json::Value) -> domain::Labels {
+    serde_json::from_value(labels.clone()).unwrap_or_default()
+}
+
 /// Starts a watch of `kind` in `namespace`: every change after `resource_version`, or with none,
 /// every current object first.
 pub async fn watch(
     state: &AppState,
     caller: &Caller,
+    draining: watch::Draining,
     kind: Kind,
     namespace: String,
     selector: domain::Selector,
-    resource_version: Option<String>,
-    timeout_seconds: Option<u64>,
+    query: crate::api::ListQuery,
 ) -> Result<Response, ApiError> {
-    let from = watch::parse_resource_version(resource_version.as_deref())?;
+    let from = watch::parse_resource_version(query.resource_version.as_deref())?;
     let permit = watch::admit(&state.watch, "machine controller")?;
     let visible = caller.allows(&namespace);
     let store = &state.writer.store;
@@ -40,11 +45,15 @@ pub async fn watch(
         .await?;
     Ok(watch::stream(
         Watch {
+            draining,
             started,
             scope: namespace,
-            admits: Box::new(move |c| c.kind == kind && selector.matches(&labels_of(&c.object))),
+            filter: watch::Filter {
+                kind: Box::new(move |k| *k == kind),
+                labels: Box::new(move |labels| selector.matches(&labels_from(labels))),
+            },
             kind: kind.as_str(),
-            timeout_seconds,
+            timeout_seconds: query.timeout_seconds,
         },
         &state.watch,
         permit,

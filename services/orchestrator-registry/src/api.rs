@@ -454,6 +454,7 @@ pub struct ListQuery {
 )]
 async fn list_orchestrators(
     State(state): State<AppState>,
+    draining: service_kit::watch::Draining,
     service_kit::extract::Query(query): service_kit::extract::Query<ListQuery>,
 ) -> Result<Response, ApiError> {
     use service_kit::watch;
@@ -486,9 +487,10 @@ async fn list_orchestrators(
         .await?;
     Ok(watch::stream(
         watch::Watch {
+            draining,
             started,
             scope: String::new(),
-            admits: Box::new(|_| true),
+            filter: watch::Filter::everything(),
             kind: "Orchestrator",
             timeout_seconds: query.timeout_seconds,
         },

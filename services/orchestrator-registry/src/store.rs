@@ -218,6 +218,7 @@ impl Store {
             resource_version: orchestrator.resource_version,
             object: serde_json::to_value(orchestrator).unwrap_or_default(),
             status_only: false,
+            previous_labels: None,
         });
     }
 
@@ -282,20 +283,29 @@ impl Store {
             tx.rollback().await?;
             return Ok((next, Outcome::Unchanged));
         }
-        let version = next_version(&mut tx).await?;
         let now = chrono::Utc::now().to_rfc3339();
         let mut undefaulted = Vec::new();
         if default {
-            undefaulted = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "UPDATE orchestrators SET is_default = 0, resource_version = ?, updated_at = ? \
-                 WHERE is_default = 1 AND name <> ? RETURNING {COLUMNS}"
-            )))
-            .bind(version as i64)
-            .bind(&now)
-            .bind(name)
-            .fetch_all(&mut *tx)
-            .await?;
+            // The previous default's change takes a version of its own, before this one's: a
+            // watcher that resumes from either misses neither.
+            let previous = select("WHERE is_default = 1 AND name <> ?")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if previous.is_some() {
+                let its_version = next_version(&mut tx).await?;
+                undefaulted = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE orchestrators SET is_default = 0, resource_version = ?, updated_at = ? \
+                     WHERE is_default = 1 AND name <> ? RETURNING {COLUMNS}"
+                )))
+                .bind(its_version as i64)
+                .bind(&now)
+                .bind(name)
+                .fetch_all(&mut *tx)
+                .await?;
+            }
         }
+        let version = next_version(&mut tx).await?;
         sqlx::query(
             "INSERT INTO orchestrators \
                (name, kind, label, region, config, is_default, resource_version, created_at, updated_at) \

@@ -229,6 +229,7 @@ struct ListQuery {
 async fn list_storage(
     State(ops): State<Arc<Ops>>,
     axum::Extension(watching): axum::Extension<service_kit::watch::WatchLimits>,
+    draining: service_kit::watch::Draining,
     caller: Caller,
     Query(q): Query<ListQuery>,
 ) -> Result<Response, ApiError> {
@@ -267,11 +268,14 @@ async fn list_storage(
         return watch_volumes(
             &ops,
             &watching,
+            draining,
             &caller,
-            namespace,
-            selector,
-            from,
-            q.timeout_seconds,
+            VolumeWatch {
+                namespace,
+                selector,
+                from,
+                timeout_seconds: q.timeout_seconds,
+            },
         )
         .await;
     }
@@ -308,15 +312,27 @@ async fn list_storage(
 
 /// `watch=true`: the namespace's volumes (every current one first, without a version), then
 /// their changes.
-async fn watch_volumes(
-    ops: &Ops,
-    limits: &service_kit::watch::WatchLimits,
-    caller: &Caller,
+/// What a watch of volumes asks for.
+struct VolumeWatch {
     namespace: String,
     selector: Option<Selector>,
     from: Option<u64>,
     timeout_seconds: Option<u64>,
+}
+
+async fn watch_volumes(
+    ops: &Ops,
+    limits: &service_kit::watch::WatchLimits,
+    draining: service_kit::watch::Draining,
+    caller: &Caller,
+    asked: VolumeWatch,
 ) -> Result<Response, ApiError> {
+    let VolumeWatch {
+        namespace,
+        selector,
+        from,
+        timeout_seconds,
+    } = asked;
     use service_kit::watch;
     let permit = watch::admit(limits, "storage-ops")?;
     let visible = caller.namespaces.allows(&namespace);
@@ -337,19 +353,16 @@ async fn watch_volumes(
         .await?;
     Ok(watch::stream(
         watch::Watch {
+            draining,
             started,
             scope: namespace,
-            admits: Box::new(move |c| {
-                let labels: domain::Labels = c.object["metadata"]["labels"]
-                    .as_object()
-                    .map(|m| {
-                        m.iter()
-                            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                admits(&labels)
-            }),
+            // A volume's labels never change: no change moves one in or out of a selector.
+            filter: watch::Filter {
+                kind: Box::new(|()| true),
+                labels: Box::new(move |labels| {
+                    admits(&serde_json::from_value(labels.clone()).unwrap_or_default())
+                }),
+            },
             kind: "Volume",
             timeout_seconds,
         },

@@ -40,39 +40,61 @@ pub type Changes<'a> = Box<
 /// How long each server watch the CLI opens lasts before it is opened again.
 pub const STREAM_SECONDS: u64 = 300;
 
-/// Waits until `changes` says something changed (or, without one, for [`INTERVAL`]). A watch that
-/// ended is opened again; one that cannot be opened leaves the CLI looking every second.
-async fn changed(changes: &mut Option<Changes<'_>>, open: &mut Option<client::watch::Watch>) {
-    let Some(opener) = changes else {
-        tokio::time::sleep(INTERVAL).await;
-        return;
-    };
-    loop {
-        let stream = match open {
-            Some(stream) => stream,
-            None => match opener().await {
-                Ok(stream) => open.insert(stream),
-                Err(e) => {
-                    eprintln!("watch: {}; looking every second instead", e.status.message);
-                    *changes = None;
-                    tokio::time::sleep(INTERVAL).await;
+/// The server's watch a `--watch` follows, opened again whenever it ends.
+struct Following<'a> {
+    opener: Option<Changes<'a>>,
+    open: Option<client::watch::Watch>,
+    /// The watch could not be opened: said once, and looked again every second meanwhile.
+    failing: bool,
+}
+
+impl Following<'_> {
+    /// Waits until the server's watch says something changed (or, without one, for
+    /// [`INTERVAL`]). A watch that ended is opened again; while one cannot be opened (the server
+    /// restarting), it looks every second and tries again each time, so it goes back to
+    /// following the server once it can.
+    async fn changed(&mut self) {
+        let Some(opener) = &mut self.opener else {
+            tokio::time::sleep(INTERVAL).await;
+            return;
+        };
+        loop {
+            let stream = match &mut self.open {
+                Some(stream) => stream,
+                None => match opener().await {
+                    Ok(stream) => {
+                        if std::mem::take(&mut self.failing) {
+                            eprintln!("watch: following the server's changes again");
+                        }
+                        self.open.insert(stream)
+                    }
+                    Err(e) => {
+                        if !std::mem::replace(&mut self.failing, true) {
+                            eprintln!(
+                                "watch: {}; looking every second until the server's watch opens again",
+                                e.status.message
+                            );
+                        }
+                        tokio::time::sleep(INTERVAL).await;
+                        return;
+                    }
+                },
+            };
+            match stream.next().await {
+                Ok(Some(event)) if event.event == "BOOKMARK" => {}
+                // A change, or a watch the server ended or outran (an ERROR event): read the list
+                // again; an ended one is opened again after (which sends every object again, so
+                // nothing between is missed).
+                Ok(Some(event)) => {
+                    if event.event == "ERROR" {
+                        self.open = None;
+                    }
                     return;
                 }
-            },
-        };
-        match stream.next().await {
-            Ok(Some(event)) if event.event == "BOOKMARK" => {}
-            // A change, or a watch the server ended or outran (an ERROR event): read the list
-            // again; an ended one is opened again after.
-            Ok(Some(event)) => {
-                if event.event == "ERROR" {
-                    *open = None;
+                Ok(None) | Err(_) => {
+                    self.open = None;
+                    return;
                 }
-                return;
-            }
-            Ok(None) | Err(_) => {
-                *open = None;
-                return;
             }
         }
     }
@@ -120,10 +142,14 @@ impl Event {
 /// Prints the changes `source` shows until interrupted.
 pub async fn watch<T: Tabular + Clone>(
     mut source: Source<'_, T>,
-    mut server_watch: Option<Changes<'_>>,
+    server_watch: Option<Changes<'_>>,
     output: Output,
 ) -> Result<(), CliError> {
-    let mut open = None;
+    let mut following = Following {
+        opener: server_watch,
+        open: None,
+        failing: false,
+    };
     let wide = output.is_wide();
     let mut headers = vec!["EVENT"];
     headers.extend(T::headers(wide));
@@ -158,7 +184,7 @@ pub async fn watch<T: Tabular + Clone>(
         }
         tokio::select! {
             _ = &mut interrupted => return Ok(()),
-            () = changed(&mut server_watch, &mut open) => {}
+            () = following.changed() => {}
         }
     }
 }

@@ -58,9 +58,15 @@ async fn a_watch_sees_registrations_the_default_moving_and_deregistrations() {
         .await;
     assert_eq!(app.delete("a").await.status, 200);
     let mut seen = Vec::new();
+    let mut versions = Vec::new();
     for _ in 0..3 {
-        seen.push(summary(&events.next_change(WAIT).await.unwrap()));
+        let event = events.next_change(WAIT).await.unwrap();
+        versions.push(event["object"]["resourceVersion"].as_u64().unwrap());
+        seen.push(summary(&event));
     }
+    // Each change its own version, even the two one registration makes: a watcher that resumes
+    // from either misses neither.
+    assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
     let s = |t: &str, n: &str, d| (t.to_string(), n.to_string(), d);
     assert_eq!(
         seen,

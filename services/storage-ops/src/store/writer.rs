@@ -248,6 +248,7 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64, feed: &F
             resource_version: u64::try_from(row.resource_version).unwrap_or(0),
             object: serde_json::to_value(to_volume(row)).unwrap_or_default(),
             status_only: false,
+            previous_labels: None,
         });
     }
     for (cmd, result) in batch.drain(..).zip(results) {
