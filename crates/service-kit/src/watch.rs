@@ -308,14 +308,17 @@ pub fn check_timeout(timeout_seconds: Option<u64>) -> Result<(), ApiError> {
 /// `resourceVersion` as a watch takes it: `None` (absent, empty or `0`) to start with every
 /// current object, else the version to stream changes after.
 pub fn parse_resource_version(text: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let refused = || {
+        ApiError::new(Status::invalid(
+            "resourceVersion",
+            "must be a version a list or an event answered (digits)",
+        ))
+    };
     match text {
         None | Some("" | "0") => Ok(None),
-        Some(text) => text.parse::<u64>().map(Some).map_err(|_| {
-            ApiError::new(Status::invalid(
-                "resourceVersion",
-                "must be a version a list or an event answered (digits)",
-            ))
-        }),
+        // Digits only: `u64`'s parser would also take a sign (`+3`), which no version has.
+        Some(text) if !text.bytes().all(|b| b.is_ascii_digit()) => Err(refused()),
+        Some(text) => text.parse::<u64>().map(Some).map_err(|_| refused()),
     }
 }
 
@@ -714,5 +717,7 @@ mod tests {
         assert_eq!(parse_resource_version(Some("17")).unwrap(), Some(17));
         assert!(parse_resource_version(Some("-1")).is_err());
         assert!(parse_resource_version(Some("1e3")).is_err());
+        assert!(parse_resource_version(Some("+3")).is_err());
+        assert!(parse_resource_version(Some("99999999999999999999")).is_err());
     }
 }
