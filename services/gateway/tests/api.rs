@@ -689,3 +689,59 @@ async fn a_connection_stalled_mid_head_does_not_hold_up_shutdown() {
         .unwrap()
         .unwrap();
 }
+
+/// A watch the gateway proxies ends when the gateway starts to drain, rather than holding its
+/// drain for as long as the upstream would stream (`berth up`'s Ctrl-C waited 30 s for them).
+#[tokio::test]
+async fn a_drain_ends_the_watches_it_proxies() {
+    // A storage-ops that streams a bookmark every 100 ms and never ends by itself.
+    let streaming = axum::Router::new().fallback(any(|| async {
+        let lines = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Some((
+                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from_static(
+                    b"{\"type\":\"BOOKMARK\",\"object\":{}}\n",
+                )),
+                (),
+            ))
+        });
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+            axum::body::Body::from_stream(lines),
+        )
+    }));
+    let upstream = service_kit::testing::spawn(streaming).await;
+    let mut h = spawn_gateway_with(&[], &[], Some(upstream.url.clone())).await;
+    let mut response = reqwest::Client::new()
+        .get(format!(
+            "{}/v1/volumes?namespace=default&watch=true&timeoutSeconds=600",
+            h.url
+        ))
+        .bearer_auth("tok-reader")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let first = tokio::time::timeout(Duration::from_secs(5), response.chunk())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(first.is_some(), "the watch streams through the gateway");
+    let started = std::time::Instant::now();
+    let _ = h.stop.take().unwrap().send(());
+    let rest = tokio::time::timeout(Duration::from_secs(10), async {
+        while response.chunk().await.ok().flatten().is_some() {}
+    })
+    .await;
+    assert!(rest.is_ok(), "the proxied watch outlived the drain");
+    tokio::time::timeout(Duration::from_secs(10), &mut h.served)
+        .await
+        .expect("the gateway's drain waited for the watch")
+        .unwrap()
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}
