@@ -137,9 +137,18 @@ pub async fn serve_limited(
                 let busy = Busy::enter(&activity);
                 let answer = router.clone().oneshot(request);
                 async move {
-                    let answer = answer.await;
-                    drop(busy);
-                    answer
+                    // A call is being answered until its body is sent whole: a drain must not cut
+                    // a streaming answer (a watch) as if the connection were idle; the answer
+                    // ends itself when the server drains ([`crate::watch::Draining`]).
+                    answer.await.map(|response| {
+                        response.map(|body| {
+                            use http_body_util::BodyExt as _;
+                            axum::body::Body::new(body.map_frame(move |frame| {
+                                let _answering = &busy;
+                                frame
+                            }))
+                        })
+                    })
                 }
             });
             // hyper's own answers to requests it cannot parse come out as problem+json too.
