@@ -775,12 +775,12 @@ impl Worker {
                                 )
                                 .await;
                             *caller.timer.lock().expect("timer lock") = timer;
-                            match (forwarded, in_flight) {
-                                (Ok(response), Some(call)) if watching => {
-                                    call.held_by(response, stopping)
-                                }
-                                (Ok(response), _) => response,
-                                (Err(e), _) => e.into_response(),
+                            match forwarded {
+                                Ok(response) if watching => crate::limits::streamed_until_stopping(
+                                    response, in_flight, stopping,
+                                ),
+                                Ok(response) => response,
+                                Err(e) => e.into_response(),
                             }
                         })
                         .await

@@ -117,31 +117,29 @@ impl Drop for InFlightCall {
     }
 }
 
-impl InFlightCall {
-    /// `response` with this call counted until its body has been sent whole (or dropped): for a
-    /// watch, whose answer streams for as long as it is open, so a token's open watches are bounded
-    /// by the same cap as its other calls. The stream ends when `stopping` is cancelled: a
-    /// watch would otherwise hold the gateway's drain for as long as it was asked to last (the
-    /// client watches again, elsewhere or after the restart).
-    pub(crate) fn held_by(
-        self,
-        response: axum::response::Response,
-        stopping: tokio_util::sync::CancellationToken,
-    ) -> axum::response::Response {
-        response.map(|body| {
-            axum::body::Body::new(Holding {
-                inner: body,
-                _call: self,
-                stopping: Box::pin(stopping.cancelled_owned()),
-            })
+/// A watch's `response`, streamed until `stopping` is cancelled: a watch would otherwise hold the
+/// gateway's drain for as long as it was asked to last (the client watches again, elsewhere or
+/// after the restart). `call`, when the token's calls in flight are capped, stays counted until the
+/// body has been sent whole (or dropped), so a token's open watches are bounded by the same cap as
+/// its other calls.
+pub(crate) fn streamed_until_stopping(
+    response: axum::response::Response,
+    call: Option<InFlightCall>,
+    stopping: tokio_util::sync::CancellationToken,
+) -> axum::response::Response {
+    response.map(|body| {
+        axum::body::Body::new(Holding {
+            inner: body,
+            _call: call,
+            stopping: Box::pin(stopping.cancelled_owned()),
         })
-    }
+    })
 }
 
-/// An answer's body that keeps its call counted while it streams.
+/// A watch's body, ended by the gateway's drain, keeping its call counted while it streams.
 struct Holding {
     inner: axum::body::Body,
-    _call: InFlightCall,
+    _call: Option<InFlightCall>,
     stopping: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
 }
 

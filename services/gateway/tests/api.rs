@@ -711,37 +711,49 @@ async fn a_drain_ends_the_watches_it_proxies() {
         )
     }));
     let upstream = service_kit::testing::spawn(streaming).await;
-    let mut h = spawn_gateway_with(&[], &[], Some(upstream.url.clone())).await;
-    let mut response = reqwest::Client::new()
-        .get(format!(
-            "{}/v1/volumes?namespace=default&watch=true&timeoutSeconds=600",
-            h.url
-        ))
-        .bearer_auth("tok-reader")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    let first = tokio::time::timeout(Duration::from_secs(5), response.chunk())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(first.is_some(), "the watch streams through the gateway");
-    let started = std::time::Instant::now();
-    let _ = h.stop.take().unwrap().send(());
-    let rest = tokio::time::timeout(Duration::from_secs(10), async {
-        while response.chunk().await.ok().flatten().is_some() {}
-    })
-    .await;
-    assert!(rest.is_ok(), "the proxied watch outlived the drain");
-    tokio::time::timeout(Duration::from_secs(10), &mut h.served)
-        .await
-        .expect("the gateway's drain waited for the watch")
-        .unwrap()
-        .unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        started.elapsed()
-    );
+    // With the token's calls in flight capped (the default), and with the cap off: the watch
+    // ends either way.
+    for in_flight_cap in ["64", "0"] {
+        let mut h = spawn_gateway_with(
+            &[("BERTH_TOKEN_MAX_IN_FLIGHT", in_flight_cap)],
+            &[],
+            Some(upstream.url.clone()),
+        )
+        .await;
+        let mut response = reqwest::Client::new()
+            .get(format!(
+                "{}/v1/volumes?namespace=default&watch=true&timeoutSeconds=600",
+                h.url
+            ))
+            .bearer_auth("tok-reader")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let first = tokio::time::timeout(Duration::from_secs(5), response.chunk())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(first.is_some(), "the watch streams through the gateway");
+        let started = std::time::Instant::now();
+        let _ = h.stop.take().unwrap().send(());
+        let rest = tokio::time::timeout(Duration::from_secs(10), async {
+            while response.chunk().await.ok().flatten().is_some() {}
+        })
+        .await;
+        assert!(
+            rest.is_ok(),
+            "the proxied watch outlived the drain (in-flight cap {in_flight_cap})"
+        );
+        tokio::time::timeout(Duration::from_secs(10), &mut h.served)
+            .await
+            .expect("the gateway's drain waited for the watch")
+            .unwrap()
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "in-flight cap {in_flight_cap}: {:?}",
+            started.elapsed()
+        );
+    }
 }
