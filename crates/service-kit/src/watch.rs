@@ -122,9 +122,16 @@ pub struct Feed<K> {
 /// The remembered changes, kept per scope, at most the feed's capacity in all. When it is full the
 /// scope that holds the most gives up its oldest: the noisiest tenant pays for its own writes, and
 /// a quiet one's watches are not made to list again (nor told, by a 410, how much others wrote).
+/// Among scopes that hold as many, the one whose oldest change came first gives it up, so the
+/// feed is a plain first-in first-out one when every scope writes alike (as when more scopes
+/// write than the feed holds changes: then some must list again, as on a compacted etcd).
 #[derive(Debug)]
 struct Ring<K> {
-    scopes: HashMap<String, VecDeque<Arc<Change<K>>>>,
+    /// Each scope's changes, oldest first, with the order the feed was given them in (versions
+    /// of scopes with sequences of their own do not compare).
+    scopes: HashMap<String, VecDeque<Held<K>>>,
+    /// How many changes were ever published: the next one's place in that order.
+    published: u64,
     held: usize,
     /// Every scope's changes after this version are held, unless `evicted` says otherwise.
     floor: u64,
@@ -132,6 +139,9 @@ struct Ring<K> {
     /// started).
     evicted: HashMap<String, u64>,
 }
+
+/// A change the feed holds, with its place in the order the feed was given them.
+type Held<K> = (u64, Arc<Change<K>>);
 
 impl<K> Ring<K> {
     fn floor_of(&self, scope: &str) -> u64 {
@@ -146,13 +156,17 @@ impl<K> Ring<K> {
         self.scopes
             .entry(change.scope.clone())
             .or_default()
-            .push_back(change);
+            .push_back((self.published, change));
+        self.published += 1;
         self.held += 1;
         while self.held > capacity {
             let Some(noisiest) = self
                 .scopes
                 .iter()
-                .max_by_key(|(_, changes)| changes.len())
+                .max_by_key(|(_, changes)| {
+                    let first_published = changes.front().map_or(0, |(order, _)| *order);
+                    (changes.len(), std::cmp::Reverse(first_published))
+                })
                 .map(|(scope, _)| scope.clone())
             else {
                 return;
@@ -160,7 +174,7 @@ impl<K> Ring<K> {
             let Some(changes) = self.scopes.get_mut(&noisiest) else {
                 return;
             };
-            if let Some(out) = changes.pop_front() {
+            if let Some((_, out)) = changes.pop_front() {
                 self.held -= 1;
                 let floor = self.evicted.entry(noisiest.clone()).or_default();
                 *floor = (*floor).max(out.resource_version);
@@ -196,6 +210,7 @@ impl<K> Feed<K> {
             sender,
             ring: Mutex::new(Ring {
                 scopes: HashMap::new(),
+                published: 0,
                 held: 0,
                 floor: current,
                 evicted: scopes.into_iter().collect(),
@@ -240,6 +255,7 @@ impl<K> Feed<K> {
             .get(scope)
             .into_iter()
             .flatten()
+            .map(|(_, change)| change)
             .filter(|c| c.resource_version > from)
             .cloned()
             .collect();
@@ -311,13 +327,16 @@ pub fn parse_resource_version(text: Option<&str>) -> Result<Option<u64>, ApiErro
     let refused = || {
         ApiError::new(Status::invalid(
             "resourceVersion",
-            "must be a version a list or an event answered (digits)",
+            "must be a version a list or an event answered (digits, no leading zero)",
         ))
     };
     match text {
         None | Some("" | "0") => Ok(None),
-        // Digits only: `u64`'s parser would also take a sign (`+3`), which no version has.
-        Some(text) if !text.bytes().all(|b| b.is_ascii_digit()) => Err(refused()),
+        // Digits only, as versions are written: `u64`'s parser would also take a sign (`+3`) or
+        // a leading zero (`03`), which would make two spellings of one version.
+        Some(text) if !text.bytes().all(|b| b.is_ascii_digit()) || text.starts_with('0') => {
+            Err(refused())
+        }
         Some(text) => text.parse::<u64>().map(Some).map_err(|_| refused()),
     }
 }
@@ -709,6 +728,24 @@ mod tests {
     }
 
     #[test]
+    fn scopes_that_hold_as_many_give_up_the_oldest_first() {
+        // Four scopes of one change each in a feed of three: the first written falls out, not
+        // whichever a hash map happens to list first.
+        let feed = Feed::new(3, 0, []);
+        for scope in ["d", "c", "b", "a"] {
+            feed.publish(change(scope, 1));
+        }
+        assert_eq!(feed.subscribe("d", 0).unwrap_err(), Gone { oldest: 1 });
+        for scope in ["c", "b", "a"] {
+            assert_eq!(
+                feed.subscribe(scope, 0).unwrap().backlog.len(),
+                1,
+                "{scope}"
+            );
+        }
+    }
+
+    #[test]
     fn timeouts_and_versions_are_checked() {
         assert!(check_timeout(Some(0)).is_err());
         assert!(check_timeout(Some(1801)).is_err());
@@ -718,6 +755,7 @@ mod tests {
         assert!(parse_resource_version(Some("-1")).is_err());
         assert!(parse_resource_version(Some("1e3")).is_err());
         assert!(parse_resource_version(Some("+3")).is_err());
+        assert!(parse_resource_version(Some("03")).is_err());
         assert!(parse_resource_version(Some("99999999999999999999")).is_err());
     }
 }

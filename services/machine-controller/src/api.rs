@@ -41,6 +41,7 @@ pub struct ListQuery {
     pub(crate) watch: Option<bool>,
     /// With `watch`: the version to stream changes after (the list's `metadata.resourceVersion`);
     /// absent or `0`, every current object is sent as ADDED first. Too old: 410.
+    #[param(pattern = "^(0|[1-9][0-9]{0,19})?$")]
     pub(crate) resource_version: Option<String>,
     /// With `watch`: how long to stream, in seconds (at most 1800, the default).
     #[param(minimum = 1, maximum = 1800)]

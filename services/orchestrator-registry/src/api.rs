@@ -430,7 +430,7 @@ pub struct ListQuery {
     watch: Option<bool>,
     /// With `watch`: the version to stream changes after (the list's `metadata.resourceVersion`);
     /// absent or `0`, every orchestrator is sent as ADDED first. Too old: 410.
-    #[param(pattern = "^[0-9]{0,20}$")]
+    #[param(pattern = "^(0|[1-9][0-9]{0,19})?$")]
     resource_version: Option<String>,
     /// With `watch`: how long to stream, in seconds (at most 1800, the default).
     #[param(minimum = 1, maximum = 1800)]

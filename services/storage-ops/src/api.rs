@@ -200,7 +200,7 @@ struct ListQuery {
     /// With `watch`: the version to stream changes after (a list's `metadata.resourceVersion`);
     /// absent or `0`, every current volume of the namespace is sent as ADDED first. Too old: 410.
     #[serde(rename = "resourceVersion")]
-    #[param(rename = "resourceVersion", pattern = "^[0-9]{0,20}$")]
+    #[param(rename = "resourceVersion", pattern = "^(0|[1-9][0-9]{0,19})?$")]
     resource_version: Option<String>,
     /// With `watch`: how long to stream, in seconds (at most 1800, the default).
     #[serde(rename = "timeoutSeconds")]
