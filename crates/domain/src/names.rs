@@ -171,6 +171,49 @@ pub(crate) fn truncated(s: &str) -> String {
     format!("{}…", &s[..end])
 }
 
+/// The candidate `name` is a slip of the keyboard for, if any: the closest by edit distance when at
+/// most two edits away (a letter missing, added, changed, or two swapped), one for a candidate of
+/// four letters or fewer (where two edits make another word), or the same name in other case.
+/// A misspelt setting or field is then refused naming what was meant, rather than silently
+/// ignored; a name further from every candidate (`BERTH_BIN_DIR` is three from `BERTH_DATA_DIR`)
+/// is another name altogether.
+pub fn near_miss<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .filter_map(|candidate| {
+            if name.eq_ignore_ascii_case(candidate) {
+                return Some((0, candidate));
+            }
+            let limit = if candidate.len() <= 4 { 1 } else { 2 };
+            // Lengths further apart than the limit are further apart in edits too: a long
+            // hostile name costs nothing to turn down.
+            if name.len().abs_diff(candidate.len()) > limit {
+                return None;
+            }
+            let distance = edit_distance(name, candidate);
+            (distance <= limit).then_some((distance, candidate))
+        })
+        .min()
+        .map(|(_, candidate)| candidate)
+}
+
+/// Levenshtein distance, by bytes (the names compared are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b = b.as_bytes();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.bytes().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +378,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn near_misses_are_slips_not_other_names() {
+        let fields = ["instanceType", "zoneID", "size", "tags"];
+        let near = |n: &str| near_miss(n, fields.iter().copied());
+        assert_eq!(near("instanceTyp"), Some("instanceType"));
+        assert_eq!(near("instnaceType"), Some("instanceType"));
+        assert_eq!(near("zone"), Some("zoneID"));
+        assert_eq!(near("ZONEID"), Some("zoneID"));
+        assert_eq!(near("sizes"), Some("size"));
+        // Two edits from a short name make another word: not a slip.
+        assert_eq!(near("taxes"), None);
+        assert_eq!(near("kind"), None);
+        assert_eq!(near("secretRef"), None);
+        assert_eq!(near(&"x".repeat(100_000)), None);
+    }
+
+    #[test]
+    fn the_edit_distance_is_levenshtein() {
+        assert_eq!(
+            edit_distance("BERTH_INTERNAL_TOKN", "BERTH_INTERNAL_TOKEN"),
+            1
+        );
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "ab"), 2);
     }
 }

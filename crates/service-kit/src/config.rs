@@ -277,7 +277,7 @@ pub fn check_names(
                 .copied()
                 .chain(renamed.iter().map(|r| r.new))
                 .filter(|c| c.starts_with("BERTH_"));
-            match nearest(name, candidates) {
+            match domain::names::near_miss(name, candidates) {
                 Some(near) => {
                     return Err(ConfigError {
                         var: name.clone(),
@@ -304,36 +304,6 @@ pub fn check_names(
         }
     }
     Ok(warnings)
-}
-
-/// The candidate closest to `name` by edit distance, when close enough to be a slip of the keyboard
-/// (a letter missing, added, changed, or two swapped: at most two edits) rather than another name
-/// altogether (`BERTH_BIN_DIR` is three from `BERTH_DATA_DIR`, and a tool's own).
-fn nearest<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = 2;
-    candidates
-        .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, _)| *d <= limit)
-        .min()
-        .map(|(_, c)| c)
-}
-
-/// Levenshtein distance, by bytes (variable names are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b = b.as_bytes();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.bytes().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(above + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// The `"BERTH_…"` literals in the Rust sources under `dir` that are neither in `reads`, nor the
@@ -1058,17 +1028,6 @@ mod tests {
             )
         );
         assert_eq!(e.matches("30000").count(), 1, "{e}");
-    }
-
-    #[test]
-    fn the_edit_distance_is_levenshtein() {
-        assert_eq!(
-            edit_distance("BERTH_INTERNAL_TOKN", "BERTH_INTERNAL_TOKEN"),
-            1
-        );
-        assert_eq!(edit_distance("abc", "abc"), 0);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "ab"), 2);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! Field names are those of MCM's `pkg/alicloud/apis/alicloud_provider_spec.go` (docs/design.md,
 //! “The Alicloud provider spec”), `IoOptimized` with its capital I included; unknown fields are
-//! ignored, as Go's decoder does. The rules are the historical in-tree ones (MCM's deleted
+//! ignored, as Go's decoder does, except a slip for a known one (`instanceTyp`), which is refused
+//! naming the field meant. The rules are the historical in-tree ones (MCM's deleted
 //! `alicloudmachineclass.go`), with their messages, plus what ECS itself would refuse later (enums,
 //! ranges, tag limits), so a bad class is an InvalidArgument naming the field instead of an ECS
 //! error minutes later.
@@ -358,10 +359,103 @@ fn disk_name_matches(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':'))
 }
 
+/// The spec's fields, as MCM names them ([`ProviderSpec`]).
+const SPEC_FIELDS: &[&str] = &[
+    "apiVersion",
+    "imageID",
+    "instanceType",
+    "region",
+    "zoneID",
+    "securityGroupID",
+    "vSwitchID",
+    "privateIPAddress",
+    "systemDisk",
+    "dataDisks",
+    "instanceChargeType",
+    "internetChargeType",
+    "internetMaxBandwidthIn",
+    "internetMaxBandwidthOut",
+    "spotStrategy",
+    "IoOptimized",
+    "ioOptimized",
+    "tags",
+    "keyPairName",
+];
+/// `systemDisk`'s fields ([`SystemDiskSpec`]).
+const SYSTEM_DISK_FIELDS: &[&str] = &["category", "size"];
+/// A data disk's fields ([`DataDiskSpec`]).
+const DATA_DISK_FIELDS: &[&str] = &[
+    "name",
+    "category",
+    "description",
+    "encrypted",
+    "deleteWithInstance",
+    "size",
+];
+/// Fields MCM's classes carry that Berth does not read, accepted and ignored whatever they are
+/// near: the in-tree `AlicloudMachineClass` spec's secret references, which a providerSpec
+/// converted from one still holds (Berth takes the secret from the request, or the class's
+/// `secretRef` beside the spec), and `kind`, which goes with `apiVersion`.
+pub const KNOWN_UNREAD_FIELDS: &[&str] = &["secretRef", "credentialsSecretRef", "kind"];
+
+/// Refuses a field that is a slip for one of the spec's (`instanceTyp`, `zoneId`, a disk's
+/// `categroy`), naming the one meant. Other unknown fields stay accepted and ignored, as MCM's
+/// decoder ignores them (a class written for a newer MCM still works), but a misspelt field
+/// would leave its setting at ECS's default (or fail as "required" without saying why).
+fn refuse_near_misses(raw: &serde_json::Value) -> Result<(), Status> {
+    fn check(
+        v: &mut Violations,
+        object: &serde_json::Map<String, serde_json::Value>,
+        at: &str,
+        fields: &[&str],
+    ) {
+        for key in object.keys() {
+            if fields.contains(&key.as_str()) || KNOWN_UNREAD_FIELDS.contains(&key.as_str()) {
+                continue;
+            }
+            if let Some(meant) = names::near_miss(key, fields.iter().copied()) {
+                v.add(
+                    &format!("{at}{}", key.escape_default()),
+                    format!(
+                        "is not a field of the Alicloud provider spec: did you mean {meant}? (fields far from every known one are ignored, as MCM ignores them)"
+                    ),
+                );
+            }
+        }
+    }
+    let Some(spec) = raw.as_object() else {
+        return Ok(());
+    };
+    let mut v = Violations::default();
+    check(&mut v, spec, &format!("{SPEC}."), SPEC_FIELDS);
+    if let Some(disk) = spec.get("systemDisk").and_then(|d| d.as_object()) {
+        check(
+            &mut v,
+            disk,
+            &format!("{SPEC}.systemDisk."),
+            SYSTEM_DISK_FIELDS,
+        );
+    }
+    if let Some(disks) = spec.get("dataDisks").and_then(|d| d.as_array()) {
+        for (i, disk) in disks.iter().enumerate() {
+            if let Some(disk) = disk.as_object() {
+                check(
+                    &mut v,
+                    disk,
+                    &format!("{SPEC}.dataDisks[{i}]."),
+                    DATA_DISK_FIELDS,
+                );
+            }
+        }
+    }
+    v.into_result()
+}
+
 impl ProviderSpec {
     /// Decodes `providerSpec`; a decode error is an InvalidArgument naming the path that failed
     /// (MCM answers Internal here, which no retry can fix).
     pub fn decode(raw: &serde_json::Value) -> Result<Self, Status> {
+        refuse_near_misses(raw)?;
         crate::provider::decode_spec(
             raw,
             SPEC,
@@ -1217,7 +1311,7 @@ pub mod schema {
         };
         let mut spec = json!({
             "type": "object",
-            "description": "MCM's Alicloud provider spec; fields Berth does not know are ignored, as MCM's decoder does.",
+            "description": "MCM's Alicloud provider spec. A field that is a slip for a known one (at most two edits, `instanceTyp`) is refused naming the one meant; other fields Berth does not know are ignored, as MCM's decoder ignores them (`secretRef`, `credentialsSecretRef` and `kind`, which MCM's classes may carry, among them).",
             "required": ["region", "tags"],
             "properties": {
                 "apiVersion": text(),
@@ -1416,6 +1510,49 @@ mod tests {
         v.as_object_mut().unwrap().remove("IoOptimized");
         v["ioOptimized"] = json!("none");
         assert_eq!(ProviderSpec::decode(&v).unwrap().io_optimized, "none");
+    }
+
+    #[test]
+    fn a_misspelt_field_is_named_with_the_one_meant_and_others_are_ignored() {
+        let mut v = valid();
+        v["instanceTyp"] = v["instanceType"].take();
+        v.as_object_mut().unwrap().remove("instanceType");
+        v["systemDisk"]["categroy"] = json!("cloud_ssd");
+        v["dataDisks"][1]["sizes"] = json!(20);
+        let e = ProviderSpec::decode(&v).unwrap_err();
+        assert_eq!(e.code, Code::InvalidArgument);
+        for (field, meant) in [
+            ("machineClass.providerSpec.instanceTyp", "instanceType"),
+            ("machineClass.providerSpec.systemDisk.categroy", "category"),
+            ("machineClass.providerSpec.dataDisks[1].sizes", "size"),
+        ] {
+            assert!(
+                e.message.contains(&format!(
+                    "{field}: is not a field of the Alicloud provider spec: did you mean {meant}?"
+                )),
+                "{field}: {}",
+                e.message
+            );
+        }
+        // MCM's fields Berth does not read, and fields far from every known one, are accepted.
+        let mut v = valid();
+        v["secretRef"] = json!({"name": "cloud", "namespace": "default"});
+        v["credentialsSecretRef"] = json!({"name": "cloud"});
+        v["kind"] = json!("AlicloudMachineClass");
+        v["operatingSystem"] = json!({"operatingSystemName": "gardenlinux"});
+        ProviderSpec::decode(&v)
+            .unwrap()
+            .validate_for_create(&policy())
+            .unwrap();
+        // A key that is not text a log should carry is shown escaped.
+        let mut v = valid();
+        v["zoneI\n"] = json!("x");
+        let e = ProviderSpec::decode(&v).unwrap_err();
+        assert!(
+            e.message.contains("providerSpec.zoneI\\n:"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -61,6 +61,14 @@ async fn bad_spec_fields_are_invalid_argument_naming_the_field() {
             Box::new(|s| *s = json!(["not", "an", "object"])),
             "machineClass.providerSpec: must be a JSON object",
         ),
+        (
+            Box::new(|s| s["instanceTyp"] = json!("ecs.g6.xlarge")),
+            "machineClass.providerSpec.instanceTyp: is not a field of the Alicloud provider spec: did you mean instanceType?",
+        ),
+        (
+            Box::new(|s| s["dataDisks"][0]["categroy"] = json!("cloud_ssd")),
+            "machineClass.providerSpec.dataDisks[0].categroy: is not a field of the Alicloud provider spec: did you mean category?",
+        ),
     ];
     for (i, (mutate, want)) in cases.iter().enumerate() {
         let mut spec = provider_spec();
