@@ -143,7 +143,7 @@ pub enum Command {
     /// Run Berth on this machine: the gateway and every service in one process, state in one directory.
     #[command(
         after_help = "The services also read their own BERTH_* settings from the environment (log \
-                      level, rate limits, timeouts: see the README's Configuration section), except \
+                      level, rate limits, timeouts: see docs/configuration.md), except \
                       what `up` decides itself: listen addresses, upstream URLs, the data directory, \
                       the tokens file and the internal credential."
     )]

@@ -35,6 +35,41 @@ fn the_readme_points_only_inside_the_repository() {
     assert!(repo_file("docs/architecture.md").contains("## Routes"));
 }
 
+/// Issue 32, point 13: the README's sections moved into `docs/`; every relative link of the README
+/// and of those documents leads to a file of the repository (a moved section's `../` and
+/// sibling links included).
+#[test]
+fn every_relative_link_of_the_documents_leads_somewhere() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut documents = vec![root.join("README.md"), root.join("deploy/README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            documents.push(path);
+        }
+    }
+    let mut links = 0;
+    for document in &documents {
+        let text = std::fs::read_to_string(document).unwrap();
+        for (at, _) in text.match_indices("](") {
+            let rest = &text[at + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let target = rest[..end].split('#').next().unwrap_or_default();
+            if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            links += 1;
+            let resolved = document.parent().unwrap().join(target);
+            assert!(
+                resolved.exists(),
+                "{} links to {target}, which is not there",
+                document.display()
+            );
+        }
+    }
+    assert!(links >= 10, "{links} relative links read");
+}
+
 /// What a clone must not be sent to: the team's design file and research notes live beside the
 /// repository, never in it. Spelt in pieces, so this file does not name them itself.
 const OUTSIDE_DOCUMENTS: [&str; 5] = [

@@ -289,7 +289,7 @@ pub fn check_names(
                     });
                 }
                 None => warnings.push(format!(
-                    "{name} is not a variable this program reads (ignored; the README's Configuration section lists every variable)"
+                    "{name} is not a variable this program reads (ignored; docs/configuration.md lists every variable)"
                 )),
             }
             continue;
@@ -904,8 +904,8 @@ mod tests {
         let e =
             check_names(&Env::from_pairs([("BERTH_NEW_NAM", "x")]), READS, RENAMED).unwrap_err();
         assert!(e.problem.contains("did you mean BERTH_NEW_NAME?"), "{e}");
-        // Nothing close (a tool's own variable in the caller's shell): a warning naming the README,
-        // not a refusal and not a guess.
+        // Nothing close (a tool's own variable in the caller's shell): a warning naming where the
+        // settings are listed, not a refusal and not a guess.
         // Spelled at run time: a test scans this file's literals for names the kit reads.
         let bin_dir = format!("{}_BIN_DIR", "BERTH");
         let warnings = check_names(
@@ -919,7 +919,10 @@ mod tests {
             warnings[0].starts_with("BERTH_BIN_DIR is not"),
             "{warnings:?}"
         );
-        assert!(warnings[0].contains("README"), "{warnings:?}");
+        assert!(
+            warnings[0].contains("docs/configuration.md"),
+            "{warnings:?}"
+        );
         assert!(!warnings[0].contains("/opt/berth"), "{warnings:?}");
     }
 

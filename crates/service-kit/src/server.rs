@@ -314,7 +314,7 @@ Usage:
   {name} --help        print this
   {name} --version     print the version
 
-Settings come from environment variables; the README's Configuration section lists every one. Those of
+Settings come from environment variables; docs/configuration.md lists every one. Those of
 every service:
   BERTH_LISTEN            where to listen (default 127.0.0.1:{default_port})
   BERTH_DATA_DIR          where state lives (default ./berth-data)

@@ -1,6 +1,6 @@
 //! The `gateway` binary: `gateway` serves, `gateway healthcheck` probes a running one, and
 //! `gateway token create` adds a token to its tokens file (the way back in inside a container).
-//! Settings come from `BERTH_*` variables (see the README).
+//! Settings come from `BERTH_*` variables (docs/configuration.md lists every one).
 
 /// The binary picks the allocator, not a library it links: mimalloc, since under load the services
 /// allocate small, short-lived buffers on many threads, where glibc's allocator showed up as the

@@ -1,5 +1,5 @@
 //! The `machine-controller` binary: `machine-controller` serves, `machine-controller healthcheck`
-//! probes a running one. Settings come from `BERTH_*` variables (see the README).
+//! probes a running one. Settings come from `BERTH_*` variables (docs/configuration.md lists every one).
 
 /// The binary picks the allocator, not a library it links (as every service binary does).
 #[global_allocator]

@@ -1,5 +1,5 @@
 //! The `orchestrator-registry` binary: `orchestrator-registry` serves, `orchestrator-registry healthcheck` probes a running one.
-//! Settings come from `BERTH_*` variables (see the README).
+//! Settings come from `BERTH_*` variables (docs/configuration.md lists every one).
 
 /// The binary picks the allocator, not a library it links: mimalloc, since under load the services
 /// allocate small, short-lived buffers on many threads, where glibc's allocator showed up as the

@@ -70,7 +70,7 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<
             profile.validate().map_err(CliError::Local)?;
             let volume = if wait.wait {
                 // With --wait the create itself is retried as the server asks (a 503 or 429
-                // with Retry-After), within the same --timeout, as the README says --wait does.
+                // with Retry-After), within the same --timeout, as docs/cli.md says --wait does.
                 let started = std::time::Instant::now();
                 let made = until(
                     &format!("volume {} to be made", profile.name),
