@@ -135,6 +135,65 @@ async fn the_docs_page_lists_every_operation_opens_a_try_link_without_sending_an
         operations.to_string(),
         "the page lists every operation"
     );
+    // Issue 32, point 14: each operation shows what it takes and every answer, with their fields,
+    // as the document states them (here AddStorage's body, its 201 and its 409).
+    let add = &doc["paths"]["/v1/volumes"]["post"];
+    let fields_of = |schema: &Value| -> Vec<String> {
+        let name = schema["$ref"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("#/components/schemas/");
+        let mut fields: Vec<String> = doc["components"]["schemas"][name]["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        fields.sort();
+        fields
+    };
+    let mut codes: Vec<String> = add["responses"].as_object().unwrap().keys().cloned().collect();
+    codes.sort();
+    let shown = eval(
+        "(() => { const d = document.querySelector('details[data-operation=\"add_storage\"]'); \
+         const names = (selector) => [...d.querySelectorAll(selector)].map((l) => l.dataset.field).sort(); \
+         return {codes: [...d.querySelectorAll('.response')].map((r) => r.dataset.code).sort(), \
+         body: names('.body > ul.fields > li'), \
+         made: names('.response[data-code=\"201\"] > ul.fields > li'), \
+         conflict: names('.response[data-code=\"409\"] > ul.fields > li'), \
+         unauthenticated: names('.response[data-code=\"401\"] > ul.fields > li'), \
+         text: d.querySelector('.reference').textContent}; })()",
+    )
+    .await;
+    assert_eq!(shown["codes"], json!(codes), "every answer: {shown}");
+    assert_eq!(
+        shown["body"],
+        json!(fields_of(
+            &add["requestBody"]["content"]["application/json"]["schema"]
+        )),
+        "{shown}"
+    );
+    assert_eq!(
+        shown["made"],
+        json!(fields_of(
+            &add["responses"]["201"]["content"]["application/json"]["schema"]
+        )),
+        "{shown}"
+    );
+    // A problem's fields, for an answer stated in place (409) and for one the document states once
+    // and refers to (401, `#/components/responses/…`).
+    for code in ["conflict", "unauthenticated"] {
+        let fields = shown[code].as_array().unwrap();
+        assert!(
+            fields.contains(&json!("code")) && fields.contains(&json!("detail")),
+            "{code}: a problem's fields: {shown}"
+        );
+    }
+    assert!(
+        shown["text"].as_str().unwrap().contains("capacity *"),
+        "a required field is marked: {shown}"
+    );
+
     // The fragment filled the token in and opened the operation, and sent nothing.
     let opened = eval(
         "(() => { const d = document.querySelector('details[data-operation=\"list_kinds\"]'); \

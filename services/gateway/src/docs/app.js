@@ -14,6 +14,143 @@ function element(tag, attributes, ...children) {
   return node;
 }
 
+// The document being shown, for resolving `$ref`s.
+let spec = {};
+
+// A response or parameter the document states once, under `components`, and refers to.
+function shared(item) {
+  const ref = item && item.$ref;
+  if (typeof ref !== "string") return item || {};
+  const [, kind, name] = ref.match(/^#\/components\/(responses|parameters)\/(.+)$/) || [];
+  return (kind && ((spec.components || {})[kind] || {})[name]) || {};
+}
+
+// `#/components/schemas/Name` → [Name, its schema]; anything else → [null, schema].
+function resolve(schema) {
+  const ref = schema && schema.$ref;
+  if (typeof ref !== "string" || !ref.startsWith("#/components/schemas/")) return [null, schema || {}];
+  const name = ref.slice("#/components/schemas/".length);
+  const target = ((spec.components || {}).schemas || {})[name];
+  return [name, target || {}];
+}
+
+// One line saying what a value is: its type (or the schema it names), and the rules the schema
+// states (enum, pattern, bounds), as a reader needs them to write a valid request.
+function summary(schema) {
+  const [name, resolved] = resolve(schema);
+  const parts = [];
+  if (name) parts.push(name);
+  let type = resolved.type;
+  if (Array.isArray(type)) type = type.join(" | ");
+  if (type === "array") {
+    const [itemName, items] = resolve(resolved.items);
+    type = "array of " + (itemName || (Array.isArray(items.type) ? items.type.join(" | ") : items.type) || "values");
+  }
+  if (type && !(name && type === "object")) parts.push(type);
+  if (resolved.format) parts.push(resolved.format);
+  if (resolved.enum) parts.push("one of " + resolved.enum.map((v) => JSON.stringify(v)).join(", "));
+  if (resolved.const !== undefined) parts.push("= " + JSON.stringify(resolved.const));
+  if (resolved.pattern) parts.push("pattern " + resolved.pattern);
+  for (const [key, label] of [["minimum", "≥"], ["maximum", "≤"], ["minLength", "length ≥"],
+    ["maxLength", "length ≤"], ["minItems", "items ≥"], ["maxItems", "items ≤"]]) {
+    if (resolved[key] !== undefined) parts.push(label + " " + resolved[key]);
+  }
+  if (resolved.default !== undefined) parts.push("default " + JSON.stringify(resolved.default));
+  if (!parts.length) {
+    // `Labels | null`, as the generated documents write an optional reference.
+    const alternatives = resolved.oneOf || resolved.anyOf;
+    if (Array.isArray(alternatives)) return alternatives.map(summary).join(" | ");
+  }
+  return parts.join(", ") || "any";
+}
+
+// A schema's fields as a nested list: name (* when required), what it is, its description. Schemas
+// that refer to themselves, or nest deeper than a reader follows, are named rather than expanded.
+function schemaView(schema, depth, seen) {
+  const [name, resolved] = resolve(schema);
+  if (name && seen.has(name)) return null;
+  const inner = new Set(seen);
+  if (name) inner.add(name);
+  const body = resolved.type === "array" || (Array.isArray(resolved.type) && resolved.type.includes("array"))
+    ? resolve(resolved.items)[1] : resolved;
+  const list = element("ul", { class: "fields" });
+  const required = new Set(body.required || []);
+  for (const [field, fieldSchema] of Object.entries(body.properties || {})) {
+    const [, fieldResolved] = resolve(fieldSchema);
+    const item = element("li", { "data-field": field },
+      element("code", { text: field + (required.has(field) ? " *" : "") }),
+      element("span", { class: "type", text: " " + summary(fieldSchema) }),
+      fieldResolved.description || fieldSchema.description
+        ? element("div", { class: "description", text: fieldSchema.description || fieldResolved.description })
+        : null);
+    if (depth < 4) {
+      const nested = schemaView(fieldSchema, depth + 1, inner);
+      if (nested) item.append(nested);
+    }
+    list.append(item);
+  }
+  for (const key of ["oneOf", "anyOf", "allOf"]) {
+    if (!Array.isArray(body[key])) continue;
+    const alternatives = element("li", { text: key === "allOf" ? "all of:" : "one of:" });
+    const options = element("ul", { class: "fields" });
+    for (const option of body[key]) {
+      const entry = element("li", {}, element("span", { class: "type", text: summary(option) }));
+      if (depth < 4) {
+        const nested = schemaView(option, depth + 1, inner);
+        if (nested) entry.append(nested);
+      }
+      options.append(entry);
+    }
+    alternatives.append(options);
+    list.append(alternatives);
+  }
+  return list.childElementCount ? list : null;
+}
+
+// What an operation takes (parameters, body) and what it answers (every status, with its schema).
+function referenceView(operation) {
+  const reference = element("div", { class: "reference" });
+  if (operation.description) reference.append(element("p", { class: "description", text: operation.description }));
+  const parameters = (operation.parameters || []).map(shared).filter((p) => p.in !== "header" || p.name !== "Authorization");
+  if (parameters.length) {
+    const list = element("ul", { class: "fields parameters" });
+    for (const parameter of parameters) {
+      list.append(element("li", { "data-parameter": parameter.name },
+        element("code", { text: parameter.name + (parameter.required ? " *" : "") }),
+        element("span", { class: "type", text: " (" + parameter.in + ") " + summary(parameter.schema) }),
+        parameter.description ? element("div", { class: "description", text: parameter.description }) : null));
+    }
+    reference.append(element("h4", { text: "Parameters" }), list);
+  }
+  const request = operation.requestBody && operation.requestBody.content &&
+    Object.entries(operation.requestBody.content)[0];
+  if (request) {
+    const [mediaType, media] = request;
+    reference.append(element("h4", { text: "Body (" + mediaType + "): " + summary(media.schema) }));
+    if (operation.requestBody.description) {
+      reference.append(element("div", { class: "description", text: operation.requestBody.description }));
+    }
+    const fields = schemaView(media.schema, 0, new Set());
+    if (fields) reference.append(element("div", { class: "body" }, fields));
+  }
+  const responses = element("div", { class: "responses" });
+  for (const [code, stated] of Object.entries(operation.responses || {})) {
+    const answer = shared(stated);
+    const media = answer.content && Object.entries(answer.content)[0];
+    const view = element("details", { class: "response", "data-code": code },
+      element("summary", {}, element("span", { class: "code", text: code }),
+        element("span", { text: " " + (answer.description || "") +
+          (media ? " — " + media[0] + ": " + summary(media[1].schema) : "") })));
+    if (media) {
+      const fields = schemaView(media[1].schema, 0, new Set());
+      if (fields) view.append(fields);
+    }
+    responses.append(view);
+  }
+  reference.append(element("h4", { text: "Responses" }), responses);
+  return reference;
+}
+
 function exampleBody(operation) {
   const media = operation.requestBody && operation.requestBody.content &&
     operation.requestBody.content["application/json"];
@@ -69,8 +206,9 @@ function operationView(method, path, operation) {
     element("span", { class: "path", text: path }),
     operation["x-berth-scope"] ? element("span", { class: "scope", text: "scope " + operation["x-berth-scope"] }) : null,
     element("div", { text: operation.summary || "" })));
+  details.append(referenceView(operation));
   const form = element("form");
-  for (const parameter of operation.parameters || []) {
+  for (const parameter of (operation.parameters || []).map(shared)) {
     if (parameter.in !== "path" && parameter.in !== "query") continue;
     form.append(element("label", { text: parameter.name + (parameter.required ? " *" : "") + " " },
       element("input", { name: parameter.name, "data-in": parameter.in })));
@@ -104,6 +242,7 @@ async function main() {
   if (location.hash) history.replaceState(null, "", location.pathname);
   if (fragment.get("token")) tokenInput.value = fragment.get("token");
   const document_ = await (await fetch("/openapi.json")).json();
+  spec = document_;
   const main = document.getElementById("operations");
   const groups = new Map();
   let count = 0;
