@@ -152,7 +152,12 @@ async fn the_docs_page_lists_every_operation_opens_a_try_link_without_sending_an
         fields.sort();
         fields
     };
-    let mut codes: Vec<String> = add["responses"].as_object().unwrap().keys().cloned().collect();
+    let mut codes: Vec<String> = add["responses"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
     codes.sort();
     let shown = eval(
         "(() => { const d = document.querySelector('details[data-operation=\"add_storage\"]'); \

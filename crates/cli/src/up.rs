@@ -83,6 +83,8 @@ pub struct Built {
     pub tokens_file: std::path::PathBuf,
     /// The emulator's throwaway access key (id, secret).
     pub emulator_key: (String, String),
+    /// The stack's Docker instance, if it has one ([`docker_instance_of`]).
+    pub docker_instance: Option<String>,
     /// The credential the services of this run share; `up` uses it to ask the registry for the banner.
     internal_token: String,
     /// The registry's URL.
@@ -98,6 +100,46 @@ pub fn ensure_admin_token(path: &std::path::Path) -> Result<Option<String>, BoxE
 
 /// Builds every service of the stack, each bound to its port and ready to serve. Writes no
 /// credentials: that is for the caller, once this has succeeded.
+/// The machine driver's setting that keeps this stack's Docker machines apart from another's.
+const DOCKER_INSTANCE: &str = machine_driver::docker::settings::ENV_INSTANCE;
+/// Where `berth up` keeps the stack's Docker instance, beside the state it names.
+const DOCKER_INSTANCE_FILE: &str = "docker-instance";
+/// The files a data directory holds once a stack has run in it.
+const STATE_FILES: [&str; 3] = ["registry.db", "storage.db", "controller.db"];
+
+/// The stack's Docker instance (`BERTH_DOCKER_INSTANCE`): the one the environment gives, else the
+/// one kept in the data directory, made on its first start. Two `berth up`s on one Engine then never
+/// list, block or touch each other's Docker machines, as their volumes are kept apart. A data
+/// directory a stack ran in before it kept one (an earlier release) gets none, recorded as an empty
+/// file: its Docker machines were made without one and must stay this stack's.
+fn docker_instance_of(data_dir: &std::path::Path, env: &Env) -> Result<Option<String>, BoxError> {
+    if let Some(given) = env.get(DOCKER_INSTANCE) {
+        return Ok(Some(given.to_owned()));
+    }
+    let file = data_dir.join(DOCKER_INSTANCE_FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(kept) => {
+            let kept = kept.trim();
+            if kept.is_empty() {
+                return Ok(None);
+            }
+            domain::names::validate_dns1123_label(DOCKER_INSTANCE, kept).map_err(|e| {
+                format!("{} holds no Docker instance: {}", file.display(), e.message)
+            })?;
+            return Ok(Some(kept.to_owned()));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display()).into()),
+    }
+    let used_before = STATE_FILES.iter().any(|f| data_dir.join(f).exists());
+    let instance = (!used_before).then(|| format!("b{}", hex::encode(rand::random::<[u8; 6]>())));
+    // Written whole or not at all: a crash mid-write must not leave a stack with half an instance.
+    let partial = data_dir.join(format!("{DOCKER_INSTANCE_FILE}.partial"));
+    std::fs::write(&partial, instance.as_deref().unwrap_or_default())?;
+    std::fs::rename(&partial, &file)?;
+    Ok(instance)
+}
+
 pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxError> {
     let ports = Ports::from_base(args.port_base)
         .ok_or("--port-base leaves no room for the ports above it")?;
@@ -115,6 +157,7 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
     let stored_key = ecs_emulator::stored_access_key(&emulator_dir)?;
     let emulator_key = (stored_key.id.clone(), stored_key.secret.clone());
     let internal_token = internal_token_of(base_env)?;
+    let docker_instance = docker_instance_of(&data_dir, base_env)?;
     // Only the gateway listens on --bind: the services take no caller's token, and under one
     // process every port shares one descriptor table, so they listen on loopback unless
     // --expose-services says otherwise. The emulator listens on loopback whatever is said: only the
@@ -167,7 +210,10 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         &env_for(ports.gateway),
         &env_for(ports.registry),
         &env_for(ports.storage_ops),
-        &env_for(ports.machine_driver),
+        &match &docker_instance {
+            Some(instance) => env_for(ports.machine_driver).with(DOCKER_INSTANCE, instance.clone()),
+            None => env_for(ports.machine_driver),
+        },
         &env_for(ports.machine_controller),
     )?;
 
@@ -237,6 +283,7 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         data_dir,
         tokens_file,
         emulator_key,
+        docker_instance,
         internal_token,
         registry_url: url(ports.registry),
     })
@@ -566,6 +613,14 @@ pub async fn run(args: UpArgs) -> ExitCode {
         "  (the emulator's local credentials, kept with its instances in {} across restarts; put them in your machine Secret)",
         built.data_dir.join("ecs-emulator").display()
     ));
+    match &built.docker_instance {
+        Some(instance) => say(format!(
+            "docker instance: {instance} (this stack's Docker machines carry it, in their label berth.io/instance and as their container name's last part: <namespace>_<machine>_{instance}; another stack's are not this one's)"
+        )),
+        None => say(format!(
+            "docker instance: none (this data directory's Docker machines were made before stacks had one; {DOCKER_INSTANCE} sets one, and then those made without it are no longer this stack's)"
+        )),
+    }
     say("The gateway is the front door; Ctrl-C stops everything.");
 
     stop_signals.recv().await;
@@ -737,6 +792,45 @@ mod tests {
         let e = internal_token_of(&both).expect_err("refused").to_string();
         assert!(e.contains("BERTH_INTERNAL_TOKEN"), "{e}");
         assert!(!e.contains("given-credential"), "never the secret: {e}");
+    }
+
+    #[test]
+    fn each_data_directory_keeps_one_docker_instance_and_an_old_one_keeps_none() {
+        let env = Env::default();
+        let fresh = tempfile::tempdir().unwrap();
+        let made = docker_instance_of(fresh.path(), &env)
+            .unwrap()
+            .expect("an instance");
+        assert!(
+            domain::names::validate_dns1123_label("instance", &made).is_ok(),
+            "{made}"
+        );
+        assert_eq!(
+            docker_instance_of(fresh.path(), &env).unwrap(),
+            Some(made.clone())
+        );
+        let other = tempfile::tempdir().unwrap();
+        assert_ne!(
+            docker_instance_of(other.path(), &env).unwrap(),
+            Some(made),
+            "two stacks, two instances"
+        );
+        // A directory a stack ran in before instances existed: its machines have none, and keep it.
+        let old = tempfile::tempdir().unwrap();
+        std::fs::write(old.path().join("registry.db"), b"").unwrap();
+        assert_eq!(docker_instance_of(old.path(), &env).unwrap(), None);
+        assert_eq!(docker_instance_of(old.path(), &env).unwrap(), None);
+        // The operator's own wins; a damaged file stops the start with its path.
+        let given = Env::default().with(DOCKER_INSTANCE, "mine");
+        assert_eq!(
+            docker_instance_of(old.path(), &given).unwrap().as_deref(),
+            Some("mine")
+        );
+        std::fs::write(old.path().join(DOCKER_INSTANCE_FILE), "../x").unwrap();
+        let e = docker_instance_of(old.path(), &env)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(DOCKER_INSTANCE_FILE), "{e}");
     }
 
     #[tokio::test]

@@ -92,11 +92,19 @@ fn docker_machine_possible() -> bool {
 
 /// Runs the tour against `stack`; returns the commands that failed, with what they printed.
 fn run_tour(stack: &Stack, files: &Path) -> Vec<String> {
+    let docker_instance = stack
+        .banner
+        .iter()
+        .find_map(|line| line.strip_prefix("docker instance: "))
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the banner names the Docker instance")
+        .to_owned();
     let fill = |command: &str| {
         command
             .replace("<the admin token>", &stack.admin_token)
             .replace("<emulator access key id>", &stack.emulator_key.0)
             .replace("<emulator access key secret>", &stack.emulator_key.1)
+            .replace("<docker instance>", &docker_instance)
             .replace("http://127.0.0.1:8080", &stack.url)
             .replace("./target/release/berth", &bin())
             .replace("/tmp/", &format!("{}/", files.display()))

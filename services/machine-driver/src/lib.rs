@@ -61,6 +61,7 @@ pub const VARS: &[&str] = &[
     docker::settings::ENV_CPUS,
     docker::settings::ENV_PIDS,
     docker::settings::ENV_NETWORKS,
+    docker::settings::ENV_INSTANCE,
 ];
 
 /// The machine driver's names retired in this release: a duration takes a duration, not a bare

@@ -541,6 +541,74 @@ async fn a_provider_id_or_another_role_never_reaches_another_machines_container(
     assert!(app.containers().await.is_empty());
 }
 
+/// Issue 32, point 10: two stacks on one Engine (each driver with its own BERTH_DOCKER_INSTANCE),
+/// and a driver with none, never list, block, find or delete each other's machines, even of the
+/// same namespace, name, UID and class.
+#[tokio::test]
+async fn stacks_on_one_engine_keep_their_machines_apart() {
+    let Some(app) = spawn_app("stacks", &[("BERTH_DOCKER_INSTANCE", "stack-a")]).await else {
+        return;
+    };
+    let (_b_server, stack_b) =
+        driver(Env::default().with("BERTH_DOCKER_INSTANCE", "stack-b")).await;
+    let (_none_server, no_stack) = driver(Env::default()).await;
+    let class = app.class(json!({}));
+    let req = app.req(0, &class, None);
+    let list = |client: Client| {
+        let class = class.clone();
+        async move {
+            client
+                .list(&ListMachinesRequest {
+                    machine_class: class,
+                    secret: Secret::default(),
+                })
+                .await
+                .unwrap()
+                .machine_list
+        }
+    };
+
+    let a = app.machines.create(&req).await.unwrap();
+    assert!(
+        a.provider_id.ends_with(&format!("_{}-0_stack-a", app.run)),
+        "{a:?}"
+    );
+    assert_eq!(list(app.machines.clone()).await.len(), 1);
+    assert!(
+        list(stack_b.clone()).await.is_empty(),
+        "B lists A's machine"
+    );
+    assert!(
+        list(no_stack.clone()).await.is_empty(),
+        "no stack lists A's machine"
+    );
+
+    // The same machine made by B is B's own container, not A's adopted nor a clash.
+    let b = stack_b.create(&req).await.unwrap();
+    assert_ne!(a.provider_id, b.provider_id);
+    assert_eq!(app.containers().await.len(), 2);
+    let mut by_id = req.clone();
+    by_id.machine.spec.provider_id = a.provider_id.clone();
+    // A's providerID tells B nothing: B answers for its own container of the machine.
+    let seen = stack_b.status(&by_id).await.unwrap();
+    assert_eq!(seen.provider_id, b.provider_id);
+    let e = no_stack.status(&by_id).await.unwrap_err();
+    assert_code(&e, Code::NotFound, 404);
+    let answer = no_stack.delete(&req).await.unwrap();
+    assert!(
+        answer.last_known_state.contains("nothing to delete"),
+        "{answer:?}"
+    );
+
+    // B's delete takes B's container only; A's machine runs on.
+    stack_b.delete(&req).await.unwrap();
+    assert_eq!(app.containers().await.len(), 1);
+    app.machines.status(&req).await.unwrap();
+    assert_eq!(list(app.machines.clone()).await.len(), 1);
+    app.machines.delete(&req).await.unwrap();
+    assert!(app.containers().await.is_empty());
+}
+
 /// An image whose labels the Engine would copy onto the container under a reserved prefix
 /// (`com.docker.*`, `berth.io/*` but the driver's own) is refused before any container is made.
 #[tokio::test]

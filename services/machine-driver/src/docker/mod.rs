@@ -78,9 +78,9 @@ use tracing::Instrument as _;
 use crate::provider::{Listed, NAMESPACE_STAMP, Provider, request_namespace, stamped_namespace};
 use settings::Settings;
 use spec::{
-    Bootstrap, ImageRef, LABEL_CLUSTER, LABEL_MACHINE, LABEL_RECORD_EXEC, LABEL_RECORD_EXIT,
-    LABEL_RECORD_OF, LABEL_RECORDS, LABEL_ROLE, LABEL_UID, LEGACY_EXIT_PATH, Plan, ProviderSpec,
-    Pull, Record, SPEC, Scope, USER_DATA_PATH,
+    Bootstrap, ImageRef, LABEL_MACHINE, LABEL_RECORD_EXEC, LABEL_RECORD_EXIT, LABEL_RECORD_OF,
+    LABEL_RECORDS, LABEL_ROLE, LABEL_UID, LEGACY_EXIT_PATH, Plan, ProviderSpec, Pull, Record, SPEC,
+    Scope, USER_DATA_PATH,
 };
 
 /// The provider's name (`MachineClass.provider`).
@@ -815,9 +815,13 @@ impl Docker {
             }))
             .await
             .map_err(|e| EngineError::new("listing the namespace's containers", e).to_status())?;
+        // Another stack's machines are not this one's to count (BERTH_DOCKER_INSTANCE).
+        let instance = self.settings.instance.as_ref();
         Ok(listed_containers
             .into_iter()
-            .filter_map(|c| listed_machine(&c.labels?))
+            .filter_map(|c| c.labels)
+            .filter(|labels| labels.get(spec::LABEL_INSTANCE) == instance)
+            .filter_map(|labels| listed_machine(&labels))
             .filter(|m| m.namespace == namespace)
             .collect())
     }
@@ -830,7 +834,10 @@ impl Docker {
     ) -> Result<(Target, ProviderSpec), Status> {
         spec::check_class_name(class)?;
         let spec = ProviderSpec::decode(&class.provider_spec)?;
-        let scope = spec.scope()?;
+        let scope = Scope {
+            instance: self.settings.instance.clone(),
+            ..spec.scope()?
+        };
         spec.bootstrap()?;
         spec.stop_grace()?;
         extra(&spec)?;
@@ -933,10 +940,8 @@ impl Docker {
         name: &str,
         uid: &str,
     ) -> Result<Option<Container>, Status> {
-        let mut labels = vec![
-            format!("{LABEL_CLUSTER}={}", t.scope.cluster),
-            format!("{LABEL_MACHINE}={name}"),
-        ];
+        let mut labels = t.scope.label_filters();
+        labels.push(format!("{LABEL_MACHINE}={name}"));
         if !uid.is_empty() {
             labels.push(format!("{LABEL_UID}={uid}"));
         }
@@ -956,8 +961,7 @@ impl Docker {
             .filter(|c| {
                 c.labels
                     .as_ref()
-                    .and_then(|l| l.get(LABEL_UID))
-                    .is_some_and(|u| u == uid)
+                    .is_some_and(|l| t.scope.holds(l) && l.get(LABEL_UID).is_some_and(|u| u == uid))
             })
             .filter_map(|c| c.id)
             .collect();
@@ -1050,7 +1054,7 @@ impl Docker {
             self.check_neighbours(t, None, &own).await?;
             Some(gate)
         };
-        let container = spec::container_name(namespace, name);
+        let container = spec::container_name(namespace, name, t.scope.instance.as_deref());
         let mut body = plan.container(name, uid);
         body.labels
             .get_or_insert_default()
@@ -1767,7 +1771,11 @@ impl Provider for Docker {
                 // so a caller that sent no UID (or a stale one) does not take a running container
                 // for gone (a break-it finding). Other namespaces' are never looked at.
                 if req.machine.spec.provider_id.is_empty() {
-                    let named = spec::container_name(request_namespace(req), &name);
+                    let named = spec::container_name(
+                        request_namespace(req),
+                        &name,
+                        t.scope.instance.as_deref(),
+                    );
                     let held = self.by_name(&t, &named).await?.is_some_and(|c| {
                         t.scope.holds(&c.labels)
                             && c.labels.get(LABEL_MACHINE).is_some_and(|m| m == &name)
@@ -1874,10 +1882,11 @@ impl Provider for Docker {
                     all: true,
                     filters: Some(HashMap::from([(
                         "label".to_owned(),
-                        vec![
-                            format!("{LABEL_CLUSTER}={}", t.scope.cluster),
-                            format!("{LABEL_ROLE}={}", t.scope.role),
-                        ],
+                        t.scope
+                            .label_filters()
+                            .into_iter()
+                            .chain([format!("{LABEL_ROLE}={}", t.scope.role)])
+                            .collect(),
                     )])),
                     ..ListContainersOptions::default()
                 }))
@@ -1885,6 +1894,7 @@ impl Provider for Docker {
                 .map_err(|e| EngineError::new("listing the class's containers", e).to_status())?;
             Ok(listed
                 .into_iter()
+                .filter(|c| c.labels.as_ref().is_some_and(|l| t.scope.holds(l)))
                 .filter_map(|c| {
                     let name = c.names?.first()?.trim_start_matches('/').to_owned();
                     Some((spec::provider_id(&name), listed_machine(&c.labels?)?))

@@ -40,6 +40,11 @@ pub const ENV_CPUS: &str = "BERTH_DOCKER_CPUS";
 /// `BERTH_DOCKER_PIDS`: the most processes (and threads) a machine may run at once, and its limit when
 /// its class names none (default `256`).
 pub const ENV_PIDS: &str = "BERTH_DOCKER_PIDS";
+/// `BERTH_DOCKER_INSTANCE`: the stack this driver's Docker machines belong to (a DNS-1123 label).
+/// Set, every container it makes carries it (a label, and its name), and it sees no container
+/// without it; unset, it sees only containers carrying none. Two stacks on one Engine, each with its
+/// own, never list, block or touch each other's machines (`berth up` gives each data directory one).
+pub const ENV_INSTANCE: &str = "BERTH_DOCKER_INSTANCE";
 /// `BERTH_DOCKER_NETWORKS`: comma-separated Docker networks a class's `network` may name. Unset:
 /// `bridge`, the Engine's default network (what a class naming none joins).
 pub const ENV_NETWORKS: &str = "BERTH_DOCKER_NETWORKS";
@@ -123,6 +128,8 @@ pub struct Settings {
     /// The Docker networks a class may name (a class naming none joins [`DEFAULT_NETWORK`], which
     /// must be here too).
     pub networks: BTreeSet<String>,
+    /// The stack the machines belong to ([`ENV_INSTANCE`]), if any.
+    pub instance: Option<String>,
 }
 
 impl Default for Settings {
@@ -137,6 +144,7 @@ impl Default for Settings {
             nano_cpus: DEFAULT_NANO_CPUS,
             pids: DEFAULT_PIDS,
             networks: BTreeSet::from([DEFAULT_NETWORK.to_owned()]),
+            instance: None,
         }
     }
 }
@@ -320,6 +328,11 @@ impl Settings {
                     }
                 })
                 .collect::<Result<_, _>>()?;
+        }
+        if let Some(instance) = env.get(ENV_INSTANCE) {
+            domain::names::validate_dns1123_label(ENV_INSTANCE, instance)
+                .map_err(|e| config_error(env, ENV_INSTANCE, e.message))?;
+            s.instance = Some(instance.to_owned());
         }
         Ok(s)
     }

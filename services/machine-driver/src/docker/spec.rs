@@ -34,6 +34,10 @@ pub const ROLE_TAG: &str = "kubernetes.io/role/";
 pub const LABEL_CLUSTER: &str = "berth.io/cluster";
 /// Container label: the role of the class (from its `kubernetes.io/role/...` tag).
 pub const LABEL_ROLE: &str = "berth.io/role";
+/// Container label: the stack the driver that made it serves (`BERTH_DOCKER_INSTANCE`), when it has
+/// one. Not copied from an image (it is under the reserved prefix and not among the labels the
+/// driver overwrites), so no image can move a container into or out of a stack.
+pub const LABEL_INSTANCE: &str = "berth.io/instance";
 /// Container label: the machine's name.
 pub const LABEL_MACHINE: &str = "berth.io/machine";
 /// Container label: the machine's UID (empty for a machine without one); CreateMachine adopts the
@@ -260,6 +264,9 @@ pub struct Scope {
     pub cluster: String,
     /// From the `kubernetes.io/role/<role>` tag.
     pub role: String,
+    /// The stack, from the operator's settings (never from the class): containers of another
+    /// stack, or of none when this one has one, are not this scope's.
+    pub instance: Option<String>,
 }
 
 /// A checked image reference.
@@ -485,6 +492,7 @@ impl ProviderSpec {
         Some(Scope {
             cluster: cluster?,
             role: role?,
+            instance: None,
         })
     }
 
@@ -869,7 +877,10 @@ impl ProviderSpec {
             pids,
             privileged: self.privileged,
             mounts,
-            scope: scope.expect("checked"),
+            scope: Scope {
+                instance: settings.instance.clone(),
+                ..scope.expect("checked")
+            },
             bootstrap: bootstrap.expect("checked"),
             stop_grace: stop_grace.expect("checked"),
         })
@@ -879,17 +890,32 @@ impl ProviderSpec {
 impl Scope {
     /// The labels every container of this scope carries, for `machine` (name and UID).
     pub fn labels(&self, machine: &str, uid: &str) -> HashMap<String, String> {
-        HashMap::from([
+        let mut labels = HashMap::from([
             (LABEL_CLUSTER.to_owned(), self.cluster.clone()),
             (LABEL_ROLE.to_owned(), self.role.clone()),
             (LABEL_MACHINE.to_owned(), machine.to_owned()),
             (LABEL_UID.to_owned(), uid.to_owned()),
-        ])
+        ]);
+        if let Some(instance) = &self.instance {
+            labels.insert(LABEL_INSTANCE.to_owned(), instance.clone());
+        }
+        labels
     }
 
-    /// Whether a container's labels put it in this scope's cluster.
+    /// The Engine's label filters that find this scope's containers (the instance's among them,
+    /// when it has one; [`Scope::holds`] still decides, since no filter says "without a label").
+    pub fn label_filters(&self) -> Vec<String> {
+        let mut filters = vec![format!("{LABEL_CLUSTER}={}", self.cluster)];
+        if let Some(instance) = &self.instance {
+            filters.push(format!("{LABEL_INSTANCE}={instance}"));
+        }
+        filters
+    }
+
+    /// Whether a container's labels put it in this scope's cluster, and in its stack.
     pub fn holds(&self, labels: &HashMap<String, String>) -> bool {
         labels.get(LABEL_CLUSTER) == Some(&self.cluster)
+            && labels.get(LABEL_INSTANCE) == self.instance.as_ref()
     }
 }
 
@@ -1022,23 +1048,30 @@ pub fn provider_id(name: &str) -> String {
 /// The name of a machine's container: the machine's name in the `default` namespace (as it was
 /// before namespaces), `<namespace>_<machine>` in any other. Two namespaces may then hold machines of
 /// the same name, and neither learns of the other's through a name the Engine refuses as taken.
-/// `_` is in no namespace or machine name, so the two forms never name the same container.
-pub fn container_name(namespace: &str, machine: &str) -> String {
-    if namespace == service_kit::tenancy::DEFAULT_NAMESPACE {
-        machine.to_owned()
-    } else {
-        format!("{namespace}_{machine}")
+/// A driver serving a stack (`instance`) names `<namespace>_<machine>_<instance>`, so two stacks on
+/// one Engine may hold the same machine too. `_` is in no namespace, machine name or instance, so
+/// the three forms never name the same container.
+pub fn container_name(namespace: &str, machine: &str, instance: Option<&str>) -> String {
+    match instance {
+        Some(instance) => format!("{namespace}_{machine}_{instance}"),
+        None if namespace == service_kit::tenancy::DEFAULT_NAMESPACE => machine.to_owned(),
+        None => format!("{namespace}_{machine}"),
     }
 }
 
 /// Whether `name` is a container name [`container_name`] makes.
 fn is_container_name(name: &str) -> bool {
     const FIELD: &str = "machine.spec.providerID";
-    let (namespace, machine) = match name.split_once('_') {
-        Some((namespace, machine)) => (Some(namespace), machine),
-        None => (None, name),
+    let parts: Vec<&str> = name.split('_').collect();
+    let (namespace, machine, instance) = match parts.as_slice() {
+        [machine] => (None, *machine, None),
+        [namespace, machine] => (Some(*namespace), *machine, None),
+        [namespace, machine, instance] => (Some(*namespace), *machine, Some(*instance)),
+        _ => return false,
     };
-    namespace.is_none_or(|n| names::validate_dns1123_label(FIELD, n).is_ok())
+    let label = |text: &str| names::validate_dns1123_label(FIELD, text).is_ok();
+    namespace.is_none_or(label)
+        && instance.is_none_or(label)
         && names::validate_dns1123_subdomain(FIELD, machine, MAX_MACHINE_NAME).is_ok()
 }
 
@@ -1426,7 +1459,8 @@ mod tests {
             p.scope,
             Scope {
                 cluster: "demo".into(),
-                role: "worker".into()
+                role: "worker".into(),
+                instance: None,
             }
         );
         let body = p.container("m-1", "u-1");
