@@ -77,7 +77,13 @@ if [ "$mode" = short ] && [ "${BERTH_FUZZ_IN_SHORT:-1}" = 0 ]; then
   echo "   SKIPPED: BERTH_FUZZ_IN_SHORT=0 (CI runs them in the short form too)"
 elif [ "$mode" = short ] && ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
   # libFuzzer's instrumentation needs nightly; a machine without it cannot build the targets at all.
-  echo "   SKIPPED: no nightly toolchain here (rustup toolchain install nightly); the long form fails without it"
+  if [ "${BERTH_REQUIRE_FUZZ:-}" = 1 ]; then
+    # CI sets it: fuzzing that did not happen is a failure, not a quiet skip.
+    echo "   FAILED: no nightly toolchain here (rustup toolchain install nightly), and BERTH_REQUIRE_FUZZ=1"
+    failed=$((failed + 1))
+  else
+    echo "   SKIPPED: no nightly toolchain here (rustup toolchain install nightly); the long form fails without it"
+  fi
 elif [ -x fuzz/run.sh ]; then
   # The short form builds the targets unoptimised: a few seconds a target miss little of the speed,
   # and the cold build takes a third of the optimised one's time (fuzz/run.sh's first lines).
