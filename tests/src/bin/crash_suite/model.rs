@@ -58,12 +58,19 @@ pub(crate) struct Counts {
 }
 
 impl Counts {
+    /// Nothing lost, half-made, leaked or left over, nothing else found wrong (a listing that
+    /// failed, a restart that failed: a check that could not look saw nothing), and the run did
+    /// what it is for: at least one kill, and operations acknowledged around it. A run whose
+    /// services never died, or that acknowledged nothing, proves nothing and fails.
     pub(crate) fn passed(&self) -> bool {
         self.data_lost == 0
             && self.half_made == 0
             && self.orphans == 0
             && self.duplicate_vms == 0
             && self.secrets_leaked == 0
+            && self.findings.is_empty()
+            && self.kills > 0
+            && self.acknowledged > 0
     }
 }
 
@@ -133,4 +140,39 @@ pub(crate) fn retryable(e: &ClientError) -> bool {
         e.code(),
         Code::InvalidArgument | Code::AlreadyExists | Code::Unauthenticated
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Counts;
+
+    #[test]
+    fn a_run_passes_only_when_it_killed_acknowledged_and_found_nothing() {
+        let good = Counts {
+            operations: 10,
+            acknowledged: 8,
+            kills: 2,
+            ..Counts::default()
+        };
+        assert!(good.passed());
+        assert!(
+            !Counts {
+                kills: 0,
+                ..good.clone()
+            }
+            .passed(),
+            "no kill"
+        );
+        assert!(
+            !Counts {
+                acknowledged: 0,
+                ..good.clone()
+            }
+            .passed(),
+            "nothing acknowledged"
+        );
+        let mut unseen = good.clone();
+        unseen.findings.push("cannot list orphans: refused".into());
+        assert!(!unseen.passed(), "a check that could not look");
+    }
 }

@@ -77,9 +77,12 @@ pub(crate) struct ScaleCounts {
 }
 
 impl ScaleCounts {
+    /// Exactly the wanted machines, nothing found wrong, and at least one kill: a round whose
+    /// services never died proves nothing about crashes.
     pub(crate) fn passed(&self) -> bool {
         self.missing + self.extra + self.leaked + self.duplicate_vms == 0
             && self.findings.is_empty()
+            && self.kills > 0
     }
 }
 
