@@ -199,6 +199,14 @@ async fn the_docs_page_lists_every_operation_opens_a_try_link_without_sending_an
         "a required field is marked: {shown}"
     );
 
+    // A PATCH takes only a merge patch: its try sends one (it sent no body and no type: 415).
+    let patch = eval(
+        "(() => { const a = document.querySelector('details[data-operation=\"patchNamespacedSecret\"] textarea'); \
+         return a ? a.dataset.mediaType : null; })()",
+    )
+    .await;
+    assert_eq!(patch, json!("application/merge-patch+json"));
+
     // The fragment filled the token in and opened the operation, and sent nothing.
     let opened = eval(
         "(() => { const d = document.querySelector('details[data-operation=\"list_kinds\"]'); \

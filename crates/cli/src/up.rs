@@ -123,8 +123,12 @@ fn docker_instance_of(data_dir: &std::path::Path, env: &Env) -> Result<Option<St
             if kept.is_empty() {
                 return Ok(None);
             }
-            domain::names::validate_dns1123_label(DOCKER_INSTANCE, kept).map_err(|e| {
-                format!("{} holds no Docker instance: {}", file.display(), e.message)
+            domain::names::validate_dns1123_label("its content", kept).map_err(|e| {
+                format!(
+                    "{} holds no Docker instance ({DOCKER_INSTANCE}): {}",
+                    file.display(),
+                    e.message
+                )
             })?;
             return Ok(Some(kept.to_owned()));
         }

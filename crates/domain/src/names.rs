@@ -186,7 +186,7 @@ pub fn near_miss<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> O
             let limit = if candidate.len() <= 4 { 1 } else { 2 };
             // Lengths further apart than the limit are further apart in edits too: a long
             // hostile name costs nothing to turn down.
-            if name.len().abs_diff(candidate.len()) > limit {
+            if name.chars().count().abs_diff(candidate.chars().count()) > limit {
                 return None;
             }
             let distance = edit_distance(name, candidate);
@@ -196,22 +196,30 @@ pub fn near_miss<'a>(name: &str, candidates: impl Iterator<Item = &'a str>) -> O
         .map(|(_, candidate)| candidate)
 }
 
-/// Levenshtein distance, by bytes (the names compared are ASCII).
+/// Edit distance with a swap of two neighbours as one edit (optimal string alignment), by
+/// characters: `szie` is one from `size`, as a reader counts it; a non-ASCII letter in a name is
+/// one edit, not the two or three of its bytes.
 fn edit_distance(a: &str, b: &str) -> usize {
-    let b = b.as_bytes();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.bytes().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != cb))
-                .min(row[j] + 1)
-                .min(above + 1);
-            diagonal = above;
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // Three rows: two back (for a swap), the last, and the one being filled.
+    let mut before: Vec<usize> = vec![0; b.len() + 1];
+    let mut last: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut row = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let substitution = usize::from(a[i - 1] != b[j - 1]);
+            let mut best = (last[j - 1] + substitution)
+                .min(last[j] + 1)
+                .min(row[j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(before[j - 2] + 1);
+            }
+            row[j] = best;
         }
+        before = std::mem::replace(&mut last, row);
     }
-    row[b.len()]
+    last[b.len()]
 }
 
 #[cfg(test)]
@@ -389,6 +397,13 @@ mod tests {
         assert_eq!(near("zone"), Some("zoneID"));
         assert_eq!(near("ZONEID"), Some("zoneID"));
         assert_eq!(near("sizes"), Some("size"));
+        // Two neighbours swapped are one slip, in short names too.
+        assert_eq!(near("szie"), Some("size"));
+        assert_eq!(near("tgas"), Some("tags"));
+        assert_eq!(near("zoenID"), Some("zoneID"));
+        // A letter from another script, or an invisible one, is one slip, not its bytes.
+        assert_eq!(near("\u{455}ize"), Some("size"));
+        assert_eq!(near("zone\u{200b}ID"), Some("zoneID"));
         // Two edits from a short name make another word: not a slip.
         assert_eq!(near("taxes"), None);
         assert_eq!(near("kind"), None);
@@ -405,5 +420,7 @@ mod tests {
         assert_eq!(edit_distance("abc", "abc"), 0);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(edit_distance("", "ab"), 2);
+        assert_eq!(edit_distance("ab", "ba"), 1);
+        assert_eq!(edit_distance("ca", "abc"), 3);
     }
 }

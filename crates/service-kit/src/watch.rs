@@ -152,6 +152,16 @@ impl<K> Ring<K> {
             .max(self.floor)
     }
 
+    /// The newest version `scope` is known to be at: its newest change held, or its floor.
+    fn current_of(&self, scope: &str) -> u64 {
+        let newest = self
+            .scopes
+            .get(scope)
+            .and_then(|changes| changes.back())
+            .map_or(0, |(_, change)| change.resource_version);
+        newest.max(self.floor_of(scope))
+    }
+
     fn push(&mut self, change: Arc<Change<K>>, capacity: usize) {
         self.scopes
             .entry(change.scope.clone())
@@ -237,6 +247,14 @@ impl<K> Feed<K> {
     /// The changes from now on, with no backlog (what a reconciler follows).
     pub fn subscribe_now(&self) -> broadcast::Receiver<Arc<Change<K>>> {
         self.sender.subscribe()
+    }
+
+    /// The newest version `scope` is known to be at.
+    pub fn current_of(&self, scope: &str) -> u64 {
+        self.ring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .current_of(scope)
     }
 
     /// Starts a watch of `scope` after version `from`: [`Gone`] when that scope's changes after
@@ -408,6 +426,10 @@ impl<K> Feed<K> {
         Fut: std::future::Future<Output = Result<(Vec<Value>, u64), ApiError>>,
     {
         let (initial, after) = match from {
+            Some(v) if visible => {
+                self.reached(scope, v).await?;
+                (Vec::new(), v)
+            }
             Some(v) => (Vec::new(), v),
             None if visible => current().await?,
             None => (Vec::new(), 0),
@@ -426,6 +448,32 @@ impl<K> Feed<K> {
             initial,
             visible,
         })
+    }
+}
+
+impl<K> Feed<K> {
+    /// Waits, briefly, for `scope` to reach version `from`: a version a list answered may be
+    /// committed a moment before its change reaches the feed. One the scope has not reached by
+    /// then was never answered (a watch from it would stream versions older than it asked, as if
+    /// they were new): refused. Only a scope the caller may see is asked, so the refusal tells
+    /// nothing of another tenant's writes.
+    async fn reached(&self, scope: &str, from: u64) -> Result<(), ApiError> {
+        let give_up = tokio::time::Instant::now() + Duration::from_secs(2);
+        loop {
+            let current = self.current_of(scope);
+            if from <= current {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= give_up {
+                return Err(ApiError::new(Status::invalid(
+                    "resourceVersion",
+                    format!(
+                        "{from} is newer than any version answered here (the newest is {current}): watch from a version a list or an event answered"
+                    ),
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 }
 
@@ -743,6 +791,35 @@ mod tests {
                 "{scope}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_version_never_answered_is_refused_and_one_just_committed_awaited() {
+        let feed: Arc<Feed<()>> = Feed::new(8, 5, []);
+        let current = || async { Ok((Vec::new(), 5)) };
+        let e = match feed.start("a", Some(u64::MAX), true, current).await {
+            Err(e) => e,
+            Ok(_) => panic!("a version past every answer was taken"),
+        };
+        assert!(
+            e.status().message.starts_with("resourceVersion: "),
+            "{}",
+            e.status().message
+        );
+        // The caller may not see the scope: nothing is said of its versions.
+        assert!(
+            feed.start("a", Some(u64::MAX), false, current)
+                .await
+                .is_ok()
+        );
+        // A version committed a moment before it reaches the feed is waited for.
+        let later = feed.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            later.publish(change("a", 6));
+        });
+        let started = feed.start("a", Some(6), true, current).await;
+        assert!(started.is_ok());
     }
 
     #[test]

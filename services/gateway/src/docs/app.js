@@ -151,9 +151,17 @@ function referenceView(operation) {
   return reference;
 }
 
+// The body a try starts from, and its media type: JSON, else the first the operation takes (a PATCH
+// takes only `application/merge-patch+json`).
+function bodyMediaType(operation) {
+  const content = (operation.requestBody && operation.requestBody.content) || {};
+  if (content["application/json"]) return "application/json";
+  return Object.keys(content)[0] || null;
+}
+
 function exampleBody(operation) {
-  const media = operation.requestBody && operation.requestBody.content &&
-    operation.requestBody.content["application/json"];
+  const mediaType = bodyMediaType(operation);
+  const media = mediaType && operation.requestBody.content[mediaType];
   if (!media) return null;
   if (media.example !== undefined) return JSON.stringify(media.example, null, 2);
   const examples = media.examples && Object.values(media.examples);
@@ -181,7 +189,7 @@ async function tryOperation(method, path, form, result) {
   const init = { method: method.toUpperCase(), headers };
   const body = form.querySelector("textarea");
   if (body) {
-    headers["Content-Type"] = "application/json";
+    headers["Content-Type"] = body.dataset.mediaType || "application/json";
     init.body = body.value;
   }
   result.textContent = "…";
@@ -215,7 +223,7 @@ function operationView(method, path, operation) {
   }
   const body = exampleBody(operation);
   if (body !== null) {
-    const area = element("textarea", { name: "body" });
+    const area = element("textarea", { name: "body", "data-media-type": bodyMediaType(operation) });
     area.value = body;
     form.append(element("label", { text: "body" }), area);
   }

@@ -415,7 +415,7 @@ fn refuse_near_misses(raw: &serde_json::Value) -> Result<(), Status> {
             }
             if let Some(meant) = names::near_miss(key, fields.iter().copied()) {
                 v.add(
-                    &format!("{at}{}", key.escape_default()),
+                    &format!("{at}{}", key.escape_debug()),
                     format!(
                         "is not a field of the Alicloud provider spec: did you mean {meant}? (fields far from every known one are ignored, as MCM ignores them)"
                     ),

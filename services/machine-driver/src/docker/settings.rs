@@ -330,8 +330,14 @@ impl Settings {
                 .collect::<Result<_, _>>()?;
         }
         if let Some(instance) = env.get(ENV_INSTANCE) {
-            domain::names::validate_dns1123_label(ENV_INSTANCE, instance)
-                .map_err(|e| config_error(env, ENV_INSTANCE, e.message))?;
+            domain::names::validate_dns1123_label(ENV_INSTANCE, instance).map_err(|e| {
+                // The error names the setting already: say the rule once.
+                let rule = e
+                    .message
+                    .trim_start_matches(ENV_INSTANCE)
+                    .trim_start_matches(": ");
+                config_error(env, ENV_INSTANCE, rule.to_owned())
+            })?;
             s.instance = Some(instance.to_owned());
         }
         Ok(s)
