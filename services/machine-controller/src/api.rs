@@ -82,6 +82,8 @@ pub(crate) async fn list(
 ) -> Result<Response, ApiError> {
     check_namespace(&namespace)?;
     service_kit::watch::check_timeout(query.timeout_seconds)?;
+    // Spelled right or refused, watch or not, as the document's pattern says.
+    service_kit::watch::parse_resource_version(query.resource_version.as_deref())?;
     let selector: domain::Selector = query
         .label_selector
         .as_deref()

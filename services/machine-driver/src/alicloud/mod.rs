@@ -611,16 +611,23 @@ impl Alicloud {
                 .as_deref()
                 .is_some_and(|i| released.iter().any(|r| r == i))
         };
-        let disks = client
-            .describe_all_disks(
-                &DescribeDisks {
-                    tags: tags.clone(),
-                    ..DescribeDisks::default()
-                },
-                deadline,
-            )
-            .await
-            .map_err(|e| ecs_status(&e))?;
+        // Both looked up at once: a delete retried after its instance is gone still makes these
+        // two calls, and one after the other they took a slow ECS (2 s a call) past the call's
+        // deadline on every retry, so the delete never answered OK.
+        let disk_query = DescribeDisks {
+            tags: tags.clone(),
+            ..DescribeDisks::default()
+        };
+        let nic_query = DescribeNetworkInterfaces {
+            tags,
+            ..DescribeNetworkInterfaces::default()
+        };
+        let (disks, nics) = tokio::join!(
+            client.describe_all_disks(&disk_query, deadline),
+            client.describe_all_network_interfaces(&nic_query, deadline),
+        );
+        let disks = disks.map_err(|e| ecs_status(&e))?;
+        let nics = nics.map_err(|e| ecs_status(&e))?;
         for d in disks.into_iter().filter(|d| ours(&d.tags)) {
             if d.delete_with_instance == Some(false) {
                 tracing::debug!(disk_id = %d.disk_id, "keeping disk the spec asked to keep");
@@ -636,16 +643,6 @@ impl Alicloud {
                 detaching += 1;
             }
         }
-        let nics = client
-            .describe_all_network_interfaces(
-                &DescribeNetworkInterfaces {
-                    tags,
-                    ..DescribeNetworkInterfaces::default()
-                },
-                deadline,
-            )
-            .await
-            .map_err(|e| ecs_status(&e))?;
         for n in nics.into_iter().filter(|n| ours(&n.tags)) {
             if n.status == "Available" {
                 match client
