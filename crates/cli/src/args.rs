@@ -168,6 +168,40 @@ pub enum Command {
     Scale(Call<ScaleArgs>),
     /// Follow a machine deployment's roll.
     Rollout(Group<RolloutCommand>),
+    /// Take a consistent copy of a data directory's state while the stack runs (SQLite's online
+    /// backup), into one archive.
+    #[command(
+        after_help = "The archive holds every service's database, the emulator's state, the key the \
+                      controller seals secrets with and the tokens' hashes; not the volumes' data. \
+                      It is written whole or not at all, readable by you alone."
+    )]
+    Backup {
+        /// The data directory `berth up` runs on.
+        #[arg(long, env = "BERTH_DATA_DIR", hide_env_values = true, default_value = service_kit::config::DEFAULT_DATA_DIR)]
+        data_dir: PathBuf,
+        /// The archive to write (a tar file; one there before is replaced once the new one is whole).
+        #[arg(long)]
+        to: PathBuf,
+    },
+    /// Bring a backup back into a new data directory, as a copy that can run beside the original.
+    #[command(
+        after_help = "By default the copy takes a new Docker instance and moves local orchestrators \
+                      and volumes into its own directory, so it never touches what the original made; \
+                      it is refused, with the reason, where that cannot be done. --same-instance keeps \
+                      every identity, to replace an original that is gone."
+    )]
+    Restore {
+        /// The archive `berth backup` wrote.
+        #[arg(long)]
+        from: PathBuf,
+        /// A new or empty directory to restore into.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// Keep the original's identity (its Docker instance, its local paths): for replacing the
+        /// original, which must then never run beside the copy.
+        #[arg(long)]
+        same_instance: bool,
+    },
     /// Make tokens for the gateway.
     #[command(subcommand)]
     Token(TokenCommand),

@@ -7,6 +7,7 @@
 //! - [`commands`]: machine, volume, orchestrator, `get` and token commands over the typed clients;
 //!   errors, exit codes and hints; `--wait` and `--watch`.
 //! - [`output`]: tables, JSON, YAML; sizes and ages for people.
+//! - [`backup`]: `berth backup` and `berth restore` of a data directory's state.
 //! - [`up`]: `berth up` — every service on its own listener, still talking HTTP, state under one
 //!   data directory.
 //!
@@ -14,6 +15,7 @@
 //! [`commands::EXIT_FAILED`] (3).
 
 pub mod args;
+pub mod backup;
 pub mod commands;
 pub mod jsonpath;
 pub mod output;
@@ -52,6 +54,12 @@ pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
             Ok(())
         }
         Command::Token(c) => commands::token::run(c),
+        Command::Backup { data_dir, to } => backup::backup(data_dir, to),
+        Command::Restore {
+            from,
+            data_dir,
+            same_instance,
+        } => backup::restore(from, data_dir, *same_instance).await,
         Command::Machine(group) => {
             context.wait_for = match &group.command {
                 MachineCommand::Create { wait, .. } if !wait.wait => Some("until it runs"),

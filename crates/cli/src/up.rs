@@ -136,12 +136,17 @@ fn docker_instance_of(data_dir: &std::path::Path, env: &Env) -> Result<Option<St
         Err(e) => return Err(format!("cannot read {}: {e}", file.display()).into()),
     }
     let used_before = STATE_FILES.iter().any(|f| data_dir.join(f).exists());
-    let instance = (!used_before).then(|| format!("b{}", hex::encode(rand::random::<[u8; 6]>())));
+    let instance = (!used_before).then(new_docker_instance);
     // Written whole or not at all: a crash mid-write must not leave a stack with half an instance.
     let partial = data_dir.join(format!("{DOCKER_INSTANCE_FILE}.partial"));
     std::fs::write(&partial, instance.as_deref().unwrap_or_default())?;
     std::fs::rename(&partial, &file)?;
     Ok(instance)
+}
+
+/// A new stack's Docker instance: a DNS-1123 label, unlikely to be any other stack's.
+pub fn new_docker_instance() -> String {
+    format!("b{}", hex::encode(rand::random::<[u8; 6]>()))
 }
 
 pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxError> {

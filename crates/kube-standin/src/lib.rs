@@ -228,6 +228,13 @@ impl StandIn {
         })
     }
 
+    /// Sets one of the claim's labels, as someone editing it would.
+    pub fn set_label(&self, namespace: &str, name: &str, key: &str, value: &str) -> bool {
+        self.update(namespace, name, |claim| {
+            claim["metadata"]["labels"][key] = json!(value);
+        })
+    }
+
     /// The PV controller binds the claim: a PersistentVolume of the requested size, `Bound`.
     pub fn bind(&self, namespace: &str, name: &str) -> bool {
         self.update(namespace, name, |claim| {

@@ -192,6 +192,11 @@ impl Store {
         })
     }
 
+    /// Closes the database's connections (waiting for them), for a caller that moves the file next.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
     /// The change feed (orchestrators are cluster-wide: its one scope is `""`).
     pub fn feed(&self) -> &Arc<Feed<()>> {
         &self.feed
@@ -424,6 +429,67 @@ impl Store {
             self.publish(EventType::Added, made);
         }
         Ok(made)
+    }
+}
+
+impl Store {
+    /// Makes a restored copy's registry its own (`berth restore`): every local orchestrator's base
+    /// path moves from `from` (the original's data directory) to the same place under `to` (the
+    /// copy's), each with a new resourceVersion, in one transaction. A local orchestrator whose base
+    /// path lies outside `from` would be shared with the original (each would take the other's
+    /// volumes for orphans), so the copy is refused naming them, and nothing changes. Returns how
+    /// many moved.
+    pub async fn make_copy_own(
+        &self,
+        from: &Path,
+        to: &Path,
+    ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+        let _writing = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {COLUMNS} FROM orchestrators WHERE kind = 'local' ORDER BY name"
+        )))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut moved = Vec::new();
+        let mut shared = Vec::new();
+        for row in &rows {
+            let mut orchestrator = decode(row)?;
+            let base = orchestrator.config["basePath"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            match std::path::Path::new(&base).strip_prefix(from) {
+                Ok(rest) => {
+                    orchestrator.config["basePath"] =
+                        Value::String(to.join(rest).display().to_string());
+                    moved.push(orchestrator);
+                }
+                Err(_) => shared.push(format!("{} ({base})", orchestrator.name)),
+            }
+        }
+        if !shared.is_empty() {
+            return Err(format!(
+                "local orchestrators keep volumes outside the data directory, where a copy would share them with the original: {}",
+                shared.join(", ")
+            )
+            .into());
+        }
+        let now = chrono::Utc::now().to_rfc3339();
+        for orchestrator in &moved {
+            let version = next_version(&mut tx).await?;
+            sqlx::query(
+                "UPDATE orchestrators SET config = ?, resource_version = ?, updated_at = ? WHERE name = ?",
+            )
+            .bind(orchestrator.config.to_string())
+            .bind(version as i64)
+            .bind(&now)
+            .bind(&orchestrator.name)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(moved.len())
     }
 }
 

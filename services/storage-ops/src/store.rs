@@ -39,8 +39,11 @@ use crate::backend::NewObject;
 use readers::Readers;
 use writer::{Command, Outcome};
 
+mod copy;
 mod readers;
 mod writer;
+
+pub use copy::{CopyError, CopyMade, make_copy_own};
 
 /// The most commands one transaction carries.
 pub const MAX_BATCH: usize = 256;

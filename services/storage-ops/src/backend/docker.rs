@@ -116,6 +116,11 @@ impl DockerBackend {
         }
     }
 
+    /// Whether an object with these labels was made by this stack's database.
+    fn is_this_stacks(&self, labels: &HashMap<String, String>) -> bool {
+        labels.get(LABEL_INSTANCE) == Some(&self.instance)
+    }
+
     fn labels(&self, v: &ObjectRef) -> HashMap<String, String> {
         HashMap::from([
             (LABEL_INSTANCE.to_string(), self.instance.clone()),
@@ -138,8 +143,9 @@ impl DockerBackend {
             })
             .await
             .map_err(|e| self.error(&format!("creating volume {name}"), e))?;
-        // The Engine answers an existing volume of that name as if it made it: check it is ours.
-        if made.labels.get(LABEL_UID) != Some(&v.uid) {
+        // The Engine answers an existing volume of that name as if it made it: check it is ours,
+        // and this stack's (a restored copy of this stack's database has the same uids).
+        if made.labels.get(LABEL_UID) != Some(&v.uid) || !self.is_this_stacks(&made.labels) {
             return Err(BackendError::new(
                 Code::AlreadyExists,
                 format!(
@@ -155,8 +161,12 @@ impl DockerBackend {
     async fn remove(&self, name: &str, uid: &str) -> Result<(), BackendError> {
         let docker = self.docker().await?;
         match docker.inspect_volume(name).await {
-            Ok(found) if found.labels.get(LABEL_UID).map(String::as_str) != Some(uid) => {
-                // Someone else's volume under the name ours would have: ours is gone.
+            Ok(found)
+                if found.labels.get(LABEL_UID).map(String::as_str) != Some(uid)
+                    || !self.is_this_stacks(&found.labels) =>
+            {
+                // Someone else's volume under the name ours would have, or the one of another
+                // stack holding a copy of this database: ours is gone.
                 return Ok(());
             }
             Ok(_) => {}

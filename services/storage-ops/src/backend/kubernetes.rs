@@ -233,7 +233,14 @@ impl KubernetesBackend {
         .await?;
         match found {
             None => Ok(None),
-            Some(claim) if uid_of(&claim) == Some(v.uid.as_str()) => Ok(Some(claim)),
+            // The uid alone is not enough: a restored copy of this stack's database holds the
+            // same uids, and must not take the original's claims for its own.
+            Some(claim)
+                if uid_of(&claim) == Some(v.uid.as_str())
+                    && label_of(&claim, LABEL_INSTANCE) == Some(self.instance.as_str()) =>
+            {
+                Ok(Some(claim))
+            }
             Some(claim) if claim.metadata.deletion_timestamp.is_some() && made_by_berth(&claim) => {
                 Err(BackendError::new(
                     Code::Unavailable,
@@ -567,11 +574,15 @@ pub fn claim_name(namespace: &str, name: &str) -> String {
 }
 
 fn uid_of(claim: &PersistentVolumeClaim) -> Option<&str> {
+    label_of(claim, LABEL_UID)
+}
+
+fn label_of<'c>(claim: &'c PersistentVolumeClaim, label: &str) -> Option<&'c str> {
     claim
         .metadata
         .labels
         .as_ref()?
-        .get(LABEL_UID)
+        .get(label)
         .map(String::as_str)
 }
 

@@ -39,3 +39,55 @@ async fn docker_volumes_are_made_labelled_measured_and_removed() {
     assert!(sweep.volumes().is_empty());
     assert!(!app.storage.delete(&ns, "data").await.unwrap().deleted);
 }
+
+#[tokio::test]
+async fn a_docker_volume_with_this_volumes_uid_but_another_stacks_instance_is_left_alone() {
+    if !docker_or_skip(
+        "a_docker_volume_with_this_volumes_uid_but_another_stacks_instance_is_left_alone",
+    )
+    .await
+    {
+        return;
+    }
+    // What a restored copy of a stack's database meets (`berth restore`): the original's volumes
+    // carry the same names and uids, under the original's instance.
+    let app = spawn_app().await;
+    let ns = test_namespace("dk");
+    let sweep = DockerSweep(ns.clone());
+    app.registry
+        .register("dock", &RegisterOrchestrator::new(OrchestratorKind::Docker))
+        .await
+        .unwrap();
+    let mut p = profile("data", "1Gi");
+    p.namespace = Some(ns.clone());
+    p.orchestrator = Some("dock".into());
+    let (v, _) = app.storage.add(&p).await.unwrap();
+    let name = v.status.location.clone();
+    let docker = |args: &[&str]| {
+        let out = std::process::Command::new("docker")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    docker(&["volume", "rm", &name]);
+    docker(&[
+        "volume",
+        "create",
+        "--label",
+        "io.berth.instance=the-original",
+        "--label",
+        &format!("io.berth.uid={}", v.metadata.uid),
+        "--label",
+        &format!("io.berth.namespace={ns}"),
+        "--label",
+        "io.berth.name=data",
+        &name,
+    ]);
+    app.storage.delete(&ns, "data").await.unwrap();
+    assert_eq!(
+        sweep.volumes(),
+        vec![name],
+        "the other stack's volume stays"
+    );
+}

@@ -166,6 +166,36 @@ async fn a_claim_berth_did_not_make_is_never_adopted_nor_changed() {
 }
 
 #[tokio::test]
+async fn a_claim_with_this_volumes_uid_but_another_stacks_instance_is_not_this_volumes() {
+    // What a restored copy of a stack's database meets (`berth restore`): the original's claims
+    // carry the same uids, under the original's instance. The copy must not take them for its own.
+    let (standin, app) = cluster_app().await;
+    app.storage
+        .add(&on_cluster("data", "team", "1Gi"))
+        .await
+        .unwrap();
+    assert!(standin.set_label(CLAIMS, "team.data", "berth.io/instance", "the-original"));
+    let before = standin.claim(CLAIMS, "team.data").unwrap();
+    let e = app
+        .storage
+        .add(&on_cluster("data2", "team", "1Gi"))
+        .await
+        .map(|_| ());
+    assert!(e.is_ok(), "another volume is unaffected: {e:?}");
+    // Deleting the volume leaves the other stack's claim as it was.
+    app.storage.delete("team", "data").await.unwrap();
+    assert_eq!(standin.claim(CLAIMS, "team.data").unwrap(), before);
+    // And a new volume of that name meets it as a claim Berth did not make for it.
+    let e = app
+        .storage
+        .add(&on_cluster("data", "team", "1Gi"))
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), Code::AlreadyExists, "{e}");
+    assert_eq!(standin.claim(CLAIMS, "team.data").unwrap(), before);
+}
+
+#[tokio::test]
 async fn rbac_quota_and_invalid_claims_are_said_in_berths_words_without_the_server() {
     let (standin, app) = cluster_app().await;
     standin.set_faults(Faults {
