@@ -429,6 +429,35 @@ pub enum VolumeCommand {
         #[command(flatten)]
         wait: Wait,
     },
+    /// Set or remove a volume's labels, kubectl's way: `tier=gold` sets, `tier-` removes; changing
+    /// a label's value needs --overwrite.
+    Label {
+        /// Which volume.
+        #[command(flatten)]
+        volume: VolumeName,
+        /// `key=value` to set, `key-` to remove.
+        #[arg(required = true, value_parser = parse_label_change)]
+        changes: Vec<(String, Option<String>)>,
+        /// Allow changing the value of a label the volume has.
+        #[arg(long)]
+        overwrite: bool,
+        /// Apply only if the volume is still at this resourceVersion (as a read gave it).
+        #[arg(long)]
+        resource_version: Option<String>,
+    },
+    /// Grow a volume's capacity, where its backend can (a local file or directory, a Kubernetes
+    /// claim whose StorageClass allows expansion; not a Docker volume).
+    Resize {
+        /// Which volume.
+        #[command(flatten)]
+        volume: VolumeName,
+        /// The new capacity (`20Gi`); a volume only grows.
+        #[arg(long)]
+        capacity: String,
+        /// Apply only if the volume is still at this resourceVersion (as a read gave it).
+        #[arg(long)]
+        resource_version: Option<String>,
+    },
     /// Show a volume's capacity and how much of it is used.
     Stats(VolumeName),
     /// List storage Berth made that no volume owns any more (left by a crash or a manual change).
@@ -706,6 +735,18 @@ pub enum TokenCommand {
         #[arg(long)]
         tokens_file: Option<PathBuf>,
     },
+}
+
+/// `key=value` sets a label, `key-` removes it.
+fn parse_label_change(s: &str) -> Result<(String, Option<String>), String> {
+    match s.split_once('=') {
+        Some((k, v)) => Ok((k.to_string(), Some(v.to_string()))),
+        None => s
+            .strip_suffix('-')
+            .filter(|k| !k.is_empty())
+            .map(|k| (k.to_string(), None))
+            .ok_or_else(|| format!("{s:?} is neither key=value (to set) nor key- (to remove)")),
+    }
 }
 
 fn parse_pair(s: &str) -> Result<(String, String), String> {

@@ -877,3 +877,85 @@ fn tokens_are_made_in_namespaces_listed_without_secrets_unique_by_name_and_revok
     let out = create(&["ci", "--scopes", "volumes:read", "--namespaces", "team-a"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+#[test]
+fn volume_label_and_resize_change_a_volume_through_the_gateway() {
+    let stack = Stack::start();
+    local_orchestrator(&stack, "keep");
+    let ok = |args: &[&str]| {
+        let out = stack.berth(args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        stdout(&out)
+    };
+    ok(&[
+        "volume",
+        "create",
+        "v",
+        "--capacity",
+        "10Mi",
+        "--orchestrator",
+        "keep",
+        "-l",
+        "app=web",
+        "-p",
+        "format=file",
+        "--wait",
+    ]);
+    let shown = ok(&["volume", "label", "v", "tier=gold", "app-"]);
+    assert!(
+        shown.contains("tier=gold") && !shown.contains("app=web"),
+        "{shown}"
+    );
+    // A value already there changes only with --overwrite (kubectl's rule): exit 1, named.
+    let out = stack.berth(&["volume", "label", "v", "tier=silver"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--overwrite"), "{}", stderr(&out));
+    ok(&["volume", "label", "v", "tier=silver", "--overwrite"]);
+    let out = stack.berth(&["volume", "label", "v", "tier"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    let grown = ok(&["volume", "resize", "v", "--capacity", "20Mi", "-o", "json"]);
+    let grown: serde_json::Value = serde_json::from_str(&grown).unwrap();
+    assert_eq!(grown["spec"]["capacityBytes"], 20 << 20);
+    let file = std::path::PathBuf::from(grown["status"]["location"].as_str().unwrap());
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), 20 << 20);
+    // Smaller: refused by the service, exit 1; a stale version: 409, exit 1.
+    let out = stack.berth(&["volume", "resize", "v", "--capacity", "5Mi"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("cannot shrink"), "{}", stderr(&out));
+    let out = stack.berth(&["volume", "label", "v", "x=y", "--resource-version", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("resourceVersion"), "{}", stderr(&out));
+    let version = grown["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ok(&[
+        "volume",
+        "resize",
+        "v",
+        "--capacity",
+        "30Mi",
+        "--resource-version",
+        &version,
+    ]);
+    // A token without volumes:write may not.
+    let out = stack.berth(&[
+        "token",
+        "create",
+        "reader",
+        "--scopes",
+        "volumes:read",
+        "--cluster-wide",
+        "--data-dir",
+        stack.data.path().to_str().unwrap(),
+        "-o",
+        "json",
+    ]);
+    let made: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let reader = made["token"].as_str().unwrap().to_string();
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = berth_with(&stack.url, Some(&reader), &["volume", "label", "v", "a=b"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("volumes:write"), "{}", stderr(&out));
+}

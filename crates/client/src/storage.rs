@@ -116,6 +116,19 @@ impl Client {
         }
     }
 
+    /// Changes a volume's labels, or grows its capacity, by a JSON merge patch
+    /// (`{"metadata": {"labels": {..}, "resourceVersion": ".."}, "spec": {"capacity": "2Gi"}}`).
+    pub async fn patch(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &serde_json::Value,
+    ) -> Result<Volume, ClientError> {
+        self.inner
+            .json(Method::PATCH, &item_path(namespace, name, ""), Some(patch))
+            .await
+    }
+
     /// DeleteStorage with the volume's own reclaim policy: `deleted` says whether there was one.
     pub async fn delete(&self, namespace: &str, name: &str) -> Result<DeleteResult, ClientError> {
         self.inner

@@ -71,6 +71,8 @@ struct Cluster {
     changes: std::collections::VecDeque<Change>,
     /// The newest change's resourceVersion, for watches to wait on.
     newest: Option<tokio::sync::watch::Sender<u64>>,
+    /// StorageClasses whose claims may grow (`allowVolumeExpansion: true`).
+    expandable: BTreeSet<String>,
 }
 
 /// Changes a watch can start from; an older resourceVersion is 410 Gone, as an API server whose
@@ -180,6 +182,12 @@ impl StandIn {
             cluster,
             task,
         }
+    }
+
+    /// Lets claims of StorageClass `class` grow, as `allowVolumeExpansion: true` does; others are
+    /// refused by the resize admission plugin's 403.
+    pub fn allow_expansion(&self, class: &str) {
+        lock(&self.cluster).expandable.insert(class.to_string());
     }
 
     /// Sets what the cluster refuses.
@@ -1147,8 +1155,44 @@ async fn patch_claim(
             .cloned()
             .ok_or_else(|| not_found(&name))?;
         let spec_before = claim["spec"].clone();
+        let bytes_before = storage_bytes(&claim);
         merge_patch(&mut claim, &patch);
-        if claim["spec"] != spec_before {
+        // The one change of spec allowed: more storage, on a class that allows expansion, as the
+        // API server's validation and its PersistentVolumeClaimResize admission plugin say.
+        let mut resized = claim["spec"].clone();
+        resized["resources"]["requests"]["storage"] =
+            spec_before["resources"]["requests"]["storage"].clone();
+        if resized == spec_before && claim["spec"] != spec_before {
+            let bytes = storage_bytes(&claim);
+            if bytes.is_none() || bytes < bytes_before {
+                return Err(refusal(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    format!(
+                        "PersistentVolumeClaim {name:?} is invalid: spec.resources.requests.storage: Forbidden: field can not be less than previous value"
+                    ),
+                    Some(&name),
+                ));
+            }
+            let class = claim["spec"]["storageClassName"]
+                .as_str()
+                .unwrap_or_default();
+            if !cluster.expandable.contains(class) {
+                return Err(refusal(
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    format!(
+                        "persistentvolumeclaims {name:?} is forbidden: only dynamically provisioned pvc can be resized and the storageclass that provisions the pvc must support resize"
+                    ),
+                    Some(&name),
+                ));
+            }
+            // Bound: the resizer grows it at once here.
+            if claim["status"]["phase"] == "Bound" {
+                claim["status"]["capacity"]["storage"] =
+                    claim["spec"]["resources"]["requests"]["storage"].clone();
+            }
+        } else if claim["spec"] != spec_before {
             return Err(refusal(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "Invalid",

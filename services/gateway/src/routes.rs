@@ -60,7 +60,7 @@ pub enum Scope {
     MachinesWrite,
     /// Read volumes, stats, orphans.
     VolumesRead,
-    /// Create and delete volumes.
+    /// Create, change and delete volumes.
     VolumesWrite,
     /// Read orchestrators, kinds, detection.
     OrchestratorsRead,
@@ -317,8 +317,12 @@ const ROUTES: &[Route] = {
         route(
             "/v1/volumes/{namespace}/{name}",
             StorageOps,
-            &[(Method::GET, VolumesRead), (Method::DELETE, VolumesWrite)],
-            "GET, HEAD, DELETE",
+            &[
+                (Method::GET, VolumesRead),
+                (Method::PATCH, VolumesWrite),
+                (Method::DELETE, VolumesWrite),
+            ],
+            "GET, HEAD, PATCH, DELETE",
         ),
         route(
             "/v1/volumes/{namespace}/{name}/stats",
@@ -517,6 +521,12 @@ mod tests {
             ),
             (
                 Method::DELETE,
+                "/v1/volumes/ns/v",
+                UpstreamId::StorageOps,
+                Scope::VolumesWrite,
+            ),
+            (
+                Method::PATCH,
                 "/v1/volumes/ns/v",
                 UpstreamId::StorageOps,
                 Scope::VolumesWrite,

@@ -473,7 +473,7 @@ async fn routes_match_exactly_and_dot_segments_are_refused() {
         ("GET", "/v1/providersx", 404),
         ("DELETE", "/v1/volume-ids", 405),
         ("GET", "/v1/machines:create", 405),
-        ("PATCH", "/v1/volumes/a/b", 405),
+        ("PUT", "/v1/volumes/a/b", 405),
     ] {
         let answer = call(&h.url, method, path, Some("tok-root")).await;
         assert_eq!(answer.status(), status, "{method} {path}");

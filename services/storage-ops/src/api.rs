@@ -36,7 +36,7 @@ pub const MAX_LIMIT: u32 = 1000;
 pub fn routes(ops: Arc<Ops>, watch: service_kit::watch::WatchLimits) -> OpenApiRouter {
     OpenApiRouter::new()
         .routes(routes!(add_storage, list_storage))
-        .routes(routes!(read_storage, delete_storage))
+        .routes(routes!(read_storage, patch_storage, delete_storage))
         .routes(routes!(volume_stats))
         .routes(routes!(list_orphans))
         .layer(axum::Extension(watch))
@@ -55,6 +55,7 @@ impl From<OpsError> for ApiError {
             OpsError::Store(
                 StoreError::CapacityExhausted { .. } | StoreError::QuotaExceeded { .. },
             ) => ApiError::from_code(Code::ResourceExhausted, detail),
+            OpsError::Store(StoreError::Stale { .. }) => ApiError::from_code(Code::Aborted, detail),
             OpsError::Store(StoreError::Closed) => {
                 ApiError::from_code(Code::Unavailable, "storage-ops is stopping")
             }
@@ -394,6 +395,46 @@ async fn read_storage(
     valid_key(&namespace, &name)?;
     visible(&caller, &namespace, &name)?;
     Ok(Json(ops.get(&namespace, &name).await?))
+}
+
+/// PatchStorage: changes a volume's labels, and grows its capacity where its backend can, by a
+/// JSON merge patch (RFC 7386). `metadata.resourceVersion` in the patch makes it conditional, as in
+/// Kubernetes: the patch applies only to that version.
+#[utoipa::path(
+    patch,
+    path = "/v1/volumes/{namespace}/{name}",
+    tag = "volumes",
+    params(
+        ("namespace" = String, Path, description = "A DNS-1123 label", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", min_length = 1, max_length = 63),
+        ("name" = String, Path, description = "A DNS-1123 subdomain of at most 63 characters", pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", min_length = 1, max_length = 63),
+    ),
+    request_body(
+        content = serde_json::Value,
+        content_type = "application/merge-patch+json",
+        description = "`{\"metadata\": {\"labels\": {\"tier\": \"gold\", \"old\": null}, \"resourceVersion\": \"7\"}, \"spec\": {\"capacity\": \"2Gi\"}}`: a label set to null goes, `labels: null` removes them all; the capacity only grows. Any other field of the volume may be sent as it is, and is refused (400, named) when it differs",
+        example = json!({"metadata": {"labels": {"tier": "gold"}}, "spec": {"capacity": "2Gi"}})
+    ),
+    responses(
+        (status = 200, description = "The volume as it is now", body = Volume),
+        (status = 400, description = "A bad field (code 3), named with the rule: a label, a capacity smaller than the volume's, a field that cannot change", body = Problem),
+        (status = 404, description = "No such volume (code 5)", body = Problem),
+        (status = 409, description = "metadata.resourceVersion is not the volume's (code 10), or it is being deleted", body = Problem),
+        (status = 412, description = "Its backend cannot grow it (a Docker volume; a claim whose StorageClass does not allow expansion), or it is not Ready (code 9)", body = Problem),
+        (status = 415, description = "Not a JSON body (code 3)", body = Problem),
+        (status = 429, description = "The growth does not fit the namespace's quota or the orchestrator's capacity (code 8)", body = Problem),
+    )
+)]
+async fn patch_storage(
+    State(ops): State<Arc<Ops>>,
+    caller: Caller,
+    Path((namespace, name)): Path<(String, String)>,
+    Json(raw): Json<serde_json::Value>,
+) -> Result<Json<Volume>, ApiError> {
+    valid_key(&namespace, &name)?;
+    visible(&caller, &namespace, &name)?;
+    caller.audit_object(format!("{namespace}/{name}"));
+    let patch = crate::ops::VolumePatch::parse(&raw)?;
+    Ok(Json(ops.patch(namespace, name, patch).await?))
 }
 
 /// Another tenant's volume is answered as a missing one is, in the same words.

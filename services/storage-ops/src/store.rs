@@ -153,6 +153,24 @@ pub struct StatusUpdate {
     pub location: Option<String>,
 }
 
+/// A patch's change of a volume (`PATCH /v1/volumes/{namespace}/{name}`): its labels and capacity
+/// as they are to be, and the hash of the spec they make.
+#[derive(Debug, Clone)]
+pub struct VolumeChange {
+    /// The volume.
+    pub uid: String,
+    /// The version the caller read (`metadata.resourceVersion` in the patch), when it gave one.
+    pub expected_version: Option<i64>,
+    /// The labels after the patch.
+    pub labels: Labels,
+    /// The capacity after the patch, in canonical form.
+    pub capacity: String,
+    /// The same in bytes.
+    pub capacity_bytes: u64,
+    /// The hash of the spec after the patch.
+    pub spec_hash: String,
+}
+
 /// Why a write did not happen.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -212,6 +230,14 @@ pub enum StoreError {
     /// The writer is gone (the service is stopping).
     #[error("the store is closed")]
     Closed,
+    /// A patch's `metadata.resourceVersion` is not the volume's version any more.
+    #[error(
+        "metadata.resourceVersion: the volume is at resourceVersion {current}, not the one the patch names; read it again and retry"
+    )]
+    Stale {
+        /// The volume's version.
+        current: i64,
+    },
 }
 
 impl StoreError {
@@ -426,6 +452,26 @@ impl Store {
         {
             Outcome::MaybeRow(row) => Ok(row.map(|r| *r)),
             _ => unreachable!("set_status answers a row or none"),
+        }
+    }
+
+    /// Changes a volume's labels and capacity ([`VolumeChange`]); `None` when it is gone.
+    pub async fn update(
+        &self,
+        change: VolumeChange,
+        capacity_limit: Option<u64>,
+    ) -> Result<Option<VolumeRow>, StoreError> {
+        match self
+            .send(|reply| Command::Update {
+                change: Box::new(change),
+                capacity_limit,
+                quota: self.inner.quota,
+                reply,
+            })
+            .await?
+        {
+            Outcome::Changed(changed) => Ok(changed.map(|(row, _)| *row)),
+            _ => unreachable!("update answers a changed row or none"),
         }
     }
 

@@ -122,6 +122,68 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<
                 output,
             );
         }
+        VolumeCommand::Label {
+            volume: VolumeName { name, namespace },
+            changes,
+            overwrite,
+            resource_version,
+        } => {
+            let (ns, n) = split_name(name, namespace.as_deref())?;
+            if !overwrite {
+                // kubectl's rule: a value already there is changed only when asked to.
+                let current = storage.get(&ns, &n).await?;
+                if let Some((key, value)) = changes.iter().find_map(|(k, v)| {
+                    let v = v.as_ref()?;
+                    let had = current.metadata.labels.get(k)?;
+                    (had != v).then_some((k, had))
+                }) {
+                    return Err(CliError::Local(Status::invalid(
+                        key,
+                        format!(
+                            "the volume has this label already (value {value:?}); --overwrite changes it"
+                        ),
+                    )));
+                }
+            }
+            let labels: serde_json::Map<String, serde_json::Value> = changes
+                .iter()
+                .map(|(k, v)| {
+                    (
+                        k.clone(),
+                        v.clone().map_or(serde_json::Value::Null, Into::into),
+                    )
+                })
+                .collect();
+            let mut metadata = serde_json::json!({ "labels": labels });
+            if let Some(version) = resource_version {
+                metadata["resourceVersion"] = version.clone().into();
+            }
+            let volume = storage
+                .patch(&ns, &n, &serde_json::json!({ "metadata": metadata }))
+                .await?;
+            print(
+                &Printable::of(&volume, std::slice::from_ref(&volume), true),
+                output,
+            );
+        }
+        VolumeCommand::Resize {
+            volume: VolumeName { name, namespace },
+            capacity,
+            resource_version,
+        } => {
+            let (ns, n) = split_name(name, namespace.as_deref())?;
+            // Checked here first, so a typo is named before anything is sent.
+            domain::Quantity::parse_field("--capacity", capacity).map_err(CliError::Local)?;
+            let mut patch = serde_json::json!({ "spec": { "capacity": capacity } });
+            if let Some(version) = resource_version {
+                patch["metadata"] = serde_json::json!({ "resourceVersion": version });
+            }
+            let volume = storage.patch(&ns, &n, &patch).await?;
+            print(
+                &Printable::of(&volume, std::slice::from_ref(&volume), wide),
+                output,
+            );
+        }
         VolumeCommand::Stats(VolumeName { name, namespace }) => {
             let (ns, n) = split_name(name, namespace.as_deref())?;
             let s = storage.stats(&ns, &n).await?;

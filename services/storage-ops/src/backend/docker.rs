@@ -266,6 +266,14 @@ impl Backend for DockerBackend {
         Box::pin(async move { self.remove(&Self::volume_name(v), &v.uid).await })
     }
 
+    fn grow<'a>(&'a self, v: &'a ObjectRef, bytes: u64) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (v, bytes);
+        Box::pin(std::future::ready(Err(BackendError::new(
+            Code::FailedPrecondition,
+            "a Docker volume cannot grow: the Engine's local driver has no size to change, and the capacity it was made with is fixed in its labels; make a new volume and copy the data",
+        ))))
+    }
+
     fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>> {
         Box::pin(self.measure(v))
     }

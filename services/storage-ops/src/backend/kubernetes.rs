@@ -383,6 +383,28 @@ impl KubernetesBackend {
         }
     }
 
+    /// Asks for more storage on the volume's claim; the cluster's resizer does the rest (a claim
+    /// whose StorageClass does not allow expansion is refused by the API server: 412 here).
+    async fn grow_claim(&self, v: &ObjectRef, bytes: u64) -> Result<(), BackendError> {
+        let Some(claim) = self.own_claim_if_any(v).await? else {
+            return Err(BackendError::new(
+                Code::NotFound,
+                "the volume's PersistentVolumeClaim is gone",
+            ));
+        };
+        let name = claim.metadata.name.unwrap_or_default();
+        let patch = serde_json::json!({"spec": {"resources": {"requests": {"storage": bytes.to_string()}}}});
+        call(
+            "patch",
+            &self.config.namespace,
+            self.claims()
+                .await?
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+        )
+        .await
+        .map(|_| ())
+    }
+
     async fn delete_claim(&self, v: &ObjectRef) -> Result<(), BackendError> {
         let Some(claim) = self.own_claim_if_any(v).await? else {
             return Ok(());
@@ -509,6 +531,10 @@ impl Backend for KubernetesBackend {
 
     fn release<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(self.release_claim(v))
+    }
+
+    fn grow<'a>(&'a self, v: &'a ObjectRef, bytes: u64) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(self.grow_claim(v, bytes))
     }
 
     fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>> {
@@ -638,6 +664,15 @@ pub fn api_error(verb: &str, namespace: &str, e: &kube::Error) -> BackendError {
             return BackendError::new(
                 Code::ResourceExhausted,
                 format!("the Kubernetes namespace {namespace:?} is over its quota: {said}"),
+            );
+        }
+        // The resize admission plugin's refusal: the class (or a static PV) cannot expand.
+        (403, _) if said.contains("can be resized") => {
+            return BackendError::new(
+                Code::FailedPrecondition,
+                format!(
+                    "the claim cannot grow: its StorageClass does not allow expansion (allowVolumeExpansion), or it was not provisioned dynamically ({said})"
+                ),
             );
         }
         (403, _) => {

@@ -273,6 +273,46 @@ impl LocalBackend {
         }
     }
 
+    /// A sparse file is made longer (no block is written: the file system gives the room as it is
+    /// used); a directory has no size of its own, so its capacity is the record's alone and
+    /// growing it asks nothing of the disk.
+    fn grow_blocking(&self, v: &ObjectRef, bytes: u64) -> Result<(), BackendError> {
+        if !v.file {
+            return Ok(());
+        }
+        let Some(dir) = self.namespace_dir(&v.namespace, false)? else {
+            return Err(
+                BackendError::new(Code::NotFound, "the volume's object is gone").with_detail(
+                    format!("no namespace directory under {}", self.base.display()),
+                ),
+            );
+        };
+        let path = dir.join(Self::object_name(v));
+        // Not through a link planted in the file's place.
+        let file = OpenOptions::new()
+            .write(true)
+            .custom_flags(nix::fcntl::OFlag::O_NOFOLLOW.bits())
+            .open(&path)
+            .map_err(|e| {
+                if e.kind() == ErrorKind::NotFound {
+                    BackendError::new(Code::NotFound, "the volume's object is gone")
+                        .with_detail(format!("at {}", path.display()))
+                } else {
+                    BackendError::io("opening the volume's file", &path, &e)
+                }
+            })?;
+        let len = file
+            .metadata()
+            .map_err(|e| BackendError::io("reading the volume's file", &path, &e))?
+            .len();
+        if len < bytes {
+            file.set_len(bytes)
+                .and_then(|()| file.sync_all())
+                .map_err(|e| BackendError::io("growing the volume's file", &path, &e))?;
+        }
+        Ok(())
+    }
+
     fn usage_blocking(&self, v: &ObjectRef) -> Result<Usage, BackendError> {
         let Some(dir) = self.namespace_dir(&v.namespace, false)? else {
             return Err(BackendError::new(
@@ -554,6 +594,12 @@ impl Backend for LocalBackend {
         let this = self.clone();
         let (namespace, object) = (v.namespace.clone(), Self::object_name(v));
         Box::pin(blocking(move || this.remove_blocking(&namespace, &object)))
+    }
+
+    fn grow<'a>(&'a self, v: &'a ObjectRef, bytes: u64) -> BoxFuture<'a, Result<(), BackendError>> {
+        let this = self.clone();
+        let v = v.clone();
+        Box::pin(blocking(move || this.grow_blocking(&v, bytes)))
     }
 
     fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>> {

@@ -267,6 +267,15 @@ pub trait Backend: Send + Sync {
         let _ = v;
         Box::pin(std::future::ready(Ok(())))
     }
+    /// Grows the object for `v` to `bytes` (more than `v.capacity_bytes`). A backend whose objects
+    /// cannot grow says so: FailedPrecondition, naming why.
+    fn grow<'a>(&'a self, v: &'a ObjectRef, bytes: u64) -> BoxFuture<'a, Result<(), BackendError>> {
+        let _ = (v, bytes);
+        Box::pin(std::future::ready(Err(BackendError::new(
+            Code::FailedPrecondition,
+            format!("{} cannot grow a volume", self.identity()),
+        ))))
+    }
     /// Measures the object for `v`.
     fn usage<'a>(&'a self, v: &'a ObjectRef) -> BoxFuture<'a, Result<Usage, BackendError>>;
     /// Every object this backend holds that Berth made.

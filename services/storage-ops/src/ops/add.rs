@@ -36,11 +36,38 @@ use crate::store::{StatusUpdate, StoreError, VolumeRow, now};
 
 /// The hash of a normalised spec: two requests are "the same volume" when these are equal.
 pub fn spec_hash(spec: &VolumeSpec, orchestrator: &str) -> String {
+    hash_of(
+        spec.capacity.bytes(),
+        spec.replicas,
+        &spec.labels,
+        &spec.parameters,
+        orchestrator,
+    )
+}
+
+/// [`spec_hash`] of a stored volume whose labels or capacity a patch changed.
+pub(super) fn row_spec_hash(row: &VolumeRow) -> String {
+    hash_of(
+        row.capacity_bytes,
+        row.replicas,
+        &row.labels,
+        &row.parameters,
+        &row.orchestrator,
+    )
+}
+
+fn hash_of(
+    capacity_bytes: u64,
+    replicas: u32,
+    labels: &domain::Labels,
+    parameters: &BTreeMap<String, String>,
+    orchestrator: &str,
+) -> String {
     let canonical = serde_json::json!({
-        "capacityBytes": spec.capacity.bytes(),
-        "replicas": spec.replicas,
-        "labels": spec.labels,
-        "parameters": with_defaults(&spec.parameters),
+        "capacityBytes": capacity_bytes,
+        "replicas": replicas,
+        "labels": labels,
+        "parameters": with_defaults(parameters),
         "orchestrator": orchestrator,
     });
     hex::encode(Sha256::digest(canonical.to_string().as_bytes()))

@@ -16,6 +16,7 @@
 //!   orchestrator look-ups AddStorage and DeleteStorage share, [`to_volume`] and the [`reasons`].
 //! - `add`: AddStorage, and [`spec_hash`]/[`differences`] that make it idempotent.
 //! - `delete`: DeleteStorage.
+//! - `patch`: PatchStorage, a merge patch of a volume's labels and capacity.
 //! - `list`: ReadStorage, ListStorage with its signed [`ContinueTokens`], and stats.
 //! - `reconcile`: the orphan scan and the reconcile pass, under an [`OrphanPolicy`].
 //! - `error`: [`OpsError`], what all of these fail with; the API layer maps it to HTTP.
@@ -32,11 +33,13 @@ mod add;
 mod delete;
 mod error;
 mod list;
+mod patch;
 mod reconcile;
 
 pub use add::{differences, spec_hash};
 pub use error::OpsError;
 pub use list::{ContinueTokens, ListRequest, MAX_SCAN};
+pub use patch::VolumePatch;
 pub use reconcile::OrphanPolicy;
 
 /// Reasons written into `status.reason`.

@@ -24,7 +24,11 @@ use service_kit::watch::{Change, EventType, Feed};
 
 use crate::backend::{BackendError, NewObject};
 
-use super::{MAX_BATCH, NamespaceQuota, StatusUpdate, StoreError, VolumeRow, now, to_volume};
+use domain::Labels;
+
+use super::{
+    MAX_BATCH, NamespaceQuota, StatusUpdate, StoreError, VolumeChange, VolumeRow, now, to_volume,
+};
 
 /// A change the writer makes, with where to send its outcome.
 pub(super) enum Command {
@@ -45,6 +49,12 @@ pub(super) enum Command {
         retain: bool,
         reply: oneshot::Sender<Result<Outcome, StoreError>>,
     },
+    Update {
+        change: Box<VolumeChange>,
+        capacity_limit: Option<u64>,
+        quota: NamespaceQuota,
+        reply: oneshot::Sender<Result<Outcome, StoreError>>,
+    },
 }
 
 impl Command {
@@ -52,7 +62,8 @@ impl Command {
         let reply = match self {
             Command::Insert { reply, .. }
             | Command::SetStatus { reply, .. }
-            | Command::Remove { reply, .. } => reply,
+            | Command::Remove { reply, .. }
+            | Command::Update { reply, .. } => reply,
         };
         // The caller may have gone (its request was cancelled); the change stands either way.
         let _ = reply.send(result);
@@ -65,15 +76,24 @@ pub(super) enum Outcome {
     MaybeRow(Option<Box<VolumeRow>>),
     /// The removed volume's last state, at the version its removal took.
     Removed(Option<Box<VolumeRow>>),
+    /// The changed volume, and its labels before the change.
+    Changed(Option<(Box<VolumeRow>, Labels)>),
 }
 
 impl Outcome {
-    /// The change a watch sees, if the command changed anything.
-    fn change(&self) -> Option<(EventType, &VolumeRow)> {
+    /// The change a watch sees, if the command changed anything, with the labels before a change
+    /// of labels (a watch with a selector sees a volume leave or enter it).
+    fn change(&self) -> Option<(EventType, &VolumeRow, Option<serde_json::Value>)> {
         match self {
-            Outcome::Row(row) => Some((EventType::Added, row)),
-            Outcome::MaybeRow(row) => Some((EventType::Modified, row.as_deref()?)),
-            Outcome::Removed(row) => Some((EventType::Deleted, row.as_deref()?)),
+            Outcome::Row(row) => Some((EventType::Added, row, None)),
+            Outcome::MaybeRow(row) => Some((EventType::Modified, row.as_deref()?, None)),
+            Outcome::Removed(row) => Some((EventType::Deleted, row.as_deref()?, None)),
+            Outcome::Changed(changed) => {
+                let (row, before) = changed.as_ref()?;
+                let previous = (*before != row.labels)
+                    .then(|| serde_json::to_value(before).unwrap_or_default());
+                Some((EventType::Modified, row, previous))
+            }
         }
     }
 }
@@ -240,7 +260,7 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64, feed: &F
     mark_committed(batch, &results);
     // Published by the one writer, after the commit and in the batch's order: each namespace's
     // versions reach watchers in their order.
-    for (event, row) in results.iter().flatten().filter_map(Outcome::change) {
+    for (event, row, previous_labels) in results.iter().flatten().filter_map(Outcome::change) {
         feed.publish(Change {
             event,
             kind: (),
@@ -248,7 +268,7 @@ fn run_batch(conn: &Connection, batch: &mut Vec<Command>, rv: &mut i64, feed: &F
             resource_version: u64::try_from(row.resource_version).unwrap_or(0),
             object: serde_json::to_value(to_volume(row)).unwrap_or_default(),
             status_only: false,
-            previous_labels: None,
+            previous_labels,
         });
     }
     for (cmd, result) in batch.drain(..).zip(results) {
@@ -386,6 +406,12 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
             }
             Ok(Outcome::Row(Box::new(row)))
         }
+        Command::Update {
+            change,
+            capacity_limit,
+            quota,
+            ..
+        } => update(conn, change, *capacity_limit, *quota, floor),
         Command::SetStatus { uid, update, .. } => {
             let namespace: Option<String> = conn
                 .prepare_cached("SELECT namespace FROM volumes WHERE uid = ?1")?
@@ -440,4 +466,92 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
             Ok(Outcome::Removed(Some(Box::new(removed))))
         }
     }
+}
+
+/// A patch's change of a volume's labels and capacity: refused when the volume moved past the
+/// version the caller read, or when the growth does not fit the namespace's quota or the
+/// orchestrator's capacity (checked here, on the one writer, as an add's are).
+fn update(
+    conn: &Connection,
+    change: &VolumeChange,
+    capacity_limit: Option<u64>,
+    quota: NamespaceQuota,
+    floor: i64,
+) -> Result<Outcome, Failure> {
+    let current: Option<(String, i64, i64, String, String)> = conn
+        .prepare_cached(
+            "SELECT namespace, resource_version, capacity_bytes, orchestrator, labels FROM volumes WHERE uid = ?1",
+        )?
+        .query_row([&change.uid], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .optional()?;
+    let Some((namespace, version, bytes, orchestrator, labels)) = current else {
+        return Ok(Outcome::Changed(None));
+    };
+    if let Some(expected) = change.expected_version
+        && expected != version
+    {
+        return Err(Failure::Refused(StoreError::Stale { current: version }));
+    }
+    let before: Labels = serde_json::from_str(&labels).unwrap_or_default();
+    let grown = change
+        .capacity_bytes
+        .saturating_sub(u64::try_from(bytes).unwrap_or(0));
+    if grown > 0 {
+        if let Some(limit) = quota.bytes {
+            let used: i64 = conn
+                .prepare_cached(
+                    "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE namespace = ?1",
+                )?
+                .query_row([&namespace], |r| r.get(0))?;
+            let used = u64::try_from(used).unwrap_or(0);
+            if used.saturating_add(grown) > limit {
+                return Err(Failure::Refused(StoreError::QuotaExceeded {
+                    quota: crate::env_vars::QUOTA_VOLUME_BYTES,
+                    namespace,
+                    limit,
+                    used,
+                    asked: grown,
+                    unit: "bytes",
+                }));
+            }
+        }
+        if let Some(limit) = capacity_limit {
+            let used: i64 = conn
+                .prepare_cached(
+                    "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE orchestrator = ?1",
+                )?
+                .query_row([&orchestrator], |r| r.get(0))?;
+            let used = u64::try_from(used).unwrap_or(0);
+            if used.saturating_add(grown) > limit {
+                return Err(Failure::Refused(StoreError::CapacityExhausted {
+                    orchestrator,
+                    limit,
+                    used,
+                    asked: grown,
+                }));
+            }
+        }
+    }
+    let version = next_version(conn, &namespace, floor)?;
+    let row = conn
+        .prepare_cached(concat!(
+            "UPDATE volumes SET labels = ?1, capacity = ?2, capacity_bytes = ?3, spec_hash = ?4, \
+             updated_at = ?5, resource_version = ?6 WHERE uid = ?7 RETURNING ",
+            super::columns!()
+        ))?
+        .query_row(
+            params![
+                serde_json::to_string(&change.labels).unwrap_or_default(),
+                change.capacity,
+                i64::try_from(change.capacity_bytes).unwrap_or(i64::MAX),
+                change.spec_hash,
+                now(),
+                version,
+                change.uid,
+            ],
+            super::row_from,
+        )?;
+    Ok(Outcome::Changed(Some((Box::new(row), before))))
 }

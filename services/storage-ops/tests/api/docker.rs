@@ -33,6 +33,30 @@ async fn docker_volumes_are_made_labelled_measured_and_removed() {
     assert_eq!(stats.capacity_bytes, 1 << 30);
     assert!(["docker", "walk", "unavailable"].contains(&stats.source.as_str()));
 
+    // A Docker volume has no size to grow: 412, saying so; its labels still change.
+    let e = app
+        .storage
+        .patch(
+            &ns,
+            "data",
+            &serde_json::json!({"spec": {"capacity": "2Gi"}}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.http_status, Some(412), "{e}");
+    assert!(
+        e.status.message.contains("Docker volume cannot grow"),
+        "{e}"
+    );
+    app.storage
+        .patch(
+            &ns,
+            "data",
+            &serde_json::json!({"metadata": {"labels": {"a": "b"}}}),
+        )
+        .await
+        .unwrap();
+
     // A labelled volume of this Berth that no row owns is an orphan; one of another Berth is not.
     assert!(app.storage.orphans().await.unwrap().items.is_empty());
     assert!(app.storage.delete(&ns, "data").await.unwrap().deleted);

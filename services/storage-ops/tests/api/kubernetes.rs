@@ -196,6 +196,64 @@ async fn a_claim_with_this_volumes_uid_but_another_stacks_instance_is_not_this_v
 }
 
 #[tokio::test]
+async fn a_claim_grows_where_its_class_allows_expansion_and_is_refused_412_where_not() {
+    let (standin, app) = cluster_app().await;
+    app.storage
+        .add(&on_cluster("data", "team", "1Gi"))
+        .await
+        .unwrap();
+    assert!(standin.bind(CLAIMS, "team.data"));
+    // Pending until a read (or the reconciler) sees it bound: only then may it grow.
+    let e = app
+        .storage
+        .patch("team", "data", &json!({"spec": {"capacity": "2Gi"}}))
+        .await
+        .unwrap_err();
+    assert!(e.status.message.contains("once it is Ready"), "{e}");
+    assert_eq!(
+        app.storage.get("team", "data").await.unwrap().status.phase,
+        VolumePhase::Ready
+    );
+    // The class `fast` does not allow expansion (yet): 412, the cluster's reason said.
+    let e = app
+        .storage
+        .patch("team", "data", &json!({"spec": {"capacity": "2Gi"}}))
+        .await
+        .unwrap_err();
+    assert_eq!(e.http_status, Some(412), "{e}");
+    assert!(e.status.message.contains("allowVolumeExpansion"), "{e}");
+    assert_eq!(
+        app.storage.get("team", "data").await.unwrap().spec.capacity,
+        "1Gi"
+    );
+    standin.allow_expansion("fast");
+    let grown = app
+        .storage
+        .patch("team", "data", &json!({"spec": {"capacity": "2Gi"}}))
+        .await
+        .unwrap();
+    assert_eq!(grown.spec.capacity_bytes, 2 << 30);
+    let claim = standin.claim(CLAIMS, "team.data").unwrap();
+    assert_eq!(
+        claim["spec"]["resources"]["requests"]["storage"],
+        (2u64 << 30).to_string()
+    );
+    // Labels change in Berth's record alone: the claim keeps Berth's own labels.
+    app.storage
+        .patch(
+            "team",
+            "data",
+            &json!({"metadata": {"labels": {"tier": "gold"}}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        standin.claim(CLAIMS, "team.data").unwrap()["metadata"]["labels"],
+        claim["metadata"]["labels"]
+    );
+}
+
+#[tokio::test]
 async fn rbac_quota_and_invalid_claims_are_said_in_berths_words_without_the_server() {
     let (standin, app) = cluster_app().await;
     standin.set_faults(Faults {

@@ -28,6 +28,7 @@ mod docker;
 mod fake_registry;
 mod kubernetes;
 mod orchestrators;
+mod patch;
 mod read;
 mod reconcile;
 mod routes;
