@@ -939,6 +939,62 @@ fn volume_label_and_resize_change_a_volume_through_the_gateway() {
         "--resource-version",
         &version,
     ]);
+    // What `get -o yaml` printed applies back: unchanged as it is; changed labels and a larger
+    // capacity are patched; a new name is made; so are orchestrators.
+    let files = tempfile::tempdir().unwrap();
+    let yaml = ok(&["get", "volume", "v", "-o", "yaml"]);
+    assert!(
+        yaml.contains("apiVersion: berth.io/v1") && yaml.contains("kind: Volume"),
+        "{yaml}"
+    );
+    let file = files.path().join("v.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    assert_eq!(
+        ok(&["apply", "-f", file.to_str().unwrap()]).trim(),
+        "volume/v unchanged"
+    );
+    let changed = yaml
+        .replace("capacity: 30Mi", "capacity: 40Mi")
+        .replace("tier: silver", "tier: bronze");
+    std::fs::write(&file, &changed).unwrap();
+    assert_eq!(
+        ok(&["apply", "-f", file.to_str().unwrap()]).trim(),
+        "volume/v configured"
+    );
+    let now = ok(&["get", "volume", "v", "-o", "json"]);
+    let now: serde_json::Value = serde_json::from_str(&now).unwrap();
+    assert_eq!(now["spec"]["capacity"], "40Mi");
+    assert_eq!(now["metadata"]["labels"]["tier"], "bronze");
+    std::fs::write(&file, changed.replace("name: v\n", "name: w\n")).unwrap();
+    assert_eq!(
+        ok(&["apply", "-f", file.to_str().unwrap()]).trim(),
+        "volume/w created"
+    );
+    // A field a volume cannot change is refused by name.
+    std::fs::write(&file, changed.replace("replicas: 1", "replicas: 2")).unwrap();
+    let out = stack.berth(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("spec.replicas"), "{}", stderr(&out));
+    let orchestrator = ok(&["get", "orchestrator", "keep", "-o", "yaml"]);
+    assert!(
+        orchestrator.contains("resourceVersion: '"),
+        "{orchestrator}"
+    );
+    std::fs::write(&file, &orchestrator).unwrap();
+    assert_eq!(
+        ok(&["apply", "-f", file.to_str().unwrap()]).trim(),
+        "orchestrator/keep unchanged"
+    );
+    std::fs::write(
+        &file,
+        orchestrator.replace("label: ''", "label: fast-disks"),
+    )
+    .unwrap();
+    assert_eq!(
+        ok(&["apply", "-f", file.to_str().unwrap()]).trim(),
+        "orchestrator/keep configured"
+    );
+
     // A token without volumes:write may not.
     let out = stack.berth(&[
         "token",

@@ -101,9 +101,45 @@ pub struct Orchestrator {
     /// Whether this is the default orchestrator.
     #[serde(default)]
     pub default: bool,
-    /// Changes whenever the registration changes.
-    #[serde(default)]
+    /// Changes whenever the registration changes. On the wire a string of digits, as every other
+    /// object's is (and Kubernetes'): opaque to a client, compared only for equality; a number is
+    /// still read, as older Berths sent it.
+    #[serde(default, with = "version_string")]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = String, pattern = "^(0|[1-9][0-9]{0,19})$", example = "7")
+    )]
     pub resource_version: u64,
+}
+
+/// A resourceVersion kept as a number and written as a string of digits.
+mod version_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(version: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(version)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Number(u64),
+            Text(String),
+        }
+        match Either::deserialize(d)? {
+            Either::Number(n) => Ok(n),
+            Either::Text(t) => t
+                .parse::<u64>()
+                .ok()
+                .filter(|n| t == n.to_string())
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!(
+                        "resourceVersion: must be a string of digits without a leading zero, got {t:?}"
+                    ))
+                }),
+        }
+    }
 }
 
 /// RegisterOrchestrator's body (`PUT /v1/orchestrators/{name}`; the name is in the path).

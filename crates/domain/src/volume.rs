@@ -320,6 +320,14 @@ pub struct VolumeStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Volume {
+    /// `berth.io/v1`, as every Berth object says (what `berth apply -f` reads back).
+    #[serde(rename = "apiVersion", default = "api_version")]
+    #[cfg_attr(feature = "openapi", schema(example = "berth.io/v1"))]
+    pub api_version: String,
+    /// `Volume`.
+    #[serde(default = "volume_kind")]
+    #[cfg_attr(feature = "openapi", schema(example = "Volume"))]
+    pub kind: String,
     /// Identity.
     pub metadata: VolumeMeta,
     /// What it is.
@@ -327,6 +335,17 @@ pub struct Volume {
     /// Where it is in its life.
     pub status: VolumeStatus,
 }
+
+fn api_version() -> String {
+    crate::resources::API_VERSION.to_string()
+}
+
+fn volume_kind() -> String {
+    VOLUME_KIND.to_string()
+}
+
+/// A volume's `kind`.
+pub const VOLUME_KIND: &str = "Volume";
 
 /// A page of volumes. `items` is `[]`, never `null`, when there are none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

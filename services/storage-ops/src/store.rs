@@ -109,6 +109,8 @@ pub fn to_volume(row: &VolumeRow) -> Volume {
         VolumePhase::Pending | VolumePhase::Provisioning => "Unknown",
     };
     Volume {
+        api_version: domain::resources::API_VERSION.to_string(),
+        kind: domain::volume::VOLUME_KIND.to_string(),
         metadata: VolumeMeta {
             name: row.name.clone(),
             namespace: row.namespace.clone(),

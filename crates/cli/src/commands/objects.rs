@@ -434,13 +434,28 @@ impl EventPrinter {
 pub async fn apply(ctx: &Ctx, args: &ApplyArgs) -> Result<(), CliError> {
     let client = Client::new(ctx.client());
     let mut objects = Vec::new();
+    let mut volumes = Vec::new();
+    let mut orchestrators = Vec::new();
     for path in &args.files {
         for (n, doc) in read_structured(path)?.into_iter().enumerate() {
             let at = format!("{} (document {})", path.display(), n + 1);
             let kind_text = text(&doc, "/kind");
+            if kind_text == domain::volume::VOLUME_KIND {
+                volumes.push((at, doc));
+                continue;
+            }
+            // An orchestrator as `get orchestrator -o yaml` prints it: its `kind` is the
+            // orchestrator's kind (local, docker…), beside `name` and `storageOps`.
+            if doc.get("apiVersion").is_none()
+                && doc.get("storageOps").is_some()
+                && domain::OrchestratorKind::parse_field("kind", kind_text).is_ok()
+            {
+                orchestrators.push((at, doc));
+                continue;
+            }
             let kind = domain::resources::Kind::parse(kind_text).ok_or_else(|| {
                 CliError::Usage(format!(
-                    "{at}: kind {kind_text:?} is not one apply writes (Secret, MachineClass, Machine, MachineSet, MachineDeployment)"
+                    "{at}: kind {kind_text:?} is not one apply writes (Volume, Secret, MachineClass, Machine, MachineSet, MachineDeployment)"
                 ))
             })?;
             let name = text(&doc, "/metadata/name").to_string();
@@ -490,6 +505,13 @@ pub async fn apply(ctx: &Ctx, args: &ApplyArgs) -> Result<(), CliError> {
             "configured"
         };
         println!("{shown} {outcome}");
+    }
+    // Orchestrators before the volumes that may name them.
+    for (at, doc) in orchestrators {
+        apply_orchestrator(ctx, &at, &doc).await?;
+    }
+    for (at, doc) in volumes {
+        apply_volume(ctx, args.namespace.as_ref(), &at, &doc).await?;
     }
     Ok(())
 }
@@ -702,6 +724,137 @@ pub async fn rollout_status(
             "machinedeployment {name:?} was deleted during its roll"
         ))))
     }
+}
+
+/// `apply` of a Volume (what `berth get volume NAME -o yaml` printed, or one written by hand): made
+/// when it is not there; otherwise its labels and capacity are patched to the document's, and any
+/// other field that differs is refused by the service, naming it (a volume's spec cannot change).
+async fn apply_volume(
+    ctx: &Ctx,
+    namespace_flag: Option<&String>,
+    at: &str,
+    doc: &serde_json::Value,
+) -> Result<(), CliError> {
+    use serde_json::{Value, json};
+    let storage = client::storage::Client::new(ctx.client());
+    let name = text(doc, "/metadata/name").to_string();
+    if name.is_empty() {
+        return Err(CliError::Usage(format!("{at}: metadata.name is missing")));
+    }
+    let namespace = match (text(doc, "/metadata/namespace"), namespace_flag) {
+        ("", flag) => namespace_of(flag),
+        (ns, Some(flag)) if ns != flag => {
+            return Err(CliError::Usage(format!(
+                "{at}: metadata.namespace is {ns:?} but -n/--namespace says {flag:?}"
+            )));
+        }
+        (ns, _) => ns.to_string(),
+    };
+    let capacity = text(doc, "/spec/capacity").to_string();
+    if capacity.is_empty() {
+        return Err(CliError::Usage(format!("{at}: spec.capacity is missing")));
+    }
+    let labels: std::collections::BTreeMap<String, String> = match doc.pointer("/metadata/labels") {
+        None | Some(Value::Null) => std::collections::BTreeMap::new(),
+        Some(v) => serde_json::from_value(v.clone())
+            .map_err(|e| CliError::Usage(format!("{at}: metadata.labels: {e}")))?,
+    };
+    let shown = format!("volume/{name}");
+    let current = match storage.get(&namespace, &name).await {
+        Ok(v) => Some(v),
+        Err(e) if e.code() == Code::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(current) = current else {
+        let profile = domain::VolumeProvisionerProfile {
+            name: name.clone(),
+            namespace: Some(namespace.clone()),
+            capacity,
+            orchestrator: doc
+                .pointer("/spec/orchestrator")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            replicas: doc
+                .pointer("/spec/replicas")
+                .and_then(Value::as_u64)
+                .and_then(|r| u32::try_from(r).ok()),
+            labels: Some(labels),
+            parameters: doc
+                .pointer("/spec/parameters")
+                .map(|p| serde_json::from_value(p.clone()))
+                .transpose()
+                .map_err(|e| CliError::Usage(format!("{at}: spec.parameters: {e}")))?,
+        };
+        storage.add(&profile).await?;
+        println!("{shown} created");
+        return Ok(());
+    };
+    // The labels become the document's: those it lacks are removed.
+    let mut label_patch: serde_json::Map<String, Value> = current
+        .metadata
+        .labels
+        .keys()
+        .filter(|k| !labels.contains_key(*k))
+        .map(|k| (k.clone(), Value::Null))
+        .collect();
+    label_patch.extend(labels.into_iter().map(|(k, v)| (k, Value::String(v))));
+    let mut spec = json!({ "capacity": capacity });
+    for field in ["orchestrator", "replicas", "parameters"] {
+        if let Some(v) = doc.pointer(&format!("/spec/{field}")) {
+            spec[field] = v.clone();
+        }
+    }
+    let after = storage
+        .patch(
+            &namespace,
+            &name,
+            &json!({ "metadata": { "labels": label_patch }, "spec": spec }),
+        )
+        .await?;
+    let outcome = if after.metadata.resource_version == current.metadata.resource_version {
+        "unchanged"
+    } else {
+        "configured"
+    };
+    println!("{shown} {outcome}");
+    Ok(())
+}
+
+/// `apply` of an orchestrator as `get orchestrator -o yaml` printed it: registered (PUT, which makes
+/// or replaces it; the same registration again changes nothing).
+async fn apply_orchestrator(ctx: &Ctx, at: &str, doc: &serde_json::Value) -> Result<(), CliError> {
+    let registry = client::registry::Client::new(ctx.client());
+    let name = text(doc, "/name").to_string();
+    if name.is_empty() {
+        return Err(CliError::Usage(format!("{at}: name is missing")));
+    }
+    let kind = domain::OrchestratorKind::parse_field("kind", text(doc, "/kind"))
+        .map_err(|e| CliError::Usage(format!("{at}: {}", e.message)))?;
+    let optional_text = |field: &str| {
+        doc.get(field)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_string)
+    };
+    let before = match registry.get(&name).await {
+        Ok(o) => Some(o.resource_version),
+        Err(e) if e.code() == Code::NotFound => None,
+        Err(e) => return Err(e.into()),
+    };
+    let request = domain::orchestrator::RegisterOrchestrator {
+        label: optional_text("label"),
+        region: optional_text("region"),
+        config: doc.get("config").cloned(),
+        default: doc.get("default").and_then(serde_json::Value::as_bool),
+        ..domain::orchestrator::RegisterOrchestrator::new(kind)
+    };
+    let after = registry.register(&name, &request).await?;
+    let outcome = match before {
+        None => "created",
+        Some(v) if v == after.resource_version => "unchanged",
+        Some(_) => "configured",
+    };
+    println!("orchestrator/{name} {outcome}");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -20,7 +20,11 @@ async fn making_one_default_clears_the_other_in_the_same_change() {
         .put("a", json!({"kind": "nomad", "default": true}))
         .await;
     assert_eq!(a.body["default"], true);
-    let a_version = app.get("a").await.body["resourceVersion"].as_u64().unwrap();
+    let a_version = app.get("a").await.body["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
     let b = app
         .put("b", json!({"kind": "nomad", "default": true}))
         .await;
@@ -29,7 +33,12 @@ async fn making_one_default_clears_the_other_in_the_same_change() {
     let a_now = app.get("a").await.body;
     assert_eq!(a_now["default"], false);
     assert!(
-        a_now["resourceVersion"].as_u64().unwrap() > a_version,
+        a_now["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > a_version,
         "a changed, so its version moved"
     );
     assert_eq!(app.default_orchestrator().await.body["name"], "b");

@@ -41,10 +41,23 @@ async fn a_restart_on_the_same_database_keeps_every_registration() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|o| o["resourceVersion"].as_u64().unwrap())
+        .map(|o| {
+            o["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
         .max()
         .unwrap();
-    assert!(next.body["resourceVersion"].as_u64().unwrap() > max_before);
+    assert!(
+        next.body["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > max_before
+    );
 }
 
 #[tokio::test]

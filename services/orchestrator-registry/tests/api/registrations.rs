@@ -88,7 +88,11 @@ async fn register_is_idempotent_and_a_different_body_replaces_and_bumps_the_vers
     let first = app.put("disks", body.clone()).await;
     assert_eq!(first.status, 201, "{}", first.body);
     assert_eq!(first.headers["location"], "/v1/orchestrators/disks");
-    let v1 = first.body["resourceVersion"].as_u64().unwrap();
+    let v1 = first.body["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
     assert_eq!(first.etag(), format!("\"{v1}\""));
 
     let again = app.put("disks", body.clone()).await;
@@ -105,7 +109,14 @@ async fn register_is_idempotent_and_a_different_body_replaces_and_bumps_the_vers
             json!({"kind": "local", "label": "fast", "config": {"basePath": "//srv/./vols/", "capacity": "10240Mi"}}),
         )
         .await;
-    assert_eq!(same.body["resourceVersion"].as_u64().unwrap(), v1);
+    assert_eq!(
+        same.body["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap(),
+        v1
+    );
 
     let changed = app
         .put(
@@ -114,7 +125,11 @@ async fn register_is_idempotent_and_a_different_body_replaces_and_bumps_the_vers
         )
         .await;
     assert_eq!(changed.status, 200);
-    let v2 = changed.body["resourceVersion"].as_u64().unwrap();
+    let v2 = changed.body["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
     assert!(v2 > v1);
     assert_eq!(changed.body["label"], "slow");
     assert_eq!(changed.body["config"], json!({"basePath": "/srv/vols"}));
@@ -125,14 +140,25 @@ async fn register_is_idempotent_and_a_different_body_replaces_and_bumps_the_vers
     let other = app.put("disks", json!({"kind": "docker"})).await;
     assert_eq!(other.status, 200);
     assert_eq!(other.body["kind"], "docker");
-    assert!(other.body["resourceVersion"].as_u64().unwrap() > v2);
+    assert!(
+        other.body["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            > v2
+    );
 }
 
 #[tokio::test]
 async fn if_match_with_a_stale_version_is_412_with_code_9() {
     let app = spawn_app().await;
     let made = app.put("pinned", json!({"kind": "nomad"})).await;
-    let v1 = made.body["resourceVersion"].as_u64().unwrap();
+    let v1 = made.body["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
 
     let ok = app
         .put_if_match(
@@ -142,7 +168,11 @@ async fn if_match_with_a_stale_version_is_412_with_code_9() {
         )
         .await;
     assert_eq!(ok.status, 200, "{}", ok.body);
-    let v2 = ok.body["resourceVersion"].as_u64().unwrap();
+    let v2 = ok.body["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
 
     let stale = app
         .put_if_match(

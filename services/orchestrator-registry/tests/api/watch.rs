@@ -44,7 +44,7 @@ async fn a_watch_sees_registrations_the_default_moving_and_deregistrations() {
         .to_string();
     assert_eq!(
         version,
-        list["items"][0]["resourceVersion"].to_string(),
+        list["items"][0]["resourceVersion"].as_str().unwrap(),
         "the list is at its newest change"
     );
     let response = watch(&app, &format!("resourceVersion={version}")).await;
@@ -61,7 +61,13 @@ async fn a_watch_sees_registrations_the_default_moving_and_deregistrations() {
     let mut versions = Vec::new();
     for _ in 0..3 {
         let event = events.next_change(WAIT).await.unwrap();
-        versions.push(event["object"]["resourceVersion"].as_u64().unwrap());
+        versions.push(
+            event["object"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap(),
+        );
         seen.push(summary(&event));
     }
     // Each change its own version, even the two one registration makes: a watcher that resumes
@@ -89,7 +95,10 @@ async fn a_watch_sees_registrations_the_default_moving_and_deregistrations() {
 async fn a_version_from_before_a_restart_is_gone() {
     let app = spawn_app().await;
     app.clear().await;
-    let first = app.put("a", json!({"kind": "nomad"})).await.body["resourceVersion"].to_string();
+    let first = app.put("a", json!({"kind": "nomad"})).await.body["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
     app.put("b", json!({"kind": "nomad"})).await;
     let dir = app.stop().await;
     let app = spawn_app_with(Env::default(), false, Some(dir)).await;

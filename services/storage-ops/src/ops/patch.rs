@@ -60,6 +60,16 @@ impl VolumePatch {
                 // What a reader got back, sent whole: the status is the service's, never the
                 // caller's, and is ignored as Kubernetes ignores it on the main resource.
                 "status" => {}
+                "apiVersion" | "kind" => {
+                    let is = if key == "kind" {
+                        domain::volume::VOLUME_KIND
+                    } else {
+                        domain::resources::API_VERSION
+                    };
+                    if value.as_str() != Some(is) {
+                        return Err(invalid(key, format!("must be {is:?} (a volume's)")));
+                    }
+                }
                 other => {
                     return Err(invalid(
                         other,

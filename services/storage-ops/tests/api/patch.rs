@@ -189,7 +189,9 @@ async fn fields_that_cannot_change_are_refused_by_name_and_may_be_sent_as_they_a
         ),
         (json!({"metadata": {"uid": "x"}}), "metadata.uid"),
         (json!({"spec": {"size": "1Gi"}}), "spec.size"),
-        (json!({"kind": "Volume"}), "kind"),
+        (json!({"kind": "Machine"}), "kind"),
+        (json!({"apiVersion": "v1"}), "apiVersion"),
+        (json!({"status2": {}}), "status2"),
         (json!({"spec": {"capacity": 5}}), "spec.capacity"),
         (json!([]), "body"),
     ] {
