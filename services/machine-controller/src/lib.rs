@@ -212,6 +212,7 @@ pub fn router(config: &Config, writer: Writer) -> axum::Router {
     };
     ServiceApp::new(NAME, api::routes(state))
         .document_edits(api::document_examples)
+        .metric_prefixes(&["berth_controller_"])
         .http_config(config.service.http.clone())
         .readiness(Check::new("db", move || {
             let store = db.clone();

@@ -32,6 +32,47 @@ pub mod set;
 
 use queue::{Key, Queue};
 
+/// Stored machines by their class's provider and their phase, as the last resync counted them.
+/// Both labels are closed sets (a provider Berth has, `unknown` for a class that is gone; MCM's
+/// phases), so the series stay few whatever callers name their objects.
+static MACHINES: service_kit::metrics::Family<service_kit::metrics::Gauge> =
+    service_kit::metrics::Family::new(
+        "berth_controller_machines",
+        "Stored machines by provider and phase, as the last resync counted them.",
+        &["provider", "phase"],
+    );
+
+/// The series [`MACHINES`] set last.
+static MACHINE_SERIES: std::sync::Mutex<std::collections::BTreeSet<(String, String)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn namespace_of(body: &Value) -> String {
+    body["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A class's provider as a label: one Berth has, else `other`.
+fn provider_label(provider: Option<&str>) -> String {
+    match provider {
+        Some(p @ ("Alicloud" | "Docker")) => p.to_string(),
+        _ => "other".to_string(),
+    }
+}
+
+/// A machine's phase as a label: one of MCM's, else `Pending` (a machine not yet reconciled).
+fn phase_label(phase: Option<&str>) -> &'static str {
+    match phase {
+        Some("Creating") => "Creating",
+        Some("Running") => "Running",
+        Some("Unknown") => "Unknown",
+        Some("Failed") => "Failed",
+        Some("Terminating") => "Terminating",
+        _ => "Pending",
+    }
+}
+
 /// How the reconcilers behave; every field has a `BERTH_CONTROLLER_*` setting.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -177,11 +218,14 @@ impl Controller {
         }
     }
 
-    /// Queues every machine, set and deployment.
+    /// Queues every machine, set and deployment; counts the machines for `/metrics`.
     pub async fn resync(&self) {
         for kind in [Kind::MachineDeployment, Kind::MachineSet, Kind::Machine] {
             match self.writer.store.list(kind, None).await {
                 Ok((objects, _)) => {
+                    if kind == Kind::Machine {
+                        self.count_machines(&objects).await;
+                    }
                     for o in objects {
                         let namespace =
                             o.body["metadata"]["namespace"].as_str().unwrap_or_default();
@@ -192,6 +236,42 @@ impl Controller {
                 Err(e) => tracing::warn!(error = %e, %kind, "resync: cannot list"),
             }
         }
+    }
+
+    /// Sets [`MACHINES`] from every stored machine, its provider read from its class. A series no
+    /// longer counted is set to 0, not left at its old value.
+    async fn count_machines(&self, machines: &[crate::store::Stored]) {
+        let providers: std::collections::HashMap<(String, String), String> =
+            match self.writer.store.list(Kind::MachineClass, None).await {
+                Ok((classes, _)) => classes
+                    .iter()
+                    .map(|c| {
+                        (
+                            (namespace_of(&c.body), c.name().to_string()),
+                            provider_label(c.body["provider"].as_str()),
+                        )
+                    })
+                    .collect(),
+                Err(_) => Default::default(),
+            };
+        let mut counts: std::collections::BTreeMap<(String, String), i64> = Default::default();
+        for m in machines {
+            let class = m.body["spec"]["class"]["name"].as_str().unwrap_or_default();
+            let provider = providers
+                .get(&(namespace_of(&m.body), class.to_string()))
+                .cloned()
+                .unwrap_or_else(|| "unknown".to_string());
+            let phase = phase_label(m.body["status"]["phase"].as_str());
+            *counts.entry((provider, phase.to_string())).or_default() += 1;
+        }
+        let mut series = MACHINE_SERIES.lock().unwrap_or_else(|p| p.into_inner());
+        for gone in series.iter().filter(|s| !counts.contains_key(*s)) {
+            MACHINES.series(&[&gone.0, &gone.1]).set(0);
+        }
+        for ((provider, phase), n) in &counts {
+            MACHINES.series(&[provider, phase]).set(*n);
+        }
+        *series = counts.into_keys().collect();
     }
 
     /// Queues a changed object and what owns it; a class's change queues the deployments of
