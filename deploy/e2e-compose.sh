@@ -9,6 +9,8 @@
 #   - restart storage-ops and find every volume still there;
 #   - `down` then `up`: registrations, volumes, the machine and the admin token are all still there;
 #   - stop the registry: AddStorage is 503 Unavailable with Retry-After; start it: AddStorage works;
+#   - the observability profile's Prometheus (built here from Debian's binary) scrapes all six
+#     services, the gateway with a metrics token, and holds the series an operator alerts on;
 # and `down -v` at the end, whatever failed, checking that no container, network or volume is left.
 #
 # Where no Docker Engine answers it skips, saying so; with BERTH_REQUIRE_DOCKER=1 (CI) it fails then.
@@ -67,7 +69,7 @@ cleanup() {
     compose logs --no-color --tail=30 2>&1 | sed 's/^/    /'
   fi
   say "down -v"
-  compose down -v --remove-orphans >/dev/null 2>&1
+  compose --profile observability down -v --remove-orphans >/dev/null 2>&1
   local left
   left=$( {
     docker ps -aq --filter "label=com.docker.compose.project=$project"
@@ -269,6 +271,40 @@ compose start orchestrator-registry >/dev/null 2>&1
 wait_healthy orchestrator-registry
 code=$(api POST /v1/volumes -d '{"name":"while-down","capacity":"1Mi"}')
 expect 201 "$code" "AddStorage once the registry is back"
+
+step "observability: Prometheus (the profile's, built here) scrapes every service"
+# The profile's other images (collector, Jaeger) are pulled from Docker Hub; its Prometheus can be
+# made here from Debian's binary, so it is the one started.
+prometheus_image=$(deploy/build-prometheus-image.sh 2>/dev/null) || fail "deploy/build-prometheus-image.sh failed"
+prometheus_port=$(( port + 1 ))
+# The gateway's page needs a cluster-wide metrics token; the admin token is one. Readable by the
+# image's user (a file of this run's temporary directory, gone at its end).
+printf '%s' "$BERTH_TOKEN" >"$work/gateway-metrics-token"
+chmod 0644 "$work/gateway-metrics-token"
+BERTH_PROMETHEUS_IMAGE="$prometheus_image" BERTH_PROMETHEUS_PUBLISH="127.0.0.1:$prometheus_port" \
+  PROMETHEUS_GATEWAY_TOKEN_FILE="$work/gateway-metrics-token" \
+  compose --profile observability up -d --no-deps prometheus >/dev/null 2>&1 || fail "prometheus did not start"
+prometheus_url="http://127.0.0.1:$prometheus_port"
+targets=""
+for _ in $(seq 90); do
+  targets=$(curl -sf "$prometheus_url/api/v1/targets" 2>/dev/null || true)
+  if [ -n "$targets" ] && echo "$targets" | jq -e \
+      '[.data.activeTargets[] | select(.health == "up")] | length == 6' >/dev/null; then
+    break
+  fi
+  sleep 1
+done
+echo "$targets" | jq -e '[.data.activeTargets[] | select(.health == "up")] | length == 6' >/dev/null \
+  || fail "not every target is up: $(echo "$targets" | jq -c '[.data.activeTargets[] | {job: .labels.job, instance: .labels.instance, health, lastError}]')"
+# What an operator alerts on is there, by name: every service's build, and the series the issue lists.
+for query in 'count(berth_build_info)' 'count(process_resident_memory_bytes)' \
+             'count(berth_gateway_breaker_state)' 'count(berth_storage_volumes)' \
+             'count(berth_controller_machines)'; do
+  got=$(curl -sf --get "$prometheus_url/api/v1/query" --data-urlencode "query=$query" \
+        | jq -r '.data.result[0].value[1] // "0"')
+  [ "${got:-0}" -ge 1 ] || fail "Prometheus has no series for $query"
+  say "  $query = $got"
+done
 
 step "delete: volumes (CLI and curl) and the machine"
 berth volume delete data >/dev/null
