@@ -187,6 +187,24 @@ pub fn backup(data_dir: &Path, to: &Path) -> Result<(), CliError> {
         )));
     }
     let target_dir = parent_of(to);
+    // Only ever a regular file (or nothing) is replaced: not a device, a link or a directory,
+    // and nothing inside the data directory it copies (its own files, as a typo would name them).
+    if let Ok(there) = std::fs::symlink_metadata(to)
+        && !there.file_type().is_file()
+    {
+        return Err(refused(format!(
+            "--to {}: is not a regular file (a directory, a link or a device); name a new file or a backup to replace",
+            to.display()
+        )));
+    }
+    if let Ok(dir) = std::fs::canonicalize(&target_dir)
+        && dir.starts_with(&data_dir)
+    {
+        return Err(refused(format!(
+            "--to {}: is inside the data directory it backs up; write the backup elsewhere",
+            to.display()
+        )));
+    }
     let staging = tempfile::Builder::new()
         .prefix(".berth-backup-")
         .tempdir_in(&target_dir)
@@ -249,7 +267,9 @@ pub fn backup(data_dir: &Path, to: &Path) -> Result<(), CliError> {
     {
         said.push_str("  no controller.key in the data directory: a copy's secrets need the key BERTH_CONTROLLER_KEY_FILE names\n");
     }
-    said.push_str("  it holds the secrets' key and the tokens' hashes: keep it as you keep the data directory (it is readable by you alone)\n");
+    if manifest.files.iter().any(|f| f.path == "controller.key") {
+        said.push_str("  it holds the secrets' key and the tokens' hashes: keep it as you keep the data directory (it is readable by you alone)\n");
+    }
     said.push_str("  not in it: the volumes' data (back that up where it lives); restore with: berth restore --from FILE --data-dir NEW_DIR\n");
     crate::output::write_stdout(&said).map_err(|e| failed("writing".into(), e))?;
     Ok(())
@@ -283,6 +303,12 @@ fn write_archive(path: &Path, staging: &Path, manifest: &Manifest) -> std::io::R
 
 /// `berth restore --from FILE --data-dir D [--same-instance]`.
 pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Result<(), CliError> {
+    if std::fs::symlink_metadata(data_dir).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(refused(format!(
+            "--data-dir {}: is a symbolic link; name the directory itself",
+            data_dir.display()
+        )));
+    }
     if let Ok(mut inside) = std::fs::read_dir(data_dir) {
         if let Some(Ok(first)) = inside.next() {
             return Err(refused(format!(
@@ -316,6 +342,13 @@ pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Resul
         .tempdir_in(&target_parent)
         .map_err(|e| failed(format!("writing beside {}", target.display()), e))?;
     let manifest = unpack(from, archive, staging.path())?;
+    if target != manifest.data_dir && target.starts_with(&manifest.data_dir) {
+        return Err(refused(format!(
+            "--data-dir {}: is inside the original's data directory {}; restore beside it",
+            target.display(),
+            manifest.data_dir.display()
+        )));
+    }
     let mut said = format!(
         "restored {} files of {} (a backup of {} taken {}) into {}\n",
         manifest.files.len(),
@@ -324,6 +357,10 @@ pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Resul
         manifest.created_at,
         target.display()
     );
+    let staged_has = |name: &str| staging.path().join(name).exists();
+    if staged_has("controller.db") && !staged_has("controller.key") {
+        said.push_str("  no controller.key in the backup: the copy's sealed secrets need the original's key (BERTH_CONTROLLER_KEY_FILE) before the copy starts\n");
+    }
     if same_instance {
         said.push_str("  same instance: this copy owns what the original made (its Docker machines, volumes, claims); never run both at once\n");
         if manifest.data_dir != target {
@@ -337,13 +374,21 @@ pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Resul
     }
     // The commit point: the directory appears whole, or not at all.
     if target.exists() {
-        std::fs::remove_dir(&target)
-            .map_err(|e| failed(format!("replacing the empty {}", target.display()), e))?;
+        std::fs::remove_dir(&target).map_err(|e| {
+            refused(format!(
+                "--data-dir {}: cannot be replaced ({e}; a mount point is one): restore into a new directory inside it",
+                target.display()
+            ))
+        })?;
     }
     let staged = staging.keep();
     std::fs::rename(&staged, &target).map_err(|e| {
         let _ = std::fs::remove_dir_all(&staged);
-        failed(format!("moving the restore into {}", target.display()), e)
+        // Another restore made it meanwhile: the same refusal as for a directory found full.
+        refused(format!(
+            "--data-dir {}: could not be made ({e}); a restore writes a new or empty directory",
+            target.display()
+        ))
     })?;
     sync_dir(&target_parent)
         .map_err(|e| failed(format!("syncing {}", target_parent.display()), e))?;

@@ -182,6 +182,38 @@ fn a_backup_under_load_restores_as_a_copy_beside_the_original() {
         0o600
     );
 
+    // A backup never lands on the stack's own files, a link or a device.
+    let tokens_before = std::fs::read(data.join("tokens")).unwrap();
+    let link = files.path().join("link.tar");
+    std::os::unix::fs::symlink(files.path().join("real.tar"), &link).unwrap();
+    for to in [
+        data.join("tokens"),
+        link.clone(),
+        std::path::PathBuf::from("/dev/null"),
+    ] {
+        let out = berth_plain(&[
+            "backup",
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--to",
+            to.to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{to:?}: {}", stderr(&out));
+    }
+    assert_eq!(std::fs::read(data.join("tokens")).unwrap(), tokens_before);
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        !std::fs::metadata("/dev/null")
+            .unwrap()
+            .file_type()
+            .is_file()
+    );
+
     // Restore as a copy, and start it beside the running original.
     let copy_dir = tempfile::tempdir().unwrap();
     // An empty directory is a restore's target as a new one is.

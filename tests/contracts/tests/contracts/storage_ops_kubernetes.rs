@@ -151,7 +151,7 @@ async fn consumer_storage_ops_keeps_its_volumes_as_claims() {
                     "metadata": {
                         "name": like!("pact.pending"),
                         "uid": like!("k8s-uid-pending"),
-                        "labels": {"berth.io/volume-uid": like!(uid("pending"))},
+                        "labels": {"berth.io/volume-uid": like!(uid("pending")), "berth.io/instance": like!(INSTANCE)},
                     },
                     "status": {"phase": like!("Pending")},
                 }));
@@ -233,7 +233,7 @@ async fn consumer_storage_ops_keeps_its_volumes_as_claims() {
                 .json_body(json!({"metadata": {"labels": {"app.kubernetes.io/managed-by": null}}}));
             i.response.ok().content_type("application/json").json_body(json_pattern!({
                 "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": {"name": like!("pact.kept"), "labels": {"berth.io/volume-uid": like!(uid("kept"))}},
+                "metadata": {"name": like!("pact.kept"), "labels": {"berth.io/volume-uid": like!(uid("kept")), "berth.io/instance": like!(INSTANCE)}},
             }));
             i
         });
