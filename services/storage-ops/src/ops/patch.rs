@@ -71,8 +71,9 @@ impl VolumePatch {
                     }
                 }
                 other => {
+                    // A caller's name is shown escaped: never a control character into a terminal.
                     return Err(invalid(
-                        other,
+                        &other.escape_debug().to_string(),
                         "is not a field of a volume (metadata, spec and status are)",
                     ));
                 }
@@ -96,7 +97,7 @@ impl VolumePatch {
                                 Value::String(s) => Some(s.clone()),
                                 _ => {
                                     return Err(invalid(
-                                        &format!("metadata.labels.{k}"),
+                                        &format!("metadata.labels.{}", k.escape_debug()),
                                         "must be a string, or null to remove the label",
                                     ));
                                 }
@@ -138,7 +139,7 @@ impl VolumePatch {
                     Some(field) => self.unchanged.push((field, value.clone())),
                     None => {
                         return Err(invalid(
-                            &format!("metadata.{other}"),
+                            &format!("metadata.{}", other.escape_debug()),
                             "is not a field of a volume's metadata (labels and resourceVersion may change)",
                         ));
                     }
@@ -170,7 +171,7 @@ impl VolumePatch {
                     Some(field) => self.unchanged.push((field, value.clone())),
                     None => {
                         return Err(invalid(
-                            &format!("spec.{other}"),
+                            &format!("spec.{}", other.escape_debug()),
                             "is not a field of a volume's spec (capacity may grow)",
                         ));
                     }

@@ -192,6 +192,7 @@ async fn fields_that_cannot_change_are_refused_by_name_and_may_be_sent_as_they_a
         (json!({"kind": "Machine"}), "kind"),
         (json!({"apiVersion": "v1"}), "apiVersion"),
         (json!({"status2": {}}), "status2"),
+        (json!({"spec": {"\u{1b}[2J": 1}}), "spec.\\u{1b}[2J"),
         (json!({"spec": {"capacity": 5}}), "spec.capacity"),
         (json!([]), "body"),
     ] {
