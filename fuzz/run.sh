@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every fuzz target for SECONDS each (default 10) and says how each fared.
 #
-#   fuzz/run.sh [SECONDS]
+#   fuzz/run.sh [--build-only] [SECONDS]
 #
 # CI's short form runs `FUZZ_PROFILE=dev fuzz/run.sh 5`; the long suite runs it for minutes, optimised
 # (RELIABILITY.md, "Hostile input: fuzzing", has the figures). It needs rustup's nightly toolchain
@@ -32,9 +32,16 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
+# --build-only: build the targets and stop (.ci/run builds them early, in the background, so the
+# reliability suite's run finds them built).
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+fi
 seconds="${1:-10}"
 case "$seconds" in
-  '' | *[!0-9]*) echo "usage: fuzz/run.sh [SECONDS]" >&2; exit 2 ;;
+  '' | *[!0-9]*) echo "usage: fuzz/run.sh [--build-only] [SECONDS]" >&2; exit 2 ;;
 esac
 sanitizer="${FUZZ_SANITIZER:-none}"
 profile="${FUZZ_PROFILE:-release}"
@@ -67,6 +74,9 @@ RUSTFLAGS="$rustflags" CARGO_TARGET_DIR="$target_dir" \
   cargo +nightly build --target "$host" "${profile_flag[@]}" --bins
 built=$(date +%s)
 echo "   built in $((built - started))s"
+if [ "$build_only" = 1 ]; then
+  exit 0
+fi
 case "$profile" in
   release) bin_dir="$target_dir/$host/release" ;;
   dev) bin_dir="$target_dir/$host/debug" ;;
