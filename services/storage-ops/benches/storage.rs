@@ -657,7 +657,7 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
             r.phase = VolumePhase::Provisioning;
             async move {
                 let r = store.insert(r, None).await.unwrap();
-                let v = ObjectRef::of(&r);
+                let v = r.object_ref();
                 let location = backend.create(&v).await.unwrap();
                 store
                     .set_status(
@@ -681,7 +681,7 @@ async fn add_breakdown(stack: &Stack, dir: &Path, registry_url: &str) {
             let (store, backend) = (store.clone(), backend.clone());
             let r = core_row(i, "one");
             async move {
-                let object = backend.new_object(&ObjectRef::of(&r)).unwrap();
+                let object = backend.new_object(&r.object_ref()).unwrap();
                 store.insert_with_object(r, None, object).await.unwrap();
             }
         })

@@ -28,8 +28,6 @@ use domain::orchestrator::{DockerConfig, KubernetesConfig, LocalConfig, Orchestr
 use domain::{Code, OrchestratorKind, Status};
 use futures::future::BoxFuture;
 
-use crate::store::VolumeRow;
-
 pub mod docker;
 pub mod kubernetes;
 pub mod local;
@@ -101,22 +99,6 @@ pub struct ObjectRef {
     pub capacity_bytes: u64,
     /// `parameters.format: file`: a sparse file instead of a directory.
     pub file: bool,
-}
-
-impl ObjectRef {
-    /// The backend's view of a stored volume.
-    pub fn of(row: &VolumeRow) -> Self {
-        ObjectRef {
-            uid: row.uid.clone(),
-            namespace: row.namespace.clone(),
-            name: row.name.clone(),
-            capacity_bytes: row.capacity_bytes,
-            file: row
-                .parameters
-                .get(domain::volume::params::FORMAT)
-                .is_some_and(|f| f == "file"),
-        }
-    }
 }
 
 /// What a volume uses.

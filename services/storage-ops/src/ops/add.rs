@@ -212,7 +212,7 @@ impl Ops {
             resource_version: 0,
         };
         let limit = capacity_limit(orchestrator.kind, &orchestrator.config);
-        let row = if let Some(object) = backend.new_object(&ObjectRef::of(&row)) {
+        let row = if let Some(object) = backend.new_object(&row.object_ref()) {
             self.create_then_commit(backend.as_ref(), object, row, limit)
                 .await?
         } else {
@@ -233,7 +233,7 @@ impl Ops {
         mut row: VolumeRow,
         limit: Option<u64>,
     ) -> Result<VolumeRow, OpsError> {
-        let object_ref = ObjectRef::of(&row);
+        let object_ref = row.object_ref();
         let failed_row = row.clone();
         row.phase = VolumePhase::Ready;
         row.reason = reasons::PROVISIONED.into();
@@ -311,7 +311,7 @@ impl Ops {
         backend: &dyn Backend,
         row: VolumeRow,
     ) -> Result<VolumeRow, OpsError> {
-        let object = ObjectRef::of(&row);
+        let object = row.object_ref();
         let mut outcome = backend.create(&object).await;
         // A backend whose objects become usable in their own time says where this one is: the
         // volume is Ready only once it is (a claim Bound), and a failure it sees is the volume's.

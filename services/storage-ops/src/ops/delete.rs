@@ -7,7 +7,6 @@ use domain::volume::ReclaimPolicy;
 use domain::{DeleteResult, VolumePhase};
 
 use super::{Ops, OpsError, reasons};
-use crate::backend::ObjectRef;
 use crate::store::{StatusUpdate, VolumeRow};
 
 impl Ops {
@@ -85,7 +84,7 @@ impl Ops {
             true => self.stored_backend(&row).ok(),
         };
         if let Some(backend) = backend {
-            let object = ObjectRef::of(&row);
+            let object = row.object_ref();
             let done = if retain {
                 backend.release(&object).await
             } else {

@@ -8,7 +8,7 @@ use service_kit::tenancy::Namespaces;
 use sha2::Sha256;
 
 use super::{Ops, OpsError, reasons, to_volume};
-use crate::backend::{ObjectRef, Observed};
+use crate::backend::Observed;
 use crate::store::{StatusUpdate, VolumeRow};
 
 /// The most rows one ListStorage call examines when a label selector filters them out; past this it
@@ -127,7 +127,7 @@ impl Ops {
         let Some(_guard) = self.locks.try_lock(&row.namespace, &row.name) else {
             return row;
         };
-        let update = match backend.observe(&ObjectRef::of(&row)).await {
+        let update = match backend.observe(&row.object_ref()).await {
             Ok(Observed::Pending { message }) if message == row.message => return row,
             Ok(Observed::Pending { message }) => StatusUpdate {
                 phase: VolumePhase::Pending,
@@ -272,7 +272,7 @@ impl Ops {
         }
         let backend = self.stored_backend(&row)?;
         let usage = backend
-            .usage(&ObjectRef::of(&row))
+            .usage(&row.object_ref())
             .await
             .map_err(|e| match e.code {
                 Code::NotFound => OpsError::ObjectGone {

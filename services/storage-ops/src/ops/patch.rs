@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use super::add::row_spec_hash;
 use super::{Ops, OpsError, to_volume};
-use crate::backend::{ObjectRef, capacity_limit};
+use crate::backend::capacity_limit;
 use crate::store::{VolumeChange, VolumeRow};
 
 /// What a patch asks for, checked against nothing but itself.
@@ -309,7 +309,7 @@ impl Ops {
             };
             let backend = self.stored_backend(&row)?;
             backend
-                .grow(&ObjectRef::of(&row), capacity_bytes)
+                .grow(&row.object_ref(), capacity_bytes)
                 .await
                 .map_err(|e| OpsError::BackendRefused(e.into()))?;
         }

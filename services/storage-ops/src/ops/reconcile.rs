@@ -266,7 +266,7 @@ impl Ops {
             let Ok(backend) = self.stored_backend(&row) else {
                 continue;
             };
-            match backend.observe(&ObjectRef::of(&row)).await {
+            match backend.observe(&row.object_ref()).await {
                 Ok(Observed::Failed { reason, message }) => {
                     tracing::warn!(namespace = %row.namespace, name = %row.name, uid = %row.uid, %message, "reconcile: a volume's object is gone");
                     let update = StatusUpdate {

@@ -73,8 +73,8 @@ fn moved(path: &str, from: &Path, to: &Path) -> Option<String> {
 /// volumes' base paths and locations from `from` (the original's data directory) to `to` (the
 /// copy's), in one transaction: all of it or nothing.
 pub fn make_copy_own(path: &Path, from: &Path, to: &Path) -> Result<CopyMade, CopyError> {
-    let mut conn = super::open_writer(path)?;
-    super::migrate(&mut conn)?;
+    let mut conn = super::schema::open_writer(path)?;
+    super::schema::migrate(&mut conn)?;
     let tx = conn.transaction()?;
     let rows: Vec<(String, String, String, String, String)> = tx
         .prepare("SELECT uid, namespace, name, backend_config, location FROM volumes WHERE kind = 'local'")?
@@ -84,7 +84,7 @@ pub fn make_copy_own(path: &Path, from: &Path, to: &Path) -> Result<CopyMade, Co
     let mut moved_count = 0;
     for (uid, namespace, name, config, location) in rows {
         let mut config: serde_json::Value =
-            serde_json::from_str(&config).map_err(|e| super::bad_column(3, e))?;
+            serde_json::from_str(&config).map_err(|e| super::row::bad_column(3, e))?;
         let base = config["basePath"].as_str().unwrap_or_default().to_string();
         let Some(new_base) = moved(&base, from, to) else {
             shared.push((format!("{namespace}/{name}"), PathBuf::from(base)));
@@ -134,8 +134,8 @@ mod tests {
 
     fn database_with(dir: &Path, volumes: &[(&str, &str, &str)]) -> PathBuf {
         let path = dir.join("storage.db");
-        let mut conn = super::super::open_writer(&path).unwrap();
-        super::super::migrate(&mut conn).unwrap();
+        let mut conn = super::super::schema::open_writer(&path).unwrap();
+        super::super::schema::migrate(&mut conn).unwrap();
         conn.execute(
             "INSERT INTO meta (key, value) VALUES ('instance', 'original')",
             [],

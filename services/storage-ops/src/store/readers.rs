@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::Semaphore;
 
-use super::{BUSY_TIMEOUT, StoreError};
+use super::row::StoreError;
+use super::schema::BUSY_TIMEOUT;
 
 /// The most reading connections open at once; more readers wait for one.
 pub(super) const MAX_READERS: usize = 4;

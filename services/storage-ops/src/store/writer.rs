@@ -26,9 +26,13 @@ use crate::backend::{BackendError, NewObject};
 
 use domain::Labels;
 
-use super::{
-    MAX_BATCH, NamespaceQuota, StatusUpdate, StoreError, VolumeChange, VolumeRow, now, to_volume,
+use super::row::{
+    NamespaceQuota, StatusUpdate, StoreError, VolumeChange, VolumeRow, columns, now, row_from,
+    to_volume,
 };
+
+/// The most commands one transaction carries.
+pub const MAX_BATCH: usize = 256;
 
 /// A change the writer makes, with where to send its outcome.
 pub(super) enum Command {
@@ -425,7 +429,7 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
                 .prepare_cached(concat!(
                     "UPDATE volumes SET phase = ?1, reason = ?2, message = ?3, location = COALESCE(?4, location), \
                      updated_at = ?5, resource_version = ?6 WHERE uid = ?7 RETURNING ",
-                    super::columns!()
+                    columns!()
                 ))?
                 .query_row(
                     params![
@@ -437,7 +441,7 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
                         version,
                         uid,
                     ],
-                    super::row_from,
+                    row_from,
                 )
                 .optional()?;
             Ok(Outcome::MaybeRow(row.map(Box::new)))
@@ -453,9 +457,9 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
             let removed = conn
                 .prepare_cached(concat!(
                     "DELETE FROM volumes WHERE uid = ?1 RETURNING ",
-                    super::columns!()
+                    columns!()
                 ))?
-                .query_row([uid], super::row_from)
+                .query_row([uid], row_from)
                 .optional()?;
             let Some(mut removed) = removed else {
                 return Ok(Outcome::Removed(None));
@@ -539,7 +543,7 @@ fn update(
         .prepare_cached(concat!(
             "UPDATE volumes SET labels = ?1, capacity = ?2, capacity_bytes = ?3, spec_hash = ?4, \
              updated_at = ?5, resource_version = ?6 WHERE uid = ?7 RETURNING ",
-            super::columns!()
+            columns!()
         ))?
         .query_row(
             params![
@@ -551,7 +555,7 @@ fn update(
                 version,
                 change.uid,
             ],
-            super::row_from,
+            row_from,
         )?;
     Ok(Outcome::Changed(Some((Box::new(row), before))))
 }
