@@ -100,14 +100,16 @@ fn run_tour(stack: &Stack, files: &Path) -> Vec<String> {
         .expect("the banner names the Docker instance")
         .to_owned();
     let fill = |command: &str| {
+        // The tour's own /tmp/ paths first: a checkout under /tmp (CI's clean clone may be one) must
+        // not have its binary's path moved into the files directory.
         command
+            .replace("/tmp/", &format!("{}/", files.display()))
             .replace("<the admin token>", &stack.admin_token)
             .replace("<emulator access key id>", &stack.emulator_key.0)
             .replace("<emulator access key secret>", &stack.emulator_key.1)
             .replace("<docker instance>", &docker_instance)
             .replace("http://127.0.0.1:8080", &stack.url)
             .replace("./target/release/berth", &bin())
-            .replace("/tmp/", &format!("{}/", files.display()))
             .replace(
                 "<a name from the list>",
                 "$($berth get machines -o name | head -1 | cut -d/ -f2)",
