@@ -44,5 +44,8 @@ pub use orchestrator::{Orchestrator, OrchestratorKind};
 pub use problem::{PROBLEM_JSON, Problem};
 pub use quantity::Quantity;
 pub use secret::SecretString;
+
+/// Where a stack's state lives when `BERTH_DATA_DIR` (or `berth up --data-dir`) is not given.
+pub const DEFAULT_DATA_DIR: &str = "./berth-data";
 pub use selector::Selector;
 pub use volume::*;

@@ -40,6 +40,11 @@ pub fn about_blank() -> String {
     "about:blank".into()
 }
 
+/// What a service answers (401) to a call without the internal credential: a client that sees it was
+/// pointed at a service's port rather than the gateway's, and can say so.
+pub const INTERNAL_CREDENTIAL_REQUIRED: &str =
+    "this service requires the internal credential; call it through the gateway";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -628,8 +628,9 @@ impl UnusableDockerHost {
     }
 }
 
-/// Where state lives when `BERTH_DATA_DIR` is unset.
-pub const DEFAULT_DATA_DIR: &str = "./berth-data";
+/// Where state lives when `BERTH_DATA_DIR` is unset (in `domain`, so the CLI's flags share it
+/// without linking the kit).
+pub use domain::DEFAULT_DATA_DIR;
 
 /// The data directory: `BERTH_DATA_DIR`, or `./berth-data`.
 pub fn data_dir(env: &Env) -> std::path::PathBuf {

@@ -262,10 +262,9 @@ fn refuse_without_internal_token(
     }
 }
 
-/// What a service answers (401) to a call without the internal credential: a client that sees it was
-/// pointed at a service's port rather than the gateway's, and can say so.
-pub const INTERNAL_CREDENTIAL_REQUIRED: &str =
-    "this service requires the internal credential; call it through the gateway";
+/// What a service answers (401) to a call without the internal credential (a wire message: in
+/// `domain`, so the CLI can recognise it without linking the kit).
+pub use domain::problem::INTERNAL_CREDENTIAL_REQUIRED;
 
 /// Whether `response` is an error answer that is not problem+json yet.
 fn needs_problem(response: &Response) -> bool {

@@ -29,8 +29,6 @@ use domain::{Code, Status};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::commands::CliError;
-
 /// The manifest's name in the archive.
 pub const MANIFEST: &str = "berth-backup.json";
 /// The archive format this Berth writes and reads.
@@ -85,19 +83,19 @@ struct Entry {
     sha256: String,
 }
 
-fn refused(message: String) -> CliError {
-    CliError::Local(Status::new(Code::FailedPrecondition, message))
+fn refused(message: String) -> Status {
+    Status::new(Code::FailedPrecondition, message)
 }
 
-fn bad_archive(from: &Path, message: String) -> CliError {
-    CliError::Local(Status::new(
+fn bad_archive(from: &Path, message: String) -> Status {
+    Status::new(
         Code::InvalidArgument,
         format!("{} is not a usable Berth backup: {message}", from.display()),
-    ))
+    )
 }
 
-fn failed(what: String, e: impl std::fmt::Display) -> CliError {
-    CliError::Local(Status::new(Code::Internal, format!("{what}: {e}")))
+fn failed(what: String, e: impl std::fmt::Display) -> Status {
+    Status::new(Code::Internal, format!("{what}: {e}"))
 }
 
 /// The SHA-256 and size of the file at `path`.
@@ -172,7 +170,7 @@ fn check_database(db: &rusqlite::Connection) -> rusqlite::Result<()> {
 }
 
 /// `berth backup --data-dir D --to FILE`.
-pub fn backup(data_dir: &Path, to: &Path) -> Result<(), CliError> {
+pub fn backup(data_dir: &Path, to: &Path) -> Result<String, Status> {
     let data_dir = std::fs::canonicalize(data_dir).map_err(|e| {
         refused(format!(
             "--data-dir {}: cannot be read ({e})",
@@ -271,8 +269,7 @@ pub fn backup(data_dir: &Path, to: &Path) -> Result<(), CliError> {
         said.push_str("  it holds the secrets' key and the tokens' hashes: keep it as you keep the data directory (it is readable by you alone)\n");
     }
     said.push_str("  not in it: the volumes' data (back that up where it lives); restore with: berth restore --from FILE --data-dir NEW_DIR\n");
-    crate::output::write_stdout(&said).map_err(|e| failed("writing".into(), e))?;
-    Ok(())
+    Ok(said)
 }
 
 fn write_archive(path: &Path, staging: &Path, manifest: &Manifest) -> std::io::Result<()> {
@@ -302,7 +299,7 @@ fn write_archive(path: &Path, staging: &Path, manifest: &Manifest) -> std::io::R
 }
 
 /// `berth restore --from FILE --data-dir D [--same-instance]`.
-pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Result<(), CliError> {
+pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Result<String, Status> {
     if std::fs::symlink_metadata(data_dir).is_ok_and(|m| m.file_type().is_symlink()) {
         return Err(refused(format!(
             "--data-dir {}: is a symbolic link; name the directory itself",
@@ -396,13 +393,12 @@ pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Resul
         "  start it: berth up --data-dir {} (with another --port-base than the original's if both run)\n",
         target.display()
     ));
-    crate::output::write_stdout(&said).map_err(|e| failed("writing".into(), e))?;
-    Ok(())
+    Ok(said)
 }
 
 /// Unpacks the archive into `into`, checking each entry against the manifest (which comes first)
 /// and each database's integrity.
-fn unpack(from: &Path, archive: std::fs::File, into: &Path) -> Result<Manifest, CliError> {
+fn unpack(from: &Path, archive: std::fs::File, into: &Path) -> Result<Manifest, Status> {
     let bad = |m: String| bad_archive(from, m);
     let mut archive = tar::Archive::new(std::io::BufReader::new(archive));
     let mut entries = archive
@@ -509,7 +505,7 @@ fn unpack(from: &Path, archive: std::fs::File, into: &Path) -> Result<Manifest, 
 /// Makes the unpacked copy in `staging` (to live at `to`, a copy of `from`) its own: a new Docker
 /// instance, the storage database's new instance and local paths, the registry's local paths.
 /// Returns what it says of it.
-async fn make_copy_own(staging: &Path, from: &Path, to: &Path) -> Result<String, CliError> {
+async fn make_copy_own(staging: &Path, from: &Path, to: &Path) -> Result<String, Status> {
     let mut said = String::new();
     let storage = staging.join("storage.db");
     if storage.exists() {

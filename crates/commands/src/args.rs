@@ -5,6 +5,7 @@
 //! reads, and `berth up --server …` is refused instead of silently ignored. They are `global` below
 //! their command, so `berth volume list -o json` and `berth volume -o json list` both work.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -177,7 +178,7 @@ pub enum Command {
     )]
     Backup {
         /// The data directory `berth up` runs on.
-        #[arg(long, env = "BERTH_DATA_DIR", hide_env_values = true, default_value = service_kit::config::DEFAULT_DATA_DIR)]
+        #[arg(long, env = "BERTH_DATA_DIR", hide_env_values = true, default_value = domain::DEFAULT_DATA_DIR)]
         data_dir: PathBuf,
         /// The archive to write (a tar file; one there before is replaced once the new one is whole).
         #[arg(long)]
@@ -245,7 +246,7 @@ pub struct Call<A: clap::Args> {
 #[derive(Debug, Clone, clap::Args)]
 pub struct UpArgs {
     /// Where all state goes: SQLite files, local volumes, the tokens file.
-    #[arg(long, env = "BERTH_DATA_DIR", hide_env_values = true, default_value = service_kit::config::DEFAULT_DATA_DIR)]
+    #[arg(long, env = "BERTH_DATA_DIR", hide_env_values = true, default_value = domain::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
     /// The gateway's port; the services take the next ones (+1 machine-driver, +2 registry,
     /// +3 storage-ops, +10 ECS emulator).
@@ -756,8 +757,53 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    service_kit::config::parse_duration(s)
+    domain::duration::parse_duration(s)
         .ok_or_else(|| format!("{s:?} is not a duration like 30s or 5m"))
+}
+
+/// The options of the commands that reach the gateway and print ([`args::Connection`],
+/// [`args::Format`]) taking a value, and those that take none.
+const OPTIONS_WITH_VALUE: &[&str] = &["--server", "--token", "--request-timeout", "--output", "-o"];
+const FLAGS: &[&str] = &["--no-headers"];
+
+/// `argv` with the connection and output options given before the command moved to its end, so
+/// that `berth --server URL volume list` works as kubectl's global flags do. They belong to the
+/// commands that use them (see this module), so a command that does not (`berth --server URL up`) is
+/// still refused with clap's usual error. Anything else stays where it is; nothing after a `--` is
+/// touched.
+pub fn options_anywhere(argv: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut argv = argv.into_iter();
+    let mut out: Vec<OsString> = argv.next().into_iter().collect();
+    let mut hoisted = Vec::new();
+    let mut rest: Vec<OsString> = Vec::new();
+    let mut before_command = true;
+    while let Some(arg) = argv.next() {
+        let text = arg.to_string_lossy();
+        if !before_command || text == "--" {
+            rest.push(arg);
+            rest.extend(argv.by_ref());
+            break;
+        }
+        let takes_value = OPTIONS_WITH_VALUE.contains(&text.as_ref());
+        let inline = OPTIONS_WITH_VALUE
+            .iter()
+            .any(|o| o.starts_with("--") && text.starts_with(&format!("{o}=")))
+            || (text.starts_with("-o") && text.len() > 2 && !text.starts_with("--"));
+        if takes_value {
+            hoisted.push(arg);
+            hoisted.extend(argv.next());
+        } else if inline || FLAGS.contains(&text.as_ref()) {
+            hoisted.push(arg);
+        } else {
+            before_command = text.starts_with('-');
+            out.push(arg);
+        }
+    }
+    let end = rest.iter().position(|a| a == "--").unwrap_or(rest.len());
+    out.extend(rest.drain(..end));
+    out.extend(hoisted);
+    out.extend(rest);
+    out
 }
 
 #[cfg(test)]
@@ -828,5 +874,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn moved(line: &str) -> String {
+        let argv = line.split(' ').map(OsString::from);
+        let out: Vec<String> = options_anywhere(argv)
+            .into_iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        out.join(" ")
+    }
+
+    #[test]
+    fn connection_and_output_options_may_come_before_the_command() {
+        assert_eq!(
+            moved("berth --server http://h:1 -o json volume list -A"),
+            "berth volume list -A --server http://h:1 -o json"
+        );
+        assert_eq!(
+            moved("berth --token=t -ojson --no-headers get volumes"),
+            "berth get volumes --token=t -ojson --no-headers"
+        );
+        // Where they already are, and after `--`, nothing moves.
+        assert_eq!(
+            moved("berth volume list --server x"),
+            "berth volume list --server x"
+        );
+        assert_eq!(
+            moved("berth --server x machine create -f a -- --server y"),
+            "berth machine create -f a --server x -- --server y"
+        );
+        // A command that takes none of them still gets them, to refuse.
+        assert_eq!(moved("berth --server x up"), "berth up --server x");
+        assert_eq!(moved("berth --version"), "berth --version");
     }
 }

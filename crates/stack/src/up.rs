@@ -19,7 +19,18 @@ use service_kit::config::vars;
 use service_kit::server::Application;
 use tokio::sync::watch;
 
-use crate::args::UpArgs;
+/// What `berth up` is asked for (its command-line options).
+#[derive(Debug, Clone)]
+pub struct UpOptions {
+    /// Where all state goes: SQLite files, local volumes, the tokens file.
+    pub data_dir: std::path::PathBuf,
+    /// The gateway's port; the services take the next ones ([`Ports::from_base`]).
+    pub port_base: u16,
+    /// The address the gateway binds; the services listen on loopback unless `expose_services`.
+    pub bind: std::net::IpAddr,
+    /// The services bind on `bind` too, not only the gateway.
+    pub expose_services: bool,
+}
 
 /// The ports of one run, in the order of docs/architecture.md's table.
 #[derive(Debug, Clone, Copy)]
@@ -53,7 +64,7 @@ impl Ports {
 }
 
 fn random_token() -> String {
-    crate::commands::token::new_token()
+    crate::tokens::new_token()
 }
 
 /// The internal credential of this run: the one `BERTH_INTERNAL_TOKEN` or `BERTH_INTERNAL_TOKEN_FILE`
@@ -149,7 +160,7 @@ pub fn new_docker_instance() -> String {
     format!("b{}", hex::encode(rand::random::<[u8; 6]>()))
 }
 
-pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxError> {
+pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxError> {
     let ports = Ports::from_base(args.port_base)
         .ok_or("--port-base leaves no room for the ports above it")?;
     std::fs::create_dir_all(&args.data_dir).map_err(|e| {
@@ -159,7 +170,7 @@ pub async fn build_stack(args: &UpArgs, base_env: &Env) -> Result<Built, BoxErro
         )
     })?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
-    let tokens_file = crate::commands::token::tokens_file_in(&data_dir);
+    let tokens_file = crate::tokens::tokens_file_in(&data_dir);
     // The emulator keeps its instances and its key in the data directory, so machines survive a
     // restart as volumes do, and the key in a user's machine Secret keeps working.
     let emulator_dir = data_dir.join("ecs-emulator");
@@ -341,7 +352,11 @@ pub const EMULATOR_LIFECYCLE: [&str; 3] = [
 
 /// Writes one banner line; a stdout nobody reads (`berth up | head -3`) does not stop the stack.
 fn say(line: impl AsRef<str>) {
-    let _ = crate::output::write_stdout(&format!("{}\n", line.as_ref()));
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    let _ = out
+        .write_all(format!("{}\n", line.as_ref()).as_bytes())
+        .and_then(|()| out.flush());
 }
 
 /// The banner's orchestrator lines: which one new volumes go to, what the registry detects in this
@@ -491,7 +506,7 @@ pub fn stack_variables() -> (Vec<&'static str>, Vec<service_kit::config::Renamed
 }
 
 /// Runs the stack until Ctrl-C or SIGTERM, then drains every service and exits 0.
-pub async fn run(args: UpArgs) -> ExitCode {
+pub async fn run(args: UpOptions) -> ExitCode {
     service_kit::memory::limit_footprint();
     let (reads, renamed) = stack_variables();
     let env = Env::from_process(&reads);
@@ -846,7 +861,7 @@ mod tests {
     async fn a_contradicting_configuration_stops_the_start_before_any_port_is_bound() {
         let dir = tempfile::tempdir().unwrap();
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let args = UpArgs {
+        let args = UpOptions {
             data_dir: dir.path().to_path_buf(),
             // The gateway's port is taken: a start that got as far as binding would say so instead.
             port_base: taken.local_addr().unwrap().port(),
@@ -878,7 +893,7 @@ mod tests {
 
     async fn addresses(bind: &str, expose_services: bool) -> Vec<(&'static str, SocketAddr)> {
         let dir = tempfile::tempdir().unwrap();
-        let args = UpArgs {
+        let args = UpOptions {
             data_dir: dir.path().to_path_buf(),
             port_base: free_port_base(),
             bind: bind.parse().unwrap(),

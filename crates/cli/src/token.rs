@@ -1,4 +1,4 @@
-//! `berth token create`, `list` and `revoke`, and the tokens file they and `berth up` write.
+//! `berth token create`, `list` and `revoke`: the tokens file of a data directory (`berth_stack::tokens`).
 //!
 //! The file holds only hashes (`<name> sha256:<hex> <scopes> [namespaces=…] [created=…]
 //! [expires=…]`), so a token is shown once, when it is made. Whoever can write the data directory
@@ -9,26 +9,16 @@
 
 use std::path::{Path, PathBuf};
 
-use chrono::{DateTime, Utc};
-use gateway::auth::{LineFields, parse_token_lines, read_last_used, valid_token_name};
-use gateway::routes::Scope;
-use service_kit::tenancy::Namespaces;
-
-use super::CliError;
-use crate::args::{Output, TokenCommand};
-use crate::output::{Printable, print};
-
-/// The tokens file inside a data directory, as `berth up` serves it.
-pub fn tokens_file_in(data_dir: &Path) -> PathBuf {
-    data_dir.join("tokens")
-}
-
-// The tokens file's format belongs to the gateway, which also writes it (its first start in a
-// container, `gateway token create`); the CLI uses the same writers.
-pub use gateway::auth::{
-    TOKENS_FILE_HEADER as HEADER, append_token_line as append_line,
-    create_tokens_file as create_file, new_token,
+use berth_commands::CliError;
+use berth_commands::args::{Output, TokenCommand};
+use berth_commands::output::{Printable, print};
+#[cfg(test)]
+use berth_stack::tokens::{HEADER, create_file};
+use berth_stack::tokens::{
+    LineFields, Namespaces, Scope, append_line, new_token, parse_token_lines, read_last_used,
+    tokens_file_in, valid_token_name,
 };
+use chrono::{DateTime, Utc};
 
 /// `berth token …`.
 pub fn run(command: &TokenCommand) -> Result<(), CliError> {
@@ -50,7 +40,7 @@ pub fn run(command: &TokenCommand) -> Result<(), CliError> {
         } => {
             let file = file_of(data_dir, tokens_file)?
                 .ok_or_else(|| CliError::Usage("give --data-dir or --tokens-file".into()))?;
-            let found = gateway::auth::revoke_token(&file, name)
+            let found = berth_stack::tokens::revoke_token(&file, name)
                 .map_err(|e| CliError::Usage(format!("{}: {e}", file.display())))?;
             if !found {
                 return Err(CliError::Local(domain::Status::new(
@@ -140,7 +130,7 @@ fn namespaces_of(
         }
         (None, false) => None,
     };
-    gateway::auth::grant_rule(scopes, asked.as_ref()).map_err(CliError::Usage)?;
+    berth_stack::tokens::grant_rule(scopes, asked.as_ref()).map_err(CliError::Usage)?;
     // Written out when given, so the file says what the token is.
     Ok(asked)
 }
@@ -233,7 +223,7 @@ fn create(command: &TokenCommand) -> Result<(), CliError> {
         created: Some(now),
         expires,
     };
-    let line = gateway::auth::tokens_file_line_with(&name, &token, &parsed, &fields);
+    let line = berth_stack::tokens::tokens_file_line_with(&name, &token, &parsed, &fields);
     if let Some(path) = &file {
         append_line(path, &line)
             .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
