@@ -306,6 +306,42 @@ pub fn check_names(
     Ok(warnings)
 }
 
+/// Declares the variables a crate reads besides the kit's (`VARS`) and the names it retired
+/// (`RENAMED`), and with them the test that keeps the list whole: every `"BERTH_…"` literal in the
+/// crate's sources must be declared, the kit's, retired or a tool's ([`undeclared_names`]). One
+/// declaration makes both, so no crate carries its own copy of the test.
+///
+/// ```ignore
+/// service_kit::declare_variables! {
+///     /// Every variable this service reads besides the kit's.
+///     pub const VARS = [env_vars::DB, env_vars::TIMEOUT];
+///     /// Its names retired in this release: none.
+///     pub const RENAMED = [];
+/// }
+/// ```
+#[macro_export]
+macro_rules! declare_variables {
+    (
+        $(#[$vars_meta:meta])*
+        $vars_vis:vis const VARS = [$($var:expr),* $(,)?];
+        $(#[$renamed_meta:meta])*
+        $renamed_vis:vis const RENAMED = [$($renamed:expr),* $(,)?];
+    ) => {
+        $(#[$vars_meta])*
+        $vars_vis const VARS: &[&str] = &[$($var),*];
+        $(#[$renamed_meta])*
+        $renamed_vis const RENAMED: &[$crate::config::Renamed] = &[$($renamed),*];
+
+        #[cfg(test)]
+        #[test]
+        fn every_variable_this_crate_reads_is_declared() {
+            let src = ::std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
+            let undeclared = $crate::config::undeclared_names(src, VARS, RENAMED);
+            assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
+        }
+    };
+}
+
 /// The `"BERTH_…"` literals in the Rust sources under `dir` that are neither in `reads`, nor the
 /// kit's ([`vars::EVERY_SERVICE`]), nor names of `renamed`, nor a tool's: what a crate's test
 /// asserts is empty, so a variable cannot be read without being declared (and so accepted at

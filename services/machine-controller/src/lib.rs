@@ -45,34 +45,37 @@ pub const NAME: &str = "machine-controller";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8084;
 
-/// Every variable the controller reads besides the kit's: the binary refuses any other
-/// `BERTH_*` one, and a test checks every name this crate's sources spell is here.
-pub const VARS: &[&str] = &[
-    env_vars::CONTROLLER_DB,
-    env_vars::KEY_FILE,
-    env_vars::MACHINE_DRIVER_URL,
-    env_vars::MACHINE_DRIVER_TIMEOUT,
-    env_vars::MAX_REPLICAS,
-    env_vars::CREATION_TIMEOUT,
-    env_vars::HEALTH_TIMEOUT,
-    env_vars::RESYNC,
-    env_vars::BACKOFF_MAX,
-    env_vars::EXHAUSTED_RETRY,
-    env_vars::CLASS_CALLS,
-    env_vars::WORKERS,
-    env_vars::KEEP_FAILED,
-    env_vars::ORPHAN_INTERVAL,
-    service_kit::watch::vars::MAX_WATCHES,
-    service_kit::watch::vars::WATCH_HEARTBEAT,
-    service_kit::watch::vars::WATCH_MAX_DURATION,
-];
-
-/// The controller's names retired in this release: the most watches is one setting for every
-/// service that serves them.
-pub const RENAMED: &[service_kit::config::Renamed] = &[service_kit::config::Renamed::same(
-    "BERTH_CONTROLLER_MAX_WATCHES",
-    service_kit::watch::vars::MAX_WATCHES,
-)];
+service_kit::declare_variables! {
+    /// Every variable the controller reads besides the kit's: the binary refuses any other
+    /// `BERTH_*` one, and a test checks every name this crate's sources spell is here.
+    pub const VARS = [
+        env_vars::CONTROLLER_DB,
+        env_vars::KEY_FILE,
+        env_vars::MACHINE_DRIVER_URL,
+        env_vars::MACHINE_DRIVER_TIMEOUT,
+        env_vars::MAX_REPLICAS,
+        env_vars::CREATION_TIMEOUT,
+        env_vars::HEALTH_TIMEOUT,
+        env_vars::RESYNC,
+        env_vars::BACKOFF_MAX,
+        env_vars::EXHAUSTED_RETRY,
+        env_vars::CLASS_CALLS,
+        env_vars::WORKERS,
+        env_vars::KEEP_FAILED,
+        env_vars::ORPHAN_INTERVAL,
+        service_kit::watch::vars::MAX_WATCHES,
+        service_kit::watch::vars::WATCH_HEARTBEAT,
+        service_kit::watch::vars::WATCH_MAX_DURATION,
+    ];
+    /// The controller's names retired in this release: the most watches is one setting for every
+    /// service that serves them.
+    pub const RENAMED = [
+        service_kit::config::Renamed::same(
+            "BERTH_CONTROLLER_MAX_WATCHES",
+            service_kit::watch::vars::MAX_WATCHES,
+        ),
+    ];
+}
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -278,13 +281,6 @@ pub async fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_variable_this_crate_reads_is_declared() {
-        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
-        let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
-        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
-    }
 
     #[test]
     fn defaults_and_refusals() {

@@ -39,28 +39,29 @@ pub const NAME: &str = "orchestrator-registry";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8082;
 
-/// Every variable the registry reads besides the kit's
-/// ([`service_kit::config::vars::EVERY_SERVICE`]), detection's inputs from other programs among
-/// them: the binary refuses any other `BERTH_*` one, and a test checks every name this crate's
-/// sources spell is here.
-pub const VARS: &[&str] = &[
-    env_vars::REGISTRY_DB,
-    env_vars::LOCAL_BASE_PATH,
-    env_vars::LOCAL_ROOTS,
-    env_vars::DOCKER_ENDPOINTS,
-    env_vars::DOCKER_PING_TIMEOUT,
-    env_vars::KUBERNETES_NAMESPACE,
-    service_kit::config::vars::KUBERNETES_SERVERS,
-    detect::KUBERNETES_SERVICE_HOST,
-    detect::NOMAD_ADDR,
-    detect::DOCKER_HOST,
-    service_kit::watch::vars::MAX_WATCHES,
-    service_kit::watch::vars::WATCH_HEARTBEAT,
-    service_kit::watch::vars::WATCH_MAX_DURATION,
-];
-
-/// The registry's names retired in this release: none.
-pub const RENAMED: &[service_kit::config::Renamed] = &[];
+service_kit::declare_variables! {
+    /// Every variable the registry reads besides the kit's
+    /// ([`service_kit::config::vars::EVERY_SERVICE`]), detection's inputs from other programs among
+    /// them: the binary refuses any other `BERTH_*` one, and a test checks every name this crate's
+    /// sources spell is here.
+    pub const VARS = [
+        env_vars::REGISTRY_DB,
+        env_vars::LOCAL_BASE_PATH,
+        env_vars::LOCAL_ROOTS,
+        env_vars::DOCKER_ENDPOINTS,
+        env_vars::DOCKER_PING_TIMEOUT,
+        env_vars::KUBERNETES_NAMESPACE,
+        service_kit::config::vars::KUBERNETES_SERVERS,
+        detect::KUBERNETES_SERVICE_HOST,
+        detect::NOMAD_ADDR,
+        detect::DOCKER_HOST,
+        service_kit::watch::vars::MAX_WATCHES,
+        service_kit::watch::vars::WATCH_HEARTBEAT,
+        service_kit::watch::vars::WATCH_MAX_DURATION,
+    ];
+    /// The registry's names retired in this release: none.
+    pub const RENAMED = [];
+}
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -291,13 +292,6 @@ fn pod_namespace() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_variable_this_crate_reads_is_declared() {
-        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
-        let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
-        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
-    }
 
     #[test]
     fn defaults_live_under_the_data_directory() {

@@ -44,37 +44,40 @@ pub const NAME: &str = "storage-ops";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8083;
 
-/// Every variable storage-ops reads besides the kit's
-/// ([`service_kit::config::vars::EVERY_SERVICE`]), `DOCKER_HOST` among them (one of the Engines
-/// `docker` orchestrators may use when `BERTH_DOCKER_ENDPOINTS` is unset): the binary refuses any
-/// other `BERTH_*` one, and a test checks every name this crate's sources spell is here.
-pub const VARS: &[&str] = &[
-    env_vars::STORAGE_OPS_DB,
-    env_vars::REGISTRY_URL,
-    env_vars::REGISTRY_TIMEOUT,
-    env_vars::UPSTREAM_TIMEOUT,
-    env_vars::RECONCILE_INTERVAL,
-    env_vars::ORPHAN_POLICY,
-    env_vars::QUOTA_VOLUMES,
-    env_vars::QUOTA_VOLUME_BYTES,
-    service_kit::config::vars::LOCAL_ROOTS,
-    service_kit::config::vars::DOCKER_ENDPOINTS,
-    service_kit::config::vars::LOCAL_BASE_PATH,
-    service_kit::config::vars::DOCKER_HOST,
-    service_kit::config::vars::KUBERNETES_SERVERS,
-    service_kit::config::vars::KUBERNETES_SERVICE_HOST,
-    env_vars::KUBECONFIG,
-    service_kit::watch::vars::MAX_WATCHES,
-    service_kit::watch::vars::WATCH_HEARTBEAT,
-    service_kit::watch::vars::WATCH_MAX_DURATION,
-];
-
-/// Storage-ops' names retired in this release: a service's database is named for the service, as
-/// its address is (`BERTH_STORAGE_OPS_URL`).
-pub const RENAMED: &[service_kit::config::Renamed] = &[service_kit::config::Renamed::same(
-    "BERTH_STORAGE_DB",
-    env_vars::STORAGE_OPS_DB,
-)];
+service_kit::declare_variables! {
+    /// Every variable storage-ops reads besides the kit's
+    /// ([`service_kit::config::vars::EVERY_SERVICE`]), `DOCKER_HOST` among them (one of the Engines
+    /// `docker` orchestrators may use when `BERTH_DOCKER_ENDPOINTS` is unset): the binary refuses any
+    /// other `BERTH_*` one, and a test checks every name this crate's sources spell is here.
+    pub const VARS = [
+        env_vars::STORAGE_OPS_DB,
+        env_vars::REGISTRY_URL,
+        env_vars::REGISTRY_TIMEOUT,
+        env_vars::UPSTREAM_TIMEOUT,
+        env_vars::RECONCILE_INTERVAL,
+        env_vars::ORPHAN_POLICY,
+        env_vars::QUOTA_VOLUMES,
+        env_vars::QUOTA_VOLUME_BYTES,
+        service_kit::config::vars::LOCAL_ROOTS,
+        service_kit::config::vars::DOCKER_ENDPOINTS,
+        service_kit::config::vars::LOCAL_BASE_PATH,
+        service_kit::config::vars::DOCKER_HOST,
+        service_kit::config::vars::KUBERNETES_SERVERS,
+        service_kit::config::vars::KUBERNETES_SERVICE_HOST,
+        env_vars::KUBECONFIG,
+        service_kit::watch::vars::MAX_WATCHES,
+        service_kit::watch::vars::WATCH_HEARTBEAT,
+        service_kit::watch::vars::WATCH_MAX_DURATION,
+    ];
+    /// Storage-ops' names retired in this release: a service's database is named for the service, as
+    /// its address is (`BERTH_STORAGE_OPS_URL`).
+    pub const RENAMED = [
+        service_kit::config::Renamed::same(
+            "BERTH_STORAGE_DB",
+            env_vars::STORAGE_OPS_DB,
+        ),
+    ];
+}
 
 /// Names of the variables this service reads besides the common ones.
 pub mod env_vars {
@@ -338,13 +341,6 @@ pub async fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_variable_this_crate_reads_is_declared() {
-        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
-        let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
-        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
-    }
 
     #[test]
     fn defaults_and_bad_values() {
