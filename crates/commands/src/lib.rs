@@ -92,6 +92,9 @@ impl CliError {
                 Some(_) if e.code() == Code::Uninitialized && !bootstrap_ended(e) => EXIT_FAILED,
                 // What the server said decides: 4xx refused, except "too slow" and "too many".
                 Some(s) if (400..500).contains(&s) && s != 408 && s != 429 => EXIT_REFUSED,
+                // A 429 without Retry-After is a full capacity or quota, not a rate limit: waiting
+                // does not cure it.
+                Some(429) if e.retry_after.is_none() => EXIT_REFUSED,
                 Some(_) => EXIT_FAILED,
                 None => {
                     if retry_may_help(e.code()) {
@@ -193,6 +196,8 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
              make one with `berth token create --scopes … --namespaces …`"
                 .into(),
         ),
+        // A full capacity or quota: its message says what to do.
+        Some(429) if e.retry_after.is_none() => None,
         Some(429 | 503) => {
             let after = e
                 .retry_after

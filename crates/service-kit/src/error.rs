@@ -31,6 +31,8 @@ pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
 pub struct ApiError {
     status: Status,
     retry_after: Option<Duration>,
+    /// A 429 that waiting does not cure (a capacity or a quota full): no `Retry-After`.
+    not_retryable: bool,
     machine_codes_error: bool,
     http_status: Option<StatusCode>,
     cause: Option<Box<dyn std::error::Error + Send + Sync>>,
@@ -42,6 +44,7 @@ impl ApiError {
         ApiError {
             status,
             retry_after: None,
+            not_retryable: false,
             machine_codes_error: false,
             http_status: None,
             cause: None,
@@ -62,6 +65,7 @@ impl ApiError {
                 "internal error; the request id finds the details in the service's log",
             ),
             retry_after: None,
+            not_retryable: false,
             machine_codes_error: false,
             http_status: None,
             cause: Some(Box::new(cause)),
@@ -77,6 +81,14 @@ impl ApiError {
     /// Sets `Retry-After` (only sent on 429 and 503).
     pub fn with_retry_after(mut self, after: Duration) -> Self {
         self.retry_after = Some(after);
+        self
+    }
+
+    /// Sends no `Retry-After`: a `ResourceExhausted` that waiting does not cure (a capacity or a
+    /// quota that is full until something is freed or the limit raised), unlike a rate limit.
+    pub fn not_retryable(mut self) -> Self {
+        self.not_retryable = true;
+        self.retry_after = None;
         self
     }
 
@@ -175,7 +187,8 @@ impl IntoResponse for ApiError {
         if matches!(
             self.status.code,
             Code::ResourceExhausted | Code::Unavailable
-        ) {
+        ) && !self.not_retryable
+        {
             let secs = self
                 .retry_after
                 .unwrap_or(DEFAULT_RETRY_AFTER)

@@ -54,7 +54,7 @@ impl From<OpsError> for ApiError {
             }
             OpsError::Store(
                 StoreError::CapacityExhausted { .. } | StoreError::QuotaExceeded { .. },
-            ) => ApiError::from_code(Code::ResourceExhausted, detail),
+            ) => ApiError::from_code(Code::ResourceExhausted, detail).not_retryable(),
             OpsError::Store(StoreError::Stale { .. }) => ApiError::from_code(Code::Aborted, detail),
             OpsError::Store(StoreError::Closed) => {
                 ApiError::from_code(Code::Unavailable, "storage-ops is stopping")

@@ -236,6 +236,50 @@ async fn inserts_with_an_object_commit_only_once_it_is_made_and_synced() {
     }
 }
 
+/// Two volumes of 7 EiB, each valid, hold more than SQLite's 64-bit `SUM` can add: a later add under
+/// a capacity or a quota is refused as over it (it was a 500, "integer overflow", for every add and
+/// resize of the orchestrator or namespace after).
+#[tokio::test]
+async fn sums_past_64_bits_are_over_any_limit_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let quota = NamespaceQuota {
+        volumes: None,
+        bytes: Some(u64::MAX - 1),
+    };
+    let store = Store::open_with_quota(&dir.path().join("s.db"), quota)
+        .await
+        .unwrap();
+    let seven_eib = 7u64 << 60;
+    store
+        .insert(row("ns", "a", "o", seven_eib), None)
+        .await
+        .unwrap();
+    store
+        .insert(row("other", "b", "o", seven_eib), None)
+        .await
+        .unwrap();
+    let over = store
+        .insert(row("x", "c", "o", 1), Some(1 << 40))
+        .await
+        .unwrap_err();
+    match over {
+        StoreError::CapacityExhausted { used, .. } => assert_eq!(used, 14u64 << 60),
+        e => panic!("expected CapacityExhausted, got {e:?}"),
+    }
+    store
+        .insert(row("ns", "d", "p", seven_eib), None)
+        .await
+        .unwrap();
+    let over = store
+        .insert(row("ns", "e", "q", seven_eib), None)
+        .await
+        .unwrap_err();
+    match over {
+        StoreError::QuotaExceeded { used, .. } => assert_eq!(used, 14u64 << 60),
+        e => panic!("expected QuotaExceeded, got {e:?}"),
+    }
+}
+
 #[tokio::test]
 async fn capacity_is_checked_inside_the_writer() {
     let (_dir, store) = open().await;

@@ -306,15 +306,11 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
             // “Storage: AddStorage vs raw SQLite, ListStorage pages”); a volume-count quota bounds
             // that itself, and with no quota set nothing is read.
             if *quota != NamespaceQuota::default() {
-                let (count, bytes): (i64, i64) = conn
-                    .prepare_cached(
-                        "SELECT COUNT(*), COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE namespace = ?1",
-                    )?
-                    .query_row([&row.namespace], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                let (count, bytes) = (
-                    u64::try_from(count).unwrap_or(0),
-                    u64::try_from(bytes).unwrap_or(0),
-                );
+                let count: i64 = conn
+                    .prepare_cached("SELECT COUNT(*) FROM volumes WHERE namespace = ?1")?
+                    .query_row([&row.namespace], |r| r.get(0))?;
+                let count = u64::try_from(count).unwrap_or(0);
+                let bytes = capacity_sum(conn, Summed::Namespace, &row.namespace)?;
                 let exceeded = |setting, limit, used, asked, unit| {
                     Err(Failure::Refused(StoreError::QuotaExceeded {
                         quota: setting,
@@ -345,12 +341,7 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
             if let Some(limit) = *capacity_limit {
                 // Every recorded volume counts, Failed ones too: a Failed volume is retried by the
                 // same AddStorage without a second check, so it keeps its share until deleted.
-                let used: i64 = conn
-                    .prepare_cached(
-                        "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE orchestrator = ?1",
-                    )?
-                    .query_row([&row.orchestrator], |r| r.get(0))?;
-                let used = u64::try_from(used).unwrap_or(0);
+                let used = capacity_sum(conn, Summed::Orchestrator, &row.orchestrator)?;
                 if used.saturating_add(row.capacity_bytes) > limit {
                     return Err(Failure::Refused(StoreError::CapacityExhausted {
                         orchestrator: row.orchestrator.clone(),
@@ -504,12 +495,7 @@ fn update(
         .saturating_sub(u64::try_from(bytes).unwrap_or(0));
     if grown > 0 {
         if let Some(limit) = quota.bytes {
-            let used: i64 = conn
-                .prepare_cached(
-                    "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE namespace = ?1",
-                )?
-                .query_row([&namespace], |r| r.get(0))?;
-            let used = u64::try_from(used).unwrap_or(0);
+            let used = capacity_sum(conn, Summed::Namespace, &namespace)?;
             if used.saturating_add(grown) > limit {
                 return Err(Failure::Refused(StoreError::QuotaExceeded {
                     quota: crate::env_vars::QUOTA_VOLUME_BYTES,
@@ -522,12 +508,7 @@ fn update(
             }
         }
         if let Some(limit) = capacity_limit {
-            let used: i64 = conn
-                .prepare_cached(
-                    "SELECT COALESCE(SUM(capacity_bytes), 0) FROM volumes WHERE orchestrator = ?1",
-                )?
-                .query_row([&orchestrator], |r| r.get(0))?;
-            let used = u64::try_from(used).unwrap_or(0);
+            let used = capacity_sum(conn, Summed::Orchestrator, &orchestrator)?;
             if used.saturating_add(grown) > limit {
                 return Err(Failure::Refused(StoreError::CapacityExhausted {
                     orchestrator,
@@ -558,4 +539,35 @@ fn update(
             row_from,
         )?;
     Ok(Outcome::Changed(Some((Box::new(row), before))))
+}
+
+/// Whose volumes [`capacity_sum`] adds up.
+#[derive(Clone, Copy)]
+enum Summed {
+    Namespace,
+    Orchestrator,
+}
+
+/// The capacity the volumes of one namespace or orchestrator hold, in bytes (at most `u64::MAX`).
+/// Each volume is valid alone (below 8 EiB), but SQLite's `SUM` of two such is past its 64-bit
+/// integers and fails ("integer overflow"), which blocked every later add and resize of the
+/// namespace or orchestrator with a 500. So the sum is taken in two halves that cannot overflow
+/// (the mebibytes, each below 2^43, and the remainders, each below 2^20, short of 2^20 volumes at
+/// the largest size) and added here in 128 bits.
+fn capacity_sum(conn: &Connection, whose: Summed, name: &str) -> rusqlite::Result<u64> {
+    let sql = match whose {
+        Summed::Namespace => {
+            "SELECT COALESCE(SUM(capacity_bytes >> 20), 0), COALESCE(SUM(capacity_bytes & 1048575), 0) \
+             FROM volumes WHERE namespace = ?1"
+        }
+        Summed::Orchestrator => {
+            "SELECT COALESCE(SUM(capacity_bytes >> 20), 0), COALESCE(SUM(capacity_bytes & 1048575), 0) \
+             FROM volumes WHERE orchestrator = ?1"
+        }
+    };
+    let (mebibytes, rest): (i64, i64) = conn
+        .prepare_cached(sql)?
+        .query_row([name], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let bytes = (u128::try_from(mebibytes).unwrap_or(0) << 20) + u128::try_from(rest).unwrap_or(0);
+    Ok(u64::try_from(bytes).unwrap_or(u64::MAX))
 }

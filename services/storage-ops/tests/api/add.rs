@@ -353,7 +353,9 @@ async fn capacity_exhaustion_is_a_429_and_leaves_nothing() {
     let e = app.storage.add(&q).await.unwrap_err();
     assert_eq!(code(&e), Code::ResourceExhausted, "{e}");
     assert_eq!(e.http_status, Some(429));
-    assert!(e.retry_after.is_some());
+    // Full until something is freed: no Retry-After, which would have the caller wait for nothing
+    // (a break-it finding: the CLI said "retry in 1s").
+    assert!(e.retry_after.is_none());
     assert!(
         e.status.message.contains("\"small\""),
         "{}",
