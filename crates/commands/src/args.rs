@@ -161,7 +161,8 @@ pub enum Command {
     /// Show volumes, orchestrators, or what the machine controller keeps (machines, machine sets and
     /// deployments, classes, secrets), kubectl-style: `berth get volumes`, `berth get machine w-1`.
     Get(Group<GetCommand>),
-    /// Make or update machine-controller objects from YAML or JSON files (what `get -o yaml` prints).
+    /// Make or update Volumes, orchestrators and machine-controller objects from YAML or JSON files
+    /// (what `get -o yaml` prints), all checked before any is written.
     Apply(Call<ApplyArgs>),
     /// Delete a machine-controller object: `berth delete machinedeployment pool`.
     Delete(Call<DeleteArgs>),
@@ -613,8 +614,9 @@ pub struct ObjectRef {
 /// `berth apply`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApplyArgs {
-    /// YAML or JSON files of Secret, MachineClass, Machine, MachineSet and MachineDeployment objects
-    /// (several per file, separated by `---`).
+    /// YAML or JSON files (`-`: standard input) of Volume, orchestrator, Secret, MachineClass,
+    /// Machine, MachineSet and MachineDeployment objects (several per file, separated by `---`, or
+    /// a list's `items`). A `resourceVersion` in one is a precondition.
     #[arg(short = 'f', long = "filename", required = true)]
     pub files: Vec<PathBuf>,
     /// The namespace of objects that name none (default: `default`).

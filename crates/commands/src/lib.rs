@@ -9,13 +9,14 @@
 //!   [`Ctx`] (the checked connection), reading YAML/JSON input files, and [`until`], the one loop
 //!   every `--wait` runs.
 //! - [`machine`], [`volume`], [`orchestrator`]: one module per command family.
-//! - [`objects`]: what the machine controller keeps: `get`, `apply`, `delete`, `scale`, `rollout
-//!   status`, following the server's watch.
+//! - [`objects`]: what the machine controller keeps: `get`, `delete`, `scale`, `rollout status`,
+//!   following the server's watch. [`apply`]: `apply -f` of every kind, checked before it writes.
 //! - [`watch`]: `--watch` of volumes and orchestrators, printing what changed.
 //! - [`output`]: tables, JSON, YAML; sizes and ages for people. [`jsonpath`]: `-o jsonpath=`.
 //!
 //! Exit codes: 0 done, [`EXIT_REFUSED`] (1), [`EXIT_USAGE`] (2), [`EXIT_FAILED`] (3).
 
+pub mod apply;
 pub mod args;
 pub mod jsonpath;
 pub mod machine;
@@ -333,10 +334,16 @@ pub fn split_name(name: &str, namespace: Option<&str>) -> Result<(String, String
 pub fn read_structured(path: &Path) -> Result<Vec<serde_json::Value>, CliError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::Usage(format!("{}: {e}", path.display())))?;
+    parse_structured(&path.display().to_string(), &text)
+}
+
+/// The documents of YAML or JSON `text` (several YAML documents separated by `---`), read from
+/// `source` (a file's name, or standard input).
+pub fn parse_structured(source: &str, text: &str) -> Result<Vec<serde_json::Value>, CliError> {
     let mut docs = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(&text) {
+    for doc in serde_yaml::Deserializer::from_str(text) {
         let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
-            .map_err(|e| CliError::Usage(format!("{}: not YAML or JSON: {e}", path.display())))?;
+            .map_err(|e| CliError::Usage(format!("{source}: not YAML or JSON: {e}")))?;
         if !value.is_null() {
             docs.push(value);
         }
@@ -478,7 +485,7 @@ pub async fn run(command: &Command, context: &mut HintContext) -> Result<(), Cli
         }
         Command::Apply(group) => {
             connected(&group.connection, context, |ctx| async move {
-                crate::objects::apply(&ctx, &group.command).await
+                crate::apply::apply(&ctx, &group.command).await
             })
             .await
         }

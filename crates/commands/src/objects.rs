@@ -1,5 +1,5 @@
 //! What the machine controller keeps (machines, machine sets and deployments, classes, secrets):
-//! `get` (and `machine get`), `apply -f`, `delete`, `scale` and `rollout status`, kubectl's habits
+//! `get` (and `machine get`), `delete`, `scale` and `rollout status` (`apply -f` is [`crate::apply`]), kubectl's habits
 //! over the controller's API. `--watch` and `rollout status` follow the server's watch, resuming
 //! from the last version seen (a bookmark's, when quiet) whenever a stream ends.
 
@@ -10,8 +10,8 @@ use domain::resources::Kind;
 use domain::{Code, Status};
 use serde_json::{Value, json};
 
-use super::{CliError, Ctx, read_structured};
-use crate::args::{ApplyArgs, DeleteArgs, ObjectQuery, ObjectRef, Output, Shape};
+use super::{CliError, Ctx};
+use crate::args::{DeleteArgs, ObjectQuery, ObjectRef, Output, Shape};
 use crate::output::{Columns, Printable, age, labels, print, print_list, write_stdout};
 
 /// The kind a command line names: kubectl's singular, plural and short names.
@@ -429,112 +429,6 @@ impl EventPrinter {
     }
 }
 
-/// `berth apply -f`: every object of the files, written with PUT (made or replaced), in the order
-/// that puts what an object refers to first.
-pub async fn apply(ctx: &Ctx, args: &ApplyArgs) -> Result<(), CliError> {
-    let client = Client::new(ctx.client());
-    let mut objects = Vec::new();
-    let mut volumes = Vec::new();
-    let mut orchestrators = Vec::new();
-    for path in &args.files {
-        for (n, doc) in read_structured(path)?.into_iter().enumerate() {
-            let at = format!("{} (document {})", path.display(), n + 1);
-            let kind_text = text(&doc, "/kind");
-            if kind_text == domain::volume::VOLUME_KIND {
-                volumes.push((at, doc));
-                continue;
-            }
-            // An orchestrator as `get orchestrator -o yaml` prints it: its `kind` is the
-            // orchestrator's kind (local, docker…), beside `name` and `storageOps`.
-            if doc.get("apiVersion").is_none()
-                && doc.get("storageOps").is_some()
-                && domain::OrchestratorKind::parse_field("kind", kind_text).is_ok()
-            {
-                orchestrators.push((at, doc));
-                continue;
-            }
-            let kind = domain::resources::Kind::parse(kind_text).ok_or_else(|| {
-                CliError::Usage(format!(
-                    "{at}: kind {kind_text:?} is not one apply writes (Volume, Secret, MachineClass, Machine, MachineSet, MachineDeployment)"
-                ))
-            })?;
-            let name = text(&doc, "/metadata/name").to_string();
-            if name.is_empty() {
-                return Err(CliError::Usage(format!("{at}: metadata.name is missing")));
-            }
-            let namespace = match (text(&doc, "/metadata/namespace"), &args.namespace) {
-                ("", flag) => namespace_of(flag.as_ref()),
-                (ns, Some(flag)) if ns != flag => {
-                    return Err(CliError::Usage(format!(
-                        "{at}: metadata.namespace is {ns:?} but -n/--namespace says {flag:?}"
-                    )));
-                }
-                (ns, _) => ns.to_string(),
-            };
-            objects.push((kind, namespace, name, doc));
-        }
-    }
-    objects.sort_by_key(|(kind, ..)| Kind::ALL.iter().position(|k| k == kind));
-    for (kind, namespace, name, doc) in objects {
-        let shown = format!("{}/{name}", lower(kind));
-        let before = match client.get(kind, &namespace, &name).await {
-            Ok(v) => Some(text(&v, "/metadata/resourceVersion").to_string()),
-            Err(e) if e.code() == Code::NotFound => None,
-            Err(e) => return Err(e.into()),
-        };
-        let body = writable(&doc);
-        let values_given = body.get("data").is_some() || body.get("stringData").is_some();
-        if kind == Kind::Secret && !values_given {
-            if before.is_some() {
-                println!(
-                    "{shown} unchanged (its values are write-only: give data or stringData to change them)"
-                );
-                continue;
-            }
-            return Err(CliError::Local(Status::invalid(
-                &format!("{shown}: data"),
-                "a new secret needs its values in data (base64) or stringData",
-            )));
-        }
-        let (after, created) = client.put(kind, &namespace, &name, &body).await?;
-        let outcome = if created {
-            "created"
-        } else if before.as_deref() == Some(text(&after, "/metadata/resourceVersion")) {
-            "unchanged"
-        } else {
-            "configured"
-        };
-        println!("{shown} {outcome}");
-    }
-    // Orchestrators before the volumes that may name them.
-    for (at, doc) in orchestrators {
-        apply_orchestrator(ctx, &at, &doc).await?;
-    }
-    for (at, doc) in volumes {
-        apply_volume(ctx, args.namespace.as_ref(), &at, &doc).await?;
-    }
-    Ok(())
-}
-
-/// What apply sends of an object a file holds: no status, and of `metadata` only what a caller
-/// writes (so what `get -o yaml` printed applies, whatever version it was read at).
-fn writable(doc: &Value) -> Value {
-    let mut body = doc.clone();
-    if let Some(m) = body.as_object_mut() {
-        m.remove("status");
-        m.remove("keys");
-    }
-    let meta = &doc["metadata"];
-    let mut kept = serde_json::Map::new();
-    for field in ["name", "labels", "annotations"] {
-        if let Some(v) = meta.get(field) {
-            kept.insert(field.into(), v.clone());
-        }
-    }
-    body["metadata"] = Value::Object(kept);
-    body
-}
-
 /// `berth delete KIND NAME`.
 pub async fn delete(ctx: &Ctx, output: Output, args: &DeleteArgs) -> Result<(), CliError> {
     let (kind, name, namespace) = resolve(&args.object)?;
@@ -726,137 +620,6 @@ pub async fn rollout_status(
     }
 }
 
-/// `apply` of a Volume (what `berth get volume NAME -o yaml` printed, or one written by hand): made
-/// when it is not there; otherwise its labels and capacity are patched to the document's, and any
-/// other field that differs is refused by the service, naming it (a volume's spec cannot change).
-async fn apply_volume(
-    ctx: &Ctx,
-    namespace_flag: Option<&String>,
-    at: &str,
-    doc: &serde_json::Value,
-) -> Result<(), CliError> {
-    use serde_json::{Value, json};
-    let storage = client::storage::Client::new(ctx.client());
-    let name = text(doc, "/metadata/name").to_string();
-    if name.is_empty() {
-        return Err(CliError::Usage(format!("{at}: metadata.name is missing")));
-    }
-    let namespace = match (text(doc, "/metadata/namespace"), namespace_flag) {
-        ("", flag) => namespace_of(flag),
-        (ns, Some(flag)) if ns != flag => {
-            return Err(CliError::Usage(format!(
-                "{at}: metadata.namespace is {ns:?} but -n/--namespace says {flag:?}"
-            )));
-        }
-        (ns, _) => ns.to_string(),
-    };
-    let capacity = text(doc, "/spec/capacity").to_string();
-    if capacity.is_empty() {
-        return Err(CliError::Usage(format!("{at}: spec.capacity is missing")));
-    }
-    let labels: std::collections::BTreeMap<String, String> = match doc.pointer("/metadata/labels") {
-        None | Some(Value::Null) => std::collections::BTreeMap::new(),
-        Some(v) => serde_json::from_value(v.clone())
-            .map_err(|e| CliError::Usage(format!("{at}: metadata.labels: {e}")))?,
-    };
-    let shown = format!("volume/{name}");
-    let current = match storage.get(&namespace, &name).await {
-        Ok(v) => Some(v),
-        Err(e) if e.code() == Code::NotFound => None,
-        Err(e) => return Err(e.into()),
-    };
-    let Some(current) = current else {
-        let profile = domain::VolumeProvisionerProfile {
-            name: name.clone(),
-            namespace: Some(namespace.clone()),
-            capacity,
-            orchestrator: doc
-                .pointer("/spec/orchestrator")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            replicas: doc
-                .pointer("/spec/replicas")
-                .and_then(Value::as_u64)
-                .and_then(|r| u32::try_from(r).ok()),
-            labels: Some(labels),
-            parameters: doc
-                .pointer("/spec/parameters")
-                .map(|p| serde_json::from_value(p.clone()))
-                .transpose()
-                .map_err(|e| CliError::Usage(format!("{at}: spec.parameters: {e}")))?,
-        };
-        storage.add(&profile).await?;
-        println!("{shown} created");
-        return Ok(());
-    };
-    // The labels become the document's: those it lacks are removed.
-    let mut label_patch: serde_json::Map<String, Value> = current
-        .metadata
-        .labels
-        .keys()
-        .filter(|k| !labels.contains_key(*k))
-        .map(|k| (k.clone(), Value::Null))
-        .collect();
-    label_patch.extend(labels.into_iter().map(|(k, v)| (k, Value::String(v))));
-    let mut spec = json!({ "capacity": capacity });
-    for field in ["orchestrator", "replicas", "parameters"] {
-        if let Some(v) = doc.pointer(&format!("/spec/{field}")) {
-            spec[field] = v.clone();
-        }
-    }
-    let after = storage
-        .patch(
-            &namespace,
-            &name,
-            &json!({ "metadata": { "labels": label_patch }, "spec": spec }),
-        )
-        .await?;
-    let outcome = if after.metadata.resource_version == current.metadata.resource_version {
-        "unchanged"
-    } else {
-        "configured"
-    };
-    println!("{shown} {outcome}");
-    Ok(())
-}
-
-/// `apply` of an orchestrator as `get orchestrator -o yaml` printed it: registered (PUT, which makes
-/// or replaces it; the same registration again changes nothing).
-async fn apply_orchestrator(ctx: &Ctx, at: &str, doc: &serde_json::Value) -> Result<(), CliError> {
-    let registry = client::registry::Client::new(ctx.client());
-    let name = text(doc, "/name").to_string();
-    if name.is_empty() {
-        return Err(CliError::Usage(format!("{at}: name is missing")));
-    }
-    let kind = domain::OrchestratorKind::parse_field("kind", text(doc, "/kind"))
-        .map_err(|e| CliError::Usage(format!("{at}: {}", e.message)))?;
-    let optional_text = |field: &str| {
-        doc.get(field)
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_string)
-    };
-    let before = match registry.get(&name).await {
-        Ok(o) => Some(o.resource_version),
-        Err(e) if e.code() == Code::NotFound => None,
-        Err(e) => return Err(e.into()),
-    };
-    let request = domain::orchestrator::RegisterOrchestrator {
-        label: optional_text("label"),
-        region: optional_text("region"),
-        config: doc.get("config").cloned(),
-        default: doc.get("default").and_then(serde_json::Value::as_bool),
-        ..domain::orchestrator::RegisterOrchestrator::new(kind)
-    };
-    let after = registry.register(&name, &request).await?;
-    let outcome = match before {
-        None => "created",
-        Some(v) if v == after.resource_version => "unchanged",
-        Some(_) => "configured",
-    };
-    println!("orchestrator/{name} {outcome}");
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -867,20 +630,6 @@ mod tests {
         assert_eq!(kind_named("MachineSets"), Some(Kind::MachineSet));
         assert_eq!(kind_named("mcc"), Some(Kind::MachineClass));
         assert_eq!(kind_named("pods"), None);
-    }
-
-    #[test]
-    fn an_object_printed_by_get_applies_without_what_the_server_owns() {
-        let printed = json!({
-            "apiVersion": "berth.io/v1", "kind": "MachineSet",
-            "metadata": {"name": "s", "namespace": "default", "uid": "u", "resourceVersion": "9",
-                         "labels": {"a": "b"}, "finalizers": ["berth.io/owned"]},
-            "spec": {"replicas": 2}, "status": {"replicas": 2}
-        });
-        let body = writable(&printed);
-        assert_eq!(body["metadata"], json!({"name": "s", "labels": {"a": "b"}}));
-        assert!(body.get("status").is_none());
-        assert_eq!(body["spec"]["replicas"], 2);
     }
 
     #[test]

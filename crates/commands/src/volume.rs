@@ -113,14 +113,14 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<
                 (true, false) => "deleted",
                 (false, _) => "not found (nothing to delete)",
             };
-            print(
-                &Printable::new(
-                    &r,
-                    vec!["VOLUME", "RESULT"],
-                    vec![vec![format!("{ns}/{n}"), said.into()]],
-                ),
-                output,
+            let mut printed = Printable::new(
+                &r,
+                vec!["VOLUME", "RESULT"],
+                vec![vec![format!("{ns}/{n}"), said.into()]],
             );
+            // `-o name` is `volume/NAME`, as every other command prints it.
+            printed.names = vec![format!("volume/{n}")];
+            print(&printed, output);
         }
         VolumeCommand::Label {
             volume: VolumeName { name, namespace },
@@ -129,6 +129,13 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &VolumeCommand) -> Result<
             resource_version,
         } => {
             let (ns, n) = split_name(name, namespace.as_deref())?;
+            // kubectl's rule: one change per key (`a=1 a-` or `a=1 a=2` says two things).
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some((key, _)) = changes.iter().find(|(k, _)| !seen.insert(k.as_str())) {
+                return Err(CliError::Usage(format!(
+                    "label {key:?} is changed twice in one command; give each key once"
+                )));
+            }
             if !overwrite {
                 // kubectl's rule: a value already there is changed only when asked to.
                 let current = storage.get(&ns, &n).await?;
