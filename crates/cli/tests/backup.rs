@@ -190,6 +190,8 @@ fn a_backup_under_load_restores_as_a_copy_beside_the_original() {
         data.join("tokens"),
         link.clone(),
         std::path::PathBuf::from("/dev/null"),
+        // A directory that is not there is the caller's to make: refused (1), not "retry" (3).
+        files.path().join("no-such-dir/x.tar"),
     ] {
         let out = berth_plain(&[
             "backup",

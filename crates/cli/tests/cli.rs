@@ -970,11 +970,69 @@ fn volume_label_and_resize_change_a_volume_through_the_gateway() {
         ok(&["apply", "-f", file.to_str().unwrap()]).trim(),
         "volume/w created"
     );
+    // The file still carries the version it was read at: a precondition, so now that the volume
+    // has moved on it is refused rather than undoing what came after (kubectl's Conflict).
+    std::fs::write(&file, yaml.replace("tier: silver", "tier: stale")).unwrap();
+    let out = stack.berth(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("resourceVersion"), "{}", stderr(&out));
+    let fresh = ok(&["get", "volume", "v", "-o", "yaml"]);
+    assert!(fresh.contains("tier: bronze"), "{fresh}");
     // A field a volume cannot change is refused by name.
-    std::fs::write(&file, changed.replace("replicas: 1", "replicas: 2")).unwrap();
+    std::fs::write(&file, fresh.replace("replicas: 1", "replicas: 2")).unwrap();
     let out = stack.berth(&["apply", "-f", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("spec.replicas"), "{}", stderr(&out));
+    // Without a version, a file's labels are set and the others kept.
+    let hand = "apiVersion: berth.io/v1\nkind: Volume\nmetadata:\n  name: v\n  labels:\n    team: ops\nspec:\n  capacity: 40Mi\n";
+    std::fs::write(&file, hand).unwrap();
+    assert_eq!(
+        ok(&["apply", "-f", file.to_str().unwrap()]).trim(),
+        "volume/v configured"
+    );
+    let now: serde_json::Value =
+        serde_json::from_str(&ok(&["get", "volume", "v", "-o", "json"])).unwrap();
+    assert_eq!(now["metadata"]["labels"]["team"], "ops");
+    assert_eq!(now["metadata"]["labels"]["tier"], "bronze");
+    // Every document is checked before any is written: a bad one leaves the good one unmade,
+    // and the refusal names the document.
+    let two = format!(
+        "{}---\n{}",
+        hand.replace("name: v", "name: m-a"),
+        hand.replace("name: v", "name: m-b").replace("40Mi", "-1Mi")
+    );
+    std::fs::write(&file, &two).unwrap();
+    let out = stack.berth(&["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("(document 2): spec.capacity"),
+        "{}",
+        stderr(&out)
+    );
+    let out = stack.berth(&["get", "volume", "m-a"]);
+    assert_eq!(out.status.code(), Some(1), "m-a was made: {}", stdout(&out));
+    // A misspelt field is named with the one meant; standard input is a file too.
+    let mut cmd = berth_command(&stack.url, Some(&stack.admin_token), &["apply", "-f", "-"]);
+    let mut child = cmd
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(hand.replace("capacity:", "capacty:").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("did you mean capacity?"),
+        "{}",
+        stderr(&out)
+    );
     let orchestrator = ok(&["get", "orchestrator", "keep", "-o", "yaml"]);
     assert!(
         orchestrator.contains("resourceVersion: '"),

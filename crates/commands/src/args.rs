@@ -45,7 +45,7 @@ pub struct Connection {
     #[arg(long, global = true, env = "BERTH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// How long one call to the gateway may take.
-    #[arg(long, global = true, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, global = true, default_value = "60s", value_parser = parse_timeout)]
     pub request_timeout: Duration,
 }
 
@@ -279,7 +279,7 @@ pub struct Wait {
     #[arg(long)]
     pub wait: bool,
     /// With --wait: how long to wait before giving up (exit 3).
-    #[arg(long, requires = "wait", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, requires = "wait", default_value = "5m", value_parser = parse_timeout)]
     pub timeout: Duration,
 }
 
@@ -659,7 +659,7 @@ pub enum RolloutCommand {
         #[command(flatten)]
         object: ObjectRef,
         /// How long to wait before giving up (exit 3).
-        #[arg(long, default_value = "10m", value_parser = parse_duration)]
+        #[arg(long, default_value = "10m", value_parser = parse_timeout)]
         timeout: Duration,
     },
 }
@@ -756,6 +756,15 @@ fn parse_pair(s: &str) -> Result<(String, String), String> {
     s.split_once('=')
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .ok_or_else(|| format!("{s:?} is not key=value"))
+}
+
+/// A time limit: a duration above zero (a zero one would fail every call at once).
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("{s:?} is no time at all; give a limit such as 30s"));
+    }
+    Ok(d)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {

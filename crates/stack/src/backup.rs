@@ -94,6 +94,19 @@ fn bad_archive(from: &Path, message: String) -> Status {
     )
 }
 
+/// Why a place cannot be written, when it is the caller's to fix (a directory that is not there,
+/// not theirs, or read-only), not a failure retrying may cure.
+fn writing_refused(e: &std::io::Error) -> Option<&'static str> {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::NotFound => Some("no such directory"),
+        ErrorKind::PermissionDenied => Some("permission denied"),
+        ErrorKind::ReadOnlyFilesystem => Some("a read-only file system"),
+        ErrorKind::NotADirectory => Some("a path in it is not a directory"),
+        _ => None,
+    }
+}
+
 fn failed(what: String, e: impl std::fmt::Display) -> Status {
     Status::new(Code::Internal, format!("{what}: {e}"))
 }
@@ -203,10 +216,27 @@ pub fn backup(data_dir: &Path, to: &Path) -> Result<String, Status> {
             to.display()
         )));
     }
+    if !target_dir.is_dir() {
+        return Err(refused(format!(
+            "--to {}: its directory {} does not exist; make it first or name another",
+            to.display(),
+            target_dir.display()
+        )));
+    }
     let staging = tempfile::Builder::new()
         .prefix(".berth-backup-")
         .tempdir_in(&target_dir)
-        .map_err(|e| failed(format!("--to {}: cannot write beside it", to.display()), e))?;
+        .map_err(|e| {
+            writing_refused(&e).map_or_else(
+                || failed(format!("--to {}: cannot write beside it", to.display()), &e),
+                |why| {
+                    refused(format!(
+                        "--to {}: cannot write in its directory ({why})",
+                        to.display()
+                    ))
+                },
+            )
+        })?;
     std::fs::create_dir(staging.path().join("ecs-emulator"))
         .map_err(|e| failed("staging".into(), e))?;
     let mut files = Vec::new();
@@ -321,8 +351,17 @@ pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Resul
         )));
     }
     let target_parent = parent_of(data_dir);
-    std::fs::create_dir_all(&target_parent)
-        .map_err(|e| failed(format!("creating {}", target_parent.display()), e))?;
+    std::fs::create_dir_all(&target_parent).map_err(|e| {
+        writing_refused(&e).map_or_else(
+            || failed(format!("creating {}", target_parent.display()), &e),
+            |why| {
+                refused(format!(
+                    "--data-dir {}: cannot be made there ({why})",
+                    data_dir.display()
+                ))
+            },
+        )
+    })?;
     let target_parent = std::fs::canonicalize(&target_parent)
         .map_err(|e| failed(format!("reading {}", target_parent.display()), e))?;
     let name = data_dir.file_name().ok_or_else(|| {
@@ -337,7 +376,17 @@ pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Resul
     let staging = tempfile::Builder::new()
         .prefix(".berth-restore-")
         .tempdir_in(&target_parent)
-        .map_err(|e| failed(format!("writing beside {}", target.display()), e))?;
+        .map_err(|e| {
+            writing_refused(&e).map_or_else(
+                || failed(format!("writing beside {}", target.display()), &e),
+                |why| {
+                    refused(format!(
+                        "--data-dir {}: cannot write in its directory ({why})",
+                        data_dir.display()
+                    ))
+                },
+            )
+        })?;
     let manifest = unpack(from, archive, staging.path())?;
     if target != manifest.data_dir && target.starts_with(&manifest.data_dir) {
         return Err(refused(format!(
@@ -389,10 +438,17 @@ pub async fn restore(from: &Path, data_dir: &Path, same_instance: bool) -> Resul
     })?;
     sync_dir(&target_parent)
         .map_err(|e| failed(format!("syncing {}", target_parent.display()), e))?;
-    said.push_str(&format!(
-        "  start it: berth up --data-dir {} (with another --port-base than the original's if both run)\n",
-        target.display()
-    ));
+    if same_instance {
+        said.push_str(&format!(
+            "  start it: berth up --data-dir {} (once the original is stopped for good)\n",
+            target.display()
+        ));
+    } else {
+        said.push_str(&format!(
+            "  start it: berth up --data-dir {} (with another --port-base than the original's if both run)\n",
+            target.display()
+        ));
+    }
     Ok(said)
 }
 

@@ -411,7 +411,7 @@ async fn read_storage(
     request_body(
         content = serde_json::Value,
         content_type = "application/merge-patch+json",
-        description = "`{\"metadata\": {\"labels\": {\"tier\": \"gold\", \"old\": null}, \"resourceVersion\": \"7\"}, \"spec\": {\"capacity\": \"2Gi\"}}`: a label set to null goes, `labels: null` removes them all; the capacity only grows. Any other field of the volume may be sent as it is, and is refused (400, named) when it differs",
+        description = "`{\"metadata\": {\"labels\": {\"tier\": \"gold\", \"old\": null}, \"resourceVersion\": \"7\"}, \"spec\": {\"capacity\": \"2Gi\"}}`: a label set to null goes, `labels: null` removes them all; the capacity only grows. Any other field of `metadata` and `spec` may be sent as it is, and is refused (400, named) when it differs; `status` is the service's and is ignored (it must be an object), as Kubernetes ignores it outside the status subresource",
         example = json!({"metadata": {"labels": {"tier": "gold"}}, "spec": {"capacity": "2Gi"}})
     ),
     responses(

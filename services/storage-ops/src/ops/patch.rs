@@ -59,7 +59,14 @@ impl VolumePatch {
                 "spec" => parsed.read_spec(value)?,
                 // What a reader got back, sent whole: the status is the service's, never the
                 // caller's, and is ignored as Kubernetes ignores it on the main resource.
-                "status" => {}
+                "status" => {
+                    if !(value.is_object() || value.is_null()) {
+                        return Err(invalid(
+                            "status",
+                            "must be an object (a volume's status, which is ignored)",
+                        ));
+                    }
+                }
                 "apiVersion" | "kind" => {
                     let is = if key == "kind" {
                         domain::volume::VOLUME_KIND

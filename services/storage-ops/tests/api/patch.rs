@@ -192,6 +192,13 @@ async fn fields_that_cannot_change_are_refused_by_name_and_may_be_sent_as_they_a
         (json!({"kind": "Machine"}), "kind"),
         (json!({"apiVersion": "v1"}), "apiVersion"),
         (json!({"status2": {}}), "status2"),
+        // The status is ignored, but only as what a read gave: an object.
+        (json!({"status": "garbage"}), "status"),
+        // At most 64 labels (a break-it run grew one volume to 125,000).
+        (
+            json!({"metadata": {"labels": (0..65).map(|i| (format!("k{i}"), json!("v"))).collect::<serde_json::Map<_, _>>()}}),
+            "metadata.labels",
+        ),
         (json!({"spec": {"\u{1b}[2J": 1}}), "spec.\\u{1b}[2J"),
         (json!({"spec": {"capacity": 5}}), "spec.capacity"),
         (json!([]), "body"),
