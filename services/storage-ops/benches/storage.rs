@@ -797,9 +797,18 @@ async fn page_latency(stack: &Stack, label: &str, params: ListParams, rounds: us
 
 async fn list_figures(stack: &Stack, volumes: usize) {
     println!("  ListStorage at {volumes} volumes (namespace 'seeded'; HTTP, keep-alive):");
-    let middle = stack
-        .ops
-        .encode_continue("seeded", &format!("v{:07}", volumes / 2));
+    // A token continues the list it was issued for: one for all namespaces, one for 'seeded'.
+    let middle_name = format!("v{:07}", volumes / 2);
+    let middle = stack.ops.encode_continue(
+        "seeded",
+        &middle_name,
+        &storage_ops::ops::list_query(None, None),
+    );
+    let middle_seeded = stack.ops.encode_continue(
+        "seeded",
+        &middle_name,
+        &storage_ops::ops::list_query(Some("seeded"), None),
+    );
     page_latency(stack, "first page, limit 100", ListParams::default(), 200).await;
     page_latency(
         stack,
@@ -816,7 +825,7 @@ async fn list_figures(stack: &Stack, volumes: usize) {
         "namespace=seeded, middle, limit 100",
         ListParams {
             namespace: Some("seeded".into()),
-            continue_token: Some(middle),
+            continue_token: Some(middle_seeded),
             ..Default::default()
         },
         200,

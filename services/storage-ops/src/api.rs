@@ -282,7 +282,10 @@ async fn list_storage(
     }
     let after = match q.continue_token.as_deref().filter(|t| !t.is_empty()) {
         None => None,
-        Some(t) => Some(ops.decode_continue(t)?),
+        Some(t) => Some(ops.decode_continue(
+            t,
+            &crate::ops::list_query(namespace.as_deref(), selector.as_ref()),
+        )?),
     };
     // Read before the page, so the page is at least as new: a watch from it may repeat a change,
     // never miss one. A namespace the caller may not see is at "0", as an empty one is to it.

@@ -36,9 +36,12 @@ pub struct ListRequest {
 /// ListStorage's `continue` tokens: a position, signed so that a token this service did not issue
 /// (a forged or edited position) is refused instead of being taken as a place to start from.
 ///
-/// A token is `base64url([namespace, name]) "." base64url(HMAC-SHA256(key, first part))`, the MAC cut
-/// to [`ContinueTokens::MAC_BYTES`]. The key lives in the service's database, so a restart (or a second
-/// process on the same database) takes the tokens the last one issued.
+/// A token is `base64url([namespace, name, list]) "." base64url(HMAC-SHA256(key, first part))`, the
+/// MAC cut to [`ContinueTokens::MAC_BYTES`]. `list` names the list it continues ([`list_query`]: the
+/// namespace asked, or all, and the selector), so a token is refused for another list, as
+/// Kubernetes refuses one (a page of `default` went on in `team-a`). The key lives in the
+/// service's database, so a restart (or a second process on the same database) takes the tokens the
+/// last one issued.
 #[derive(Clone)]
 pub struct ContinueTokens {
     key: Vec<u8>,
@@ -63,18 +66,19 @@ impl ContinueTokens {
         <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes a key of any length")
     }
 
-    /// The token for the position after `namespace/name`.
-    pub fn encode(&self, namespace: &str, name: &str) -> String {
+    /// The token for the position after `namespace/name` in the list `list` ([`list_query`]).
+    pub fn encode(&self, namespace: &str, name: &str, list: &str) -> String {
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-        let position = b64.encode(serde_json::to_vec(&[namespace, name]).unwrap_or_default());
+        let position = b64.encode(serde_json::to_vec(&[namespace, name, list]).unwrap_or_default());
         let mut mac = self.mac();
         mac.update(position.as_bytes());
         let tag = mac.finalize().into_bytes();
         format!("{position}.{}", b64.encode(&tag[..Self::MAC_BYTES]))
     }
 
-    /// The position a token this service issued stands for; any other token is a 400.
-    pub fn decode(&self, token: &str) -> Result<(String, String), Status> {
+    /// The position a token this service issued for the list `list` stands for; any other token
+    /// is a 400.
+    pub fn decode(&self, token: &str, list: &str) -> Result<(String, String), Status> {
         let bad = || {
             Status::invalid(
                 "continue",
@@ -92,9 +96,26 @@ impl ContinueTokens {
         // Compared in constant time: a caller learns nothing from how fast a guess was refused.
         mac.verify_truncated_left(&tag).map_err(|_| bad())?;
         let bytes = b64.decode(position).map_err(|_| bad())?;
-        let [namespace, name]: [String; 2] = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        let [namespace, name, issued_for]: [String; 3] =
+            serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        if issued_for != list {
+            return Err(Status::invalid(
+                "continue",
+                "was issued for another list (another namespace or selector); ask for the same list, or start again without it",
+            ));
+        }
         Ok((namespace, name))
     }
+}
+
+/// What a `continue` token is bound to: the namespace a list asked for (`*`: all it may see) and
+/// its selector.
+pub fn list_query(namespace: Option<&str>, selector: Option<&Selector>) -> String {
+    format!(
+        "{}|{}",
+        namespace.unwrap_or("*"),
+        selector.map(ToString::to_string).unwrap_or_default()
+    )
 }
 
 impl Ops {
@@ -171,6 +192,7 @@ impl Ops {
                 continue_token: None,
             });
         }
+        let query = list_query(req.namespace.as_deref(), req.selector.as_ref());
         let limit = req.limit.max(1) as usize;
         let mut after = req.after.clone();
         let mut items = Vec::new();
@@ -202,7 +224,11 @@ impl Ops {
                         metadata: None,
                         items,
                         continue_token: more
-                            .then(|| after.as_ref().map(|(a, b)| self.encode_continue(a, b)))
+                            .then(|| {
+                                after
+                                    .as_ref()
+                                    .map(|(a, b)| self.encode_continue(a, b, &query))
+                            })
                             .flatten(),
                     });
                 }
@@ -218,7 +244,9 @@ impl Ops {
                 return Ok(VolumeList {
                     metadata: None,
                     items,
-                    continue_token: after.as_ref().map(|(a, b)| self.encode_continue(a, b)),
+                    continue_token: after
+                        .as_ref()
+                        .map(|(a, b)| self.encode_continue(a, b, &query)),
                 });
             }
         }
@@ -307,12 +335,27 @@ mod tests {
     fn continue_tokens_round_trip_and_foreign_ones_are_refused() {
         use base64::Engine as _;
         let tokens = ContinueTokens::new(b"key one");
-        let t = tokens.encode("ns", "a.b");
-        assert_eq!(tokens.decode(&t).unwrap(), ("ns".into(), "a.b".into()));
+        let list = list_query(Some("ns"), None);
+        let t = tokens.encode("ns", "a.b", &list);
+        assert_eq!(
+            tokens.decode(&t, &list).unwrap(),
+            ("ns".into(), "a.b".into())
+        );
+        // Another list's token: refused, naming why.
+        let e = tokens
+            .decode(&t, &list_query(Some("team-a"), None))
+            .unwrap_err();
+        assert!(e.message.contains("another list"), "{}", e.message);
+        let selected: Selector = "tier=gold".parse().unwrap();
+        assert!(
+            tokens
+                .decode(&t, &list_query(Some("ns"), Some(&selected)))
+                .is_err()
+        );
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let (position, mac) = t.split_once('.').unwrap();
         let unsigned = b64.encode(br#"["../..","%"]"#);
-        let edited = format!("{}.{mac}", b64.encode(br#"["ns","z"]"#));
+        let edited = format!("{}.{mac}", b64.encode(br#"["ns","z","ns|"]"#));
         for foreign in [
             "not-a-token".to_string(),
             unsigned.clone(),
@@ -320,9 +363,9 @@ mod tests {
             edited,
             format!("{position}."),
             format!("{position}.{}", &mac[..mac.len() - 2]),
-            ContinueTokens::new(b"key two").encode("ns", "a.b"),
+            ContinueTokens::new(b"key two").encode("ns", "a.b", &list),
         ] {
-            let e = tokens.decode(&foreign).unwrap_err();
+            let e = tokens.decode(&foreign, &list).unwrap_err();
             assert_eq!(e.code, Code::InvalidArgument);
             assert!(e.message.starts_with("continue: "), "{}", e.message);
         }

@@ -38,7 +38,7 @@ mod reconcile;
 
 pub use add::{differences, spec_hash};
 pub use error::OpsError;
-pub use list::{ContinueTokens, ListRequest, MAX_SCAN};
+pub use list::{ContinueTokens, ListRequest, MAX_SCAN, list_query};
 pub use patch::VolumePatch;
 pub use reconcile::OrphanPolicy;
 
@@ -96,14 +96,16 @@ impl Ops {
         self
     }
 
-    /// The `continue` token for the position after `namespace/name`.
-    pub fn encode_continue(&self, namespace: &str, name: &str) -> String {
-        self.tokens.encode(namespace, name)
+    /// The `continue` token for the position after `namespace/name` in the list `list`
+    /// ([`list_query`]).
+    pub fn encode_continue(&self, namespace: &str, name: &str, list: &str) -> String {
+        self.tokens.encode(namespace, name, list)
     }
 
-    /// The position of a `continue` token this service issued; any other is a 400.
-    pub fn decode_continue(&self, token: &str) -> Result<(String, String), Status> {
-        self.tokens.decode(token)
+    /// The position of a `continue` token this service issued for the list `list`; any other is a
+    /// 400.
+    pub fn decode_continue(&self, token: &str, list: &str) -> Result<(String, String), Status> {
+        self.tokens.decode(token, list)
     }
 
     /// The store.
