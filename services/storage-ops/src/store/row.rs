@@ -51,7 +51,9 @@ pub struct VolumeRow {
     pub location: String,
     /// RFC 3339 creation time.
     pub created_at: String,
-    /// RFC 3339 time of the last change.
+    /// RFC 3339 time its phase last changed: the Ready condition's `lastTransitionTime`, so a label
+    /// patch or a status written again with the same phase leaves it (it is when the condition
+    /// changed, not when the row did).
     pub updated_at: String,
     /// Bumped on every write, monotonic across the whole store.
     pub resource_version: i64,

@@ -419,7 +419,8 @@ fn apply(conn: &Connection, cmd: &Command, floor: i64) -> Result<Outcome, Failur
             let row = conn
                 .prepare_cached(concat!(
                     "UPDATE volumes SET phase = ?1, reason = ?2, message = ?3, location = COALESCE(?4, location), \
-                     updated_at = ?5, resource_version = ?6 WHERE uid = ?7 RETURNING ",
+                     updated_at = CASE WHEN phase = ?1 THEN updated_at ELSE ?5 END, resource_version = ?6 \
+                     WHERE uid = ?7 RETURNING ",
                     columns!()
                 ))?
                 .query_row(
@@ -523,7 +524,7 @@ fn update(
     let row = conn
         .prepare_cached(concat!(
             "UPDATE volumes SET labels = ?1, capacity = ?2, capacity_bytes = ?3, spec_hash = ?4, \
-             updated_at = ?5, resource_version = ?6 WHERE uid = ?7 RETURNING ",
+             resource_version = ?5 WHERE uid = ?6 RETURNING ",
             columns!()
         ))?
         .query_row(
@@ -532,7 +533,6 @@ fn update(
                 change.capacity,
                 i64::try_from(change.capacity_bytes).unwrap_or(i64::MAX),
                 change.spec_hash,
-                now(),
                 version,
                 change.uid,
             ],

@@ -32,6 +32,11 @@ async fn labels_change_and_go_and_the_version_moves() {
         v.metadata.resource_version
     );
     assert_eq!(app.storage.get("team", "data").await.unwrap(), patched);
+    // Ready did not change, so neither did its lastTransitionTime (every patch moved it once).
+    assert_eq!(
+        patched.status.conditions[0].last_transition_time,
+        v.status.conditions[0].last_transition_time
+    );
     // The same patch again changes nothing, not even the version.
     let again = app
         .storage
