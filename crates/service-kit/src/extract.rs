@@ -39,6 +39,15 @@ where
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if is_json_patch(request.headers()) {
+            // RFC 6902's operations are not a merge patch: read as one, `[{"op": …}]` would be
+            // refused for its shape, which says nothing of what to send instead.
+            return Err(ApiError::from_code(
+                Code::InvalidArgument,
+                "body: a JSON Patch (application/json-patch+json) is not taken; send a JSON merge patch (application/merge-patch+json) of the fields to change",
+            )
+            .with_http_status(StatusCode::UNSUPPORTED_MEDIA_TYPE));
+        }
         if !is_json_content_type(request.headers()) {
             return Err(ApiError::from_code(
                 Code::InvalidArgument,
@@ -58,6 +67,19 @@ where
             })?;
         decode_object(&bytes).map(Json).map_err(ApiError::new)
     }
+}
+
+/// `application/json-patch+json` (RFC 6902), parameters ignored.
+fn is_json_patch(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| {
+            essence
+                .trim()
+                .eq_ignore_ascii_case("application/json-patch+json")
+        })
 }
 
 /// `application/json`, or any `application/<something>+json`, parameters ignored.
@@ -501,5 +523,19 @@ mod tests {
         assert!(!h("text/json"));
         assert!(!h("application/jsonx"));
         assert!(!is_json_content_type(&HeaderMap::new()));
+        // A JSON Patch is +json, but not a body these services take: told apart first.
+        let mut m = HeaderMap::new();
+        m.insert(
+            header::CONTENT_TYPE,
+            "application/json-patch+json; charset=utf-8"
+                .parse()
+                .unwrap(),
+        );
+        assert!(is_json_patch(&m));
+        m.insert(
+            header::CONTENT_TYPE,
+            "application/merge-patch+json".parse().unwrap(),
+        );
+        assert!(!is_json_patch(&m));
     }
 }
