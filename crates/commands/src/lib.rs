@@ -214,12 +214,33 @@ fn hint(e: &ClientError, context: &HintContext) -> Option<String> {
                 "the host in {server} does not resolve: check the name in --server/BERTH_URL"
             ))
         }
+        // `berth up` and the images serve plain HTTP: TLS to one fails as if nothing answered.
+        None if e.code() == Code::Unavailable && server.starts_with("https://") => Some(format!(
+            "no TLS connection could be made to {server}: is the stack running (`berth up`), and \
+             does the gateway there serve HTTPS? `berth up` serves plain http:// (a TLS proxy in \
+             front of it serves https)"
+        )),
         None if e.code() == Code::Unavailable => Some(format!(
             "nothing answered at {server}: is the stack running (`berth up`), and is \
              --server/BERTH_URL right?"
         )),
+        // The API's paths are added to --server: one with a path of its own (`…/v1`) misses them.
+        Some(404) if server_has_path(server) && e.status.message.contains("no route") => {
+            Some(format!(
+                "{server} has a path: give the gateway's address alone (http://host:port), the \
+                 CLI adds the API's paths to it"
+            ))
+        }
         _ => None,
     }
+}
+
+/// Whether a server URL goes past its host and port (`http://h:1/v1`).
+fn server_has_path(server: &str) -> bool {
+    server
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .is_some_and(|(_, path)| !path.is_empty())
 }
 
 /// The checked connection to the gateway of one command.
@@ -590,6 +611,13 @@ async fn get(ctx: &Ctx, output: args::Output, command: &GetCommand) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_with_a_path_is_told_apart() {
+        assert!(server_has_path("http://127.0.0.1:8080/v1"));
+        assert!(!server_has_path("http://127.0.0.1:8080"));
+        assert!(!server_has_path("http://127.0.0.1:8080/"));
+    }
 
     #[test]
     fn a_bare_host_and_port_means_http() {
