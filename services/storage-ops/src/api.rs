@@ -77,9 +77,9 @@ impl From<OpsError> for ApiError {
             | OpsError::NotReady { .. } => ApiError::from_code(Code::FailedPrecondition, detail),
             OpsError::BackendRefused(status) => ApiError::new(status),
             OpsError::SpecConflict { .. } => ApiError::from_code(Code::AlreadyExists, detail),
-            OpsError::BeingDeleted { .. } | OpsError::RemovedMeanwhile { .. } => {
-                ApiError::from_code(Code::Aborted, detail)
-            }
+            OpsError::BeingDeleted { .. }
+            | OpsError::PatchOfDeleting { .. }
+            | OpsError::RemovedMeanwhile { .. } => ApiError::from_code(Code::Aborted, detail),
             OpsError::NotFound { .. } => ApiError::from_code(Code::NotFound, detail),
             OpsError::ObjectGone { cause, .. } => {
                 ApiError::from_code(Code::DataLoss, detail).with_cause(cause)

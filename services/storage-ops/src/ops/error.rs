@@ -63,6 +63,14 @@ pub enum OpsError {
         /// The volume's name.
         name: String,
     },
+    /// A patch of a volume being deleted: `Aborted`.
+    #[error("volume {namespace}/{name} is being deleted and can no longer be changed")]
+    PatchOfDeleting {
+        /// The volume's namespace.
+        namespace: String,
+        /// The volume's name.
+        name: String,
+    },
     /// The row went away while the backend worked on it: `Aborted`.
     #[error("volume {namespace}/{name} was removed meanwhile")]
     RemovedMeanwhile {

@@ -275,7 +275,7 @@ impl Ops {
         }
         patch.check_unchanged(&to_volume(&row))?;
         if row.phase == VolumePhase::Deleting {
-            return Err(OpsError::BeingDeleted {
+            return Err(OpsError::PatchOfDeleting {
                 namespace: row.namespace,
                 name: row.name,
             });
