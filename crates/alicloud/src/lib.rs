@@ -34,7 +34,8 @@
 //!   the retry loop, request building).
 //! - [`model`]: typed requests ([`RunInstances`], [`DescribeInstances`], ...) and responses
 //!   ([`Instance`], [`Disk`], [`NetworkInterface`], [`Page`]).
-//! - [`params`]: [`Params`] and the SDK flattening rules (`Tag.N.Key`, JSON-array lists).
+//! - [`params`]: [`Params`] and the SDK flattening rules (`Name.N`, JSON-array lists); it knows no
+//!   model type, and tags flatten (`Tag.N.Key`) beside [`Tag`] in [`model`].
 //! - [`sign`]: V1 and V3 signing and RFC 3986 percent-encoding, tested against Alibaba's examples.
 //! - [`error`]: [`Error`], [`machine_code_for`] and the ResourceExhausted code list.
 //! - [`config`]: [`EcsConfig`], [`RetryPolicy`], the `BERTH_ALICLOUD_*` variables.

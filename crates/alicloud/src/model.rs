@@ -29,6 +29,20 @@ impl Tag {
     }
 }
 
+/// How tags flatten, kept beside [`Tag`] so that [`crate::params`] needs no model type.
+impl Params {
+    /// `Tag.N.Key` / `Tag.N.Value`, 1-based. A tag with an empty value sends only its key, which in a
+    /// Describe* filter means "any value".
+    pub fn set_tags(&mut self, prefix: &str, tags: &[Tag]) -> &mut Self {
+        for (i, tag) in tags.iter().enumerate() {
+            let n = i + 1;
+            self.set(format!("{prefix}.{n}.Key"), &tag.key);
+            self.set(format!("{prefix}.{n}.Value"), &tag.value);
+        }
+        self
+    }
+}
+
 /// An instance's `Status`, as DescribeInstances reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum InstanceStatus {
@@ -933,5 +947,30 @@ mod tests {
         assert_eq!(v[0].network_interfaces[0].kind.as_deref(), Some("Primary"));
         assert_eq!(v[1].status, InstanceStatus::Other("Rebooting".into()));
         assert!(v[1].tags.is_empty());
+    }
+
+    #[test]
+    fn flattening_follows_the_sdk() {
+        let mut p = Params::new();
+        p.set("Empty", "")
+            .set_opt("Size", Some(50))
+            .set_opt::<String>("Missing", None)
+            .set_tags("Tag", &[Tag::new("a", "1"), Tag::new("b", "")])
+            .set_json_list("InstanceIds", &["i-1".into(), "i-2".into()])
+            .set_repeat_list("NetworkInterfaceId", &["eni-1".into()]);
+        let keys: Vec<_> = p.as_map().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "InstanceIds",
+                "NetworkInterfaceId.1",
+                "Size",
+                "Tag.1.Key",
+                "Tag.1.Value",
+                "Tag.2.Key"
+            ]
+        );
+        assert_eq!(p.get("InstanceIds"), Some(r#"["i-1","i-2"]"#));
+        assert_eq!(p.get("Size"), Some("50"));
     }
 }

@@ -2,10 +2,12 @@
 //!
 //! Lists become 1-based `Name.N[.Field]`, structs become `Name.Field`, and a few list parameters
 //! (`InstanceIds`, `DiskIds`) are JSON-array strings instead.
+//!
+//! This module knows no ECS type: the requests of [`crate::model`] flatten themselves into
+//! [`Params`] (tags included, `Params::set_tags` lives beside [`crate::model::Tag`]), so the
+//! dependency runs one way, model to params.
 
 use std::collections::BTreeMap;
-
-use crate::model::Tag;
 
 /// The parameters of one action call, sorted by name (the order signing needs).
 ///
@@ -33,17 +35,6 @@ impl Params {
     pub fn set_opt<V: ToString>(&mut self, name: &str, value: Option<V>) -> &mut Self {
         if let Some(v) = value {
             self.set(name, v);
-        }
-        self
-    }
-
-    /// `Tag.N.Key` / `Tag.N.Value`, 1-based. A tag with an empty value sends only its key, which in a
-    /// Describe* filter means "any value".
-    pub fn set_tags(&mut self, prefix: &str, tags: &[Tag]) -> &mut Self {
-        for (i, tag) in tags.iter().enumerate() {
-            let n = i + 1;
-            self.set(format!("{prefix}.{n}.Key"), &tag.key);
-            self.set(format!("{prefix}.{n}.Value"), &tag.value);
         }
         self
     }
@@ -78,35 +69,5 @@ impl Params {
     /// Takes the parameters out.
     pub fn into_map(self) -> BTreeMap<String, String> {
         self.0
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn flattening_follows_the_sdk() {
-        let mut p = Params::new();
-        p.set("Empty", "")
-            .set_opt("Size", Some(50))
-            .set_opt::<String>("Missing", None)
-            .set_tags("Tag", &[Tag::new("a", "1"), Tag::new("b", "")])
-            .set_json_list("InstanceIds", &["i-1".into(), "i-2".into()])
-            .set_repeat_list("NetworkInterfaceId", &["eni-1".into()]);
-        let keys: Vec<_> = p.as_map().keys().map(String::as_str).collect();
-        assert_eq!(
-            keys,
-            [
-                "InstanceIds",
-                "NetworkInterfaceId.1",
-                "Size",
-                "Tag.1.Key",
-                "Tag.1.Value",
-                "Tag.2.Key"
-            ]
-        );
-        assert_eq!(p.get("InstanceIds"), Some(r#"["i-1","i-2"]"#));
-        assert_eq!(p.get("Size"), Some("50"));
     }
 }
