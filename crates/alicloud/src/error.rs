@@ -1,4 +1,7 @@
-//! The client's error, what ECS codes mean, and how they become machine codes.
+//! The client's error and what ECS's codes say (a missing resource, a retry, throttling).
+//!
+//! What an ECS code means to a caller (MCM's machine codes, say) is the caller's: the machine
+//! driver maps them (`machine_driver::alicloud::codes`); this crate describes ECS only.
 //!
 //! Nothing here ever holds the access key secret or the STS token: API errors carry only what ECS
 //! answered (code, message, request id), transport errors have their URL stripped, and request
@@ -6,93 +9,14 @@
 
 use std::time::Duration;
 
-use domain::{Code, Status};
-
-/// The 13 ECS codes that mean "no capacity or quota here; try another zone or later"
-/// (MCM alicloud `pkg/alicloud/errors/codes.go`).
-pub const RESOURCE_EXHAUSTED_CODES: [&str; 13] = [
-    "QuotaExceed.DiskCapacity",
-    "QuotaExceed.ElasticQuota",
-    "OperationDenied.ZoneSystemCategoryNotMatch",
-    "OperationDenied.CloudSSDNotSupported",
-    "OperationDenied.ZoneNotAllowed",
-    "OperationDenied.NoStock",
-    "Zone.NotOnSale",
-    "Zone.NotOpen",
-    "InvalidVpcZone.NotSupported",
-    "InvalidZoneId.NotSupportShareEncryptedImage",
-    "InvalidResourceType.NotSupported",
-    "InvalidInstanceType.ZoneNotSupported",
-    "ResourceNotAvailable",
-];
-
 /// Codes that say the addressed resource does not exist.
-const NOT_FOUND_CODES: [&str; 5] = [
+pub const NOT_FOUND_CODES: [&str; 5] = [
     "InvalidInstanceId.NotFound",
     "Forbidden.InstanceNotFound",
     "InvalidDiskId.NotFound",
     "InvalidEniId.NotFound",
     "InvalidNetworkInterfaceId.NotFound",
 ];
-
-/// `Invalid*.NotFound` codes that name a bad *input* (image, vSwitch, ...), not a missing target.
-const BAD_REFERENCE_CODES: [&str; 8] = [
-    "InvalidRegionId.NotFound",
-    "InvalidRegionId.MalFormed",
-    "InvalidImageId.NotFound",
-    "InvalidVSwitchId.NotFound",
-    "InvalidSecurityGroupId.NotFound",
-    "InvalidKeyPair.NotFound",
-    "InvalidKeyPairName.NotFound",
-    "InvalidVpcId.NotFound",
-];
-
-/// The machine code an ECS error code implies (docs/design.md, “ECS errors to machine codes”: the
-/// 13 ResourceExhausted codes of MCM's provider, and Berth's mapping of the rest).
-///
-/// Not-found codes map to [`Code::NotFound`]; a delete caller should treat them as success (see
-/// [`Error::is_not_found`]). The table's deviations, on purpose:
-/// - any `QuotaExceed.*` is ResourceExhausted (a quota is used up whatever its name);
-/// - `IdempotentParameterMismatch` is AlreadyExists: a ClientToken was reused with other parameters,
-///   i.e. "the thing to create exists with other content";
-/// - an unknown code on a 5xx answer is Unavailable (ECS's fault, retry later), not Internal.
-pub fn machine_code_for(ecs_code: &str, http_status: u16) -> Code {
-    let c = ecs_code;
-    if RESOURCE_EXHAUSTED_CODES.contains(&c) || c.starts_with("QuotaExceed.") {
-        Code::ResourceExhausted
-    } else if NOT_FOUND_CODES.contains(&c) {
-        Code::NotFound
-    } else if c.starts_with("Throttling")
-        || c.starts_with("IncorrectInstanceStatus")
-        || c == "ServiceUnavailable"
-        || c == "InternalError"
-        || c == "InvalidTimeStamp.Expired"
-        || c == "SignatureNonceUsed"
-    {
-        Code::Unavailable
-    } else if c.starts_with("InvalidAccessKeyId")
-        || c.starts_with("InvalidSecurityToken")
-        || c == "SignatureDoesNotMatch"
-        || c == "IncompleteSignature"
-    {
-        Code::Unauthenticated
-    } else if c.starts_with("Forbidden") || c == "ActionUnauthorized" {
-        Code::PermissionDenied
-    } else if c.starts_with("InvalidParameter")
-        || c == "MissingParameter"
-        || c.starts_with("MissingParameter.")
-        || BAD_REFERENCE_CODES.contains(&c)
-        || c.starts_with("InvalidUserData")
-    {
-        Code::InvalidArgument
-    } else if c == "IdempotentParameterMismatch" {
-        Code::AlreadyExists
-    } else if http_status >= 500 {
-        Code::Unavailable
-    } else {
-        Code::Internal
-    }
-}
 
 /// An error answer from ECS: `{RequestId, HostId, Code, Message, Recommend}` plus the HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,24 +147,6 @@ impl Error {
         self.api().and_then(|e| e.retry_after)
     }
 
-    /// The machine code this error means (see [`machine_code_for`]).
-    pub fn machine_code(&self) -> Code {
-        match self {
-            Error::Api(e) => machine_code_for(&e.code, e.http_status),
-            Error::Timeout { .. } | Error::Transport { .. } => Code::Unavailable,
-            Error::DeadlineExceeded { .. } => Code::DeadlineExceeded,
-            Error::Decode { http_status, .. } if *http_status >= 500 => Code::Unavailable,
-            Error::Decode { .. } => Code::Internal,
-            Error::InvalidRequest(_) => Code::InvalidArgument,
-        }
-    }
-
-    /// A [`Status`] with [`Error::machine_code`] and a message that keeps the ECS code and request
-    /// id (and nothing secret).
-    pub fn to_status(&self) -> Status {
-        Status::new(self.machine_code(), self.to_string())
-    }
-
     /// A short label for metrics: `ok` is never returned; ECS codes as they are, else the kind.
     pub(crate) fn metric_result(&self) -> String {
         match self {
@@ -251,12 +157,6 @@ impl Error {
             Error::Decode { .. } => "decode".into(),
             Error::InvalidRequest(_) => "invalid_request".into(),
         }
-    }
-}
-
-impl From<Error> for Status {
-    fn from(e: Error) -> Self {
-        e.to_status()
     }
 }
 
@@ -289,63 +189,6 @@ mod tests {
     }
 
     #[test]
-    fn the_13_capacity_codes_are_resource_exhausted() {
-        for c in RESOURCE_EXHAUSTED_CODES {
-            assert_eq!(machine_code_for(c, 403), Code::ResourceExhausted, "{c}");
-        }
-        assert_eq!(
-            machine_code_for("QuotaExceed.Whatever", 400),
-            Code::ResourceExhausted
-        );
-    }
-
-    #[test]
-    fn mapping_table() {
-        let table = [
-            ("Throttling", 400, Code::Unavailable),
-            ("Throttling.User", 400, Code::Unavailable),
-            ("Throttling.Api", 400, Code::Unavailable),
-            ("ServiceUnavailable", 503, Code::Unavailable),
-            ("InternalError", 500, Code::Unavailable),
-            ("IncorrectInstanceStatus", 403, Code::Unavailable),
-            (
-                "IncorrectInstanceStatus.Initializing",
-                403,
-                Code::Unavailable,
-            ),
-            ("InvalidTimeStamp.Expired", 400, Code::Unavailable),
-            ("SignatureNonceUsed", 400, Code::Unavailable),
-            ("InvalidInstanceId.NotFound", 404, Code::NotFound),
-            ("Forbidden.InstanceNotFound", 404, Code::NotFound),
-            ("InvalidAccessKeyId.NotFound", 404, Code::Unauthenticated),
-            ("InvalidAccessKeyId.Inactive", 400, Code::Unauthenticated),
-            ("SignatureDoesNotMatch", 400, Code::Unauthenticated),
-            ("IncompleteSignature", 400, Code::Unauthenticated),
-            ("Forbidden.RAM", 403, Code::PermissionDenied),
-            ("Forbidden.RiskControl", 403, Code::PermissionDenied),
-            ("ActionUnauthorized", 403, Code::PermissionDenied),
-            ("InvalidParameter", 400, Code::InvalidArgument),
-            ("InvalidParameter.Foo", 400, Code::InvalidArgument),
-            ("MissingParameter", 400, Code::InvalidArgument),
-            ("InvalidImageId.NotFound", 404, Code::InvalidArgument),
-            ("InvalidVSwitchId.NotFound", 404, Code::InvalidArgument),
-            (
-                "InvalidSecurityGroupId.NotFound",
-                404,
-                Code::InvalidArgument,
-            ),
-            ("InvalidKeyPair.NotFound", 404, Code::InvalidArgument),
-            ("IdempotentParameterMismatch", 400, Code::AlreadyExists),
-            ("InsufficientBalance", 400, Code::Internal),
-            ("SomethingNew", 400, Code::Internal),
-            ("SomethingNew", 502, Code::Unavailable),
-        ];
-        for (code, status, want) in table {
-            assert_eq!(machine_code_for(code, status), want, "{code}");
-        }
-    }
-
-    #[test]
     fn retry_classes() {
         assert!(api("Throttling.User", 400).is_retryable());
         assert!(api("IncorrectInstanceStatus", 403).is_retryable());
@@ -360,15 +203,6 @@ mod tests {
             .is_retryable()
         );
         assert!(!Error::DeadlineExceeded { action: "a".into() }.is_retryable());
-    }
-
-    #[test]
-    fn status_keeps_code_and_request_id() {
-        let s = api("OperationDenied.NoStock", 403).to_status();
-        assert_eq!(s.code, Code::ResourceExhausted);
-        assert!(s.message.contains("OperationDenied.NoStock"));
-        assert!(s.message.contains("req-1"));
-        assert!(api("InvalidInstanceId.NotFound", 404).is_not_found());
     }
 
     #[test]

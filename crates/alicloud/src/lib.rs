@@ -3,12 +3,13 @@
 //! Berth's machine driver creates, finds and deletes VMs through this crate. It signs requests with
 //! RPC signature V1 (HMAC-SHA1) or V3 (`ACS3-HMAC-SHA256`), flattens parameters the way Alibaba's
 //! SDKs do, decodes answers into typed values and errors into [`Error`] (which keeps ECS's `Code`
-//! and `RequestId` and maps to a machine [`domain::Code`]), and makes calls safe to use at scale:
-//! every call has a deadline, retryable failures are retried with jittered exponential backoff
-//! (honouring ECS's `TimeLeft` throttling hint), calls are rate-limited per (access key, region) by
-//! a token bucket, and each HTTP attempt is measured (`berth_ecs_request_duration_seconds{action}`,
-//! `berth_ecs_requests_total{action,result}`, declared as `metric-families` families like every
-//! Berth metric, so whoever serves the page renders them).
+//! and `RequestId`; what a code means to a machine is the driver's to say), and makes calls safe to
+//! use at scale: every call has a deadline, retryable failures are retried with jittered
+//! exponential backoff (honouring ECS's `TimeLeft` throttling hint), calls are rate-limited per
+//! (access key, region) by a token bucket, and each HTTP attempt is measured
+//! (`berth_ecs_request_duration_seconds{action}`, `berth_ecs_requests_total{action,result}`,
+//! declared as `metric-families` families like every Berth metric, so whoever serves the page
+//! renders them).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), alicloud::Error> {
@@ -37,7 +38,7 @@
 //! - [`params`]: [`Params`] and the SDK flattening rules (`Name.N`, JSON-array lists); it knows no
 //!   model type, and tags flatten (`Tag.N.Key`) beside [`Tag`] in [`model`].
 //! - [`sign`]: V1 and V3 signing and RFC 3986 percent-encoding, tested against Alibaba's examples.
-//! - [`error`]: [`Error`], [`machine_code_for`] and the ResourceExhausted code list.
+//! - [`error`]: [`Error`] and the ECS codes it recognises (not found, retryable, throttling).
 //! - [`config`]: [`EcsConfig`], [`RetryPolicy`], the `BERTH_ALICLOUD_*` variables.
 //! - [`credentials`]: [`Credentials`], which never print their secret ([`SecretString`], domain's).
 //! - [`endpoint`]: [`Region`] (the region-id grammar, the only way a region reaches a URL) and
@@ -58,7 +59,7 @@ pub use client::{API_VERSION, Ecs, EcsClient, SignedCall, deadline_in, sign_call
 pub use config::{EcsConfig, EcsConfigError, RetryPolicy, SignatureVersion};
 pub use credentials::{Credentials, SecretString};
 pub use endpoint::{Region, RegionError};
-pub use error::{EcsApiError, Error, RESOURCE_EXHAUSTED_CODES, machine_code_for};
+pub use error::{EcsApiError, Error};
 pub use model::{
     DataDisk, DescribeDisks, DescribeInstances, DescribeNetworkInterfaces, Disk, Instance,
     InstanceNetworkInterface, InstanceStatus, NetworkInterface, Page, RunInstances,

@@ -32,8 +32,10 @@
 //!
 //! # Layout
 //! - [`spec`]: the provider spec, its validation, the region policy, owners, naming helpers.
+//! - [`codes`]: what an ECS failure means to MCM (the machine codes) and the status answered.
 //! - this file: [`Alicloud`], the [`Provider`] implementation, and [`decide`], the race verdict.
 
+pub mod codes;
 pub mod spec;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -53,6 +55,7 @@ use domain::{Code, Status};
 use tracing::Instrument as _;
 
 use crate::provider::{Listed, NAMESPACE_STAMP, Provider, request_namespace, stamped_namespace};
+use codes::ecs_status;
 use spec::{MACHINE_TAG, Owner, ProviderSpec, RegionPolicy};
 
 /// The provider's name (`MachineClass.provider`).
@@ -853,35 +856,6 @@ fn create_error(e: &alicloud::Error, name: &str) -> Status {
         ));
     }
     ecs_status(e)
-}
-
-/// An ECS failure as the driver answers it. When ECS refuses the credentials, the answer says whose
-/// they are: a 401 from the driver otherwise reads like the caller's own Berth login failing.
-fn ecs_status(e: &alicloud::Error) -> Status {
-    let status = e.to_status();
-    // The one request field ECS names by its own words: said as the field the caller wrote.
-    if e.ecs_code()
-        .is_some_and(|c| c.starts_with("InvalidRegionId"))
-    {
-        return Status::new(
-            Code::InvalidArgument,
-            format!(
-                "machineClass.providerSpec.region: ECS has no such region ({})",
-                status.message
-            ),
-        );
-    }
-    if status.code != Code::Unauthenticated {
-        return status;
-    }
-    Status::new(
-        Code::Unauthenticated,
-        format!(
-            "{}: ECS refused the cloud access key in the request's secret (secret.data[alicloudAccessKeyID] and [alicloudAccessKeySecret]), {}; put in the key the ECS endpoint accepts (under `berth up`, the emulator key it prints when it starts)",
-            status.message,
-            domain::machine::CLOUD_KEY_REFUSED
-        ),
-    )
 }
 
 #[async_trait]
