@@ -24,7 +24,8 @@ use domain::{
     VolumeProvisionerProfile,
 };
 use libfuzzer_sys::fuzz_target;
-use machine_driver::alicloud::spec::{self as ali, RegionPolicy};
+use machine_driver::alicloud::region::RegionPolicy;
+use machine_driver::alicloud::{identity as ali_identity, secret as ali_secret, spec as ali};
 use machine_driver::docker::settings::Settings;
 use machine_driver::docker::spec as docker;
 use serde::Serialize;
@@ -159,7 +160,7 @@ fn machine_request(req: &MachineRequest, keys: &[String]) {
     }
 
     // Alicloud, as CreateMachine runs it (the ECS calls aside).
-    let owner = ali::name_and_owner(&req.machine, true);
+    let owner = ali_identity::name_and_owner(&req.machine, true);
     refused(
         owner.as_ref().map(|_| ()).map_err(Clone::clone),
         s,
@@ -167,12 +168,12 @@ fn machine_request(req: &MachineRequest, keys: &[String]) {
         "alicloud name",
     );
     refused(
-        ali::credentials(&req.secret),
+        ali_secret::credentials(&req.secret),
         s,
         keys,
         "alicloud credentials",
     );
-    let user_data = ali::user_data(&req.secret);
+    let user_data = ali_secret::user_data(&req.secret);
     refused(
         user_data.as_ref().map(|_| ()).map_err(Clone::clone),
         s,
@@ -228,7 +229,7 @@ fn list_machines(req: &ListMachinesRequest, keys: &[String]) {
         Err(e) => refused::<()>(Err(e), s, keys, "alicloud list spec"),
     }
     refused(
-        ali::credentials(&req.secret),
+        ali_secret::credentials(&req.secret),
         s,
         keys,
         "alicloud list credentials",
