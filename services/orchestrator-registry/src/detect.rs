@@ -19,7 +19,6 @@ use domain::OrchestratorKind;
 use domain::orchestrator::{DEFAULT_DOCKER_HOST, Detection, DetectionRule, validate_docker_host};
 use service_kit::Env;
 use service_kit::config::UnusableDockerHost;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The variable that says the registry runs inside a Kubernetes pod.
 pub const KUBERNETES_SERVICE_HOST: &str = "KUBERNETES_SERVICE_HOST";
@@ -79,14 +78,10 @@ pub struct PingProbe {
 impl EngineProbe for PingProbe {
     fn ping<'a>(&'a self, host: &'a str) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         Box::pin(async move {
-            match tokio::time::timeout(self.timeout, ping(host)).await {
-                Ok(Ok(answered)) => answered,
-                Ok(Err(e)) => {
-                    tracing::debug!(host, error = %e, "no Docker Engine");
-                    false
-                }
-                Err(_) => {
-                    tracing::debug!(host, "Docker Engine ping timed out");
+            match docker_engine::ping(host, self.timeout).await {
+                Ok(()) => true,
+                Err(why) => {
+                    tracing::debug!(host, why, "no Docker Engine");
                     false
                 }
             }
@@ -102,45 +97,6 @@ impl EngineProbe for FixedProbe {
     fn ping<'a>(&'a self, _host: &'a str) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>> {
         Box::pin(std::future::ready(self.0))
     }
-}
-
-async fn ping(host: &str) -> std::io::Result<bool> {
-    if let Some(path) = host.strip_prefix("unix://") {
-        #[cfg(unix)]
-        {
-            let stream = tokio::net::UnixStream::connect(path).await?;
-            return exchange(stream).await;
-        }
-        #[cfg(not(unix))]
-        {
-            let _ = path;
-            return Ok(false);
-        }
-    }
-    if let Some(authority) = host.strip_prefix("tcp://") {
-        let stream = tokio::net::TcpStream::connect(authority).await?;
-        return exchange(stream).await;
-    }
-    Ok(false)
-}
-
-/// One HTTP/1.0 exchange (the server closes after answering, so reading to the status line is enough).
-async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) -> std::io::Result<bool> {
-    stream
-        .write_all(b"GET /_ping HTTP/1.0\r\nHost: docker\r\nUser-Agent: berth-registry\r\n\r\n")
-        .await?;
-    let mut head = Vec::with_capacity(64);
-    let mut buf = [0u8; 64];
-    while !head.contains(&b'\n') && head.len() < 512 {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-    }
-    let line = String::from_utf8_lossy(&head);
-    let mut parts = line.split_whitespace();
-    Ok(parts.next().is_some_and(|v| v.starts_with("HTTP/1.")) && parts.next() == Some("200"))
 }
 
 /// Applies the rules to `env`, probing the Engine only when the variables decided nothing.
@@ -235,6 +191,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_real_probe_speaks_http_to_a_socket() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
         use tokio::net::TcpListener;
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -242,8 +199,8 @@ mod tests {
             let (mut s, _) = listener.accept().await.unwrap();
             let mut buf = [0u8; 256];
             let n = s.read(&mut buf).await.unwrap();
-            assert!(buf[..n].starts_with(b"GET /_ping HTTP/1.0\r\n"));
-            s.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+            assert!(buf[..n].starts_with(b"GET /_ping HTTP/1.1\r\n"));
+            s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nOK")
                 .await
                 .unwrap();
         });

@@ -199,18 +199,10 @@ impl Docker {
             .entry(host.to_owned())
             .or_default()
             .clone();
-        let timeout = self.operation_timeout.as_secs().max(1);
         cell.get_or_try_init(|| async {
-            let engine = if host.starts_with("unix://") {
-                Engine::connect_with_unix(host, timeout, bollard::API_DEFAULT_VERSION)
-            } else {
-                Engine::connect_with_http(host, timeout, bollard::API_DEFAULT_VERSION)
-            }
-            .map_err(|e| EngineError::new("connecting", e).to_status())?;
-            engine
-                .negotiate_version()
+            docker_engine::connect(host, self.operation_timeout)
                 .await
-                .map_err(|e| EngineError::new("agreeing on the API version", e).to_status())
+                .map_err(|(stage, e)| EngineError::new(stage.doing(), e).to_status())
         })
         .await
         .cloned()

@@ -62,24 +62,12 @@ impl DockerBackend {
     async fn docker(&self) -> Result<&Docker, BackendError> {
         self.client
             .get_or_try_init(|| async {
-                let docker = if self.host.starts_with("unix://") {
-                    Docker::connect_with_unix(
-                        &self.host,
-                        ENGINE_TIMEOUT_SECS,
-                        bollard::API_DEFAULT_VERSION,
-                    )
-                } else {
-                    Docker::connect_with_http(
-                        &self.host,
-                        ENGINE_TIMEOUT_SECS,
-                        bollard::API_DEFAULT_VERSION,
-                    )
-                }
-                .map_err(|e| self.error("connecting", e))?;
-                docker
-                    .negotiate_version()
-                    .await
-                    .map_err(|e| self.error("negotiating the API version", e))
+                docker_engine::connect(
+                    &self.host,
+                    std::time::Duration::from_secs(ENGINE_TIMEOUT_SECS),
+                )
+                .await
+                .map_err(|(stage, e)| self.error(stage.doing(), e))
             })
             .await
     }
