@@ -6,32 +6,30 @@ use std::time::Duration;
 
 use rand::Rng as _;
 
-/// `BERTH_ALICLOUD_ENDPOINT`: send every call here instead of the regional endpoint
-/// (e.g. `http://127.0.0.1:8090` for the emulator).
-pub const ENV_ENDPOINT: &str = "BERTH_ALICLOUD_ENDPOINT";
-/// `BERTH_ALICLOUD_QPS`: calls a second allowed per (access key, region); unset or 0 = no limit.
-pub const ENV_QPS: &str = "BERTH_ALICLOUD_QPS";
-/// `BERTH_ALICLOUD_SIGNATURE`: `v1` (HMAC-SHA1, default) or `v3` (ACS3-HMAC-SHA256).
-pub const ENV_SIGNATURE: &str = "BERTH_ALICLOUD_SIGNATURE";
-/// `BERTH_ALICLOUD_TIMEOUT`: the longest a single HTTP attempt may take, in the duration form every
-/// Berth setting uses (`1500ms`, `30s`).
-pub const ENV_TIMEOUT: &str = "BERTH_ALICLOUD_TIMEOUT";
-/// `BERTH_ALICLOUD_TIMEOUT_MS`: [`ENV_TIMEOUT`] as a bare number of milliseconds. Deprecated: the
-/// program reading the variables carries it over to [`ENV_TIMEOUT`] for one release (the machine
-/// driver declares the rename, and the service kit's one mechanism for retiring a name applies it,
-/// with its warning and its refusal of both at once); this crate reads only [`ENV_TIMEOUT`].
-pub const ENV_TIMEOUT_MS: &str = "BERTH_ALICLOUD_TIMEOUT_MS";
+/// The names of the variables [`EcsConfig::from_vars`] reads (each crate keeps its own in a module
+/// of this name).
+pub mod env_vars {
+    /// `BERTH_ALICLOUD_ENDPOINT`: send every call here instead of the regional endpoint
+    /// (e.g. `http://127.0.0.1:8090` for the emulator).
+    pub const ENDPOINT: &str = "BERTH_ALICLOUD_ENDPOINT";
+    /// `BERTH_ALICLOUD_QPS`: calls a second allowed per (access key, region); unset or 0 = no limit.
+    pub const QPS: &str = "BERTH_ALICLOUD_QPS";
+    /// `BERTH_ALICLOUD_SIGNATURE`: `v1` (HMAC-SHA1, default) or `v3` (ACS3-HMAC-SHA256).
+    pub const SIGNATURE: &str = "BERTH_ALICLOUD_SIGNATURE";
+    /// `BERTH_ALICLOUD_TIMEOUT`: the longest a single HTTP attempt may take, in the duration form every
+    /// Berth setting uses (`1500ms`, `30s`).
+    pub const TIMEOUT: &str = "BERTH_ALICLOUD_TIMEOUT";
+    /// `BERTH_ALICLOUD_TIMEOUT_MS`: [`TIMEOUT`] as a bare number of milliseconds. Deprecated: the
+    /// program reading the variables carries it over to [`TIMEOUT`] for one release (the machine
+    /// driver declares the rename, and the service kit's one mechanism for retiring a name applies it,
+    /// with its warning and its refusal of both at once); this crate reads only [`TIMEOUT`].
+    pub const TIMEOUT_MS: &str = "BERTH_ALICLOUD_TIMEOUT_MS";
 
-/// Every variable [`EcsConfig::from_vars`] reads.
-pub const ENV_VARS: [&str; 5] = [
-    ENV_ENDPOINT,
-    ENV_QPS,
-    ENV_SIGNATURE,
-    ENV_TIMEOUT,
-    ENV_MAX_ATTEMPTS,
-];
-/// `BERTH_ALICLOUD_MAX_ATTEMPTS`: attempts per call for retryable errors other than throttling.
-pub const ENV_MAX_ATTEMPTS: &str = "BERTH_ALICLOUD_MAX_ATTEMPTS";
+    /// Every variable [`super::EcsConfig::from_vars`] reads.
+    pub const ALL: [&str; 5] = [ENDPOINT, QPS, SIGNATURE, TIMEOUT, MAX_ATTEMPTS];
+    /// `BERTH_ALICLOUD_MAX_ATTEMPTS`: attempts per call for retryable errors other than throttling.
+    pub const MAX_ATTEMPTS: &str = "BERTH_ALICLOUD_MAX_ATTEMPTS";
+}
 
 /// Which signature the client sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -83,9 +81,9 @@ impl RetryPolicy {
 /// Configuration shared by every client of one [`crate::Ecs`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct EcsConfig {
-    /// Overrides the regional endpoint for every region (see [`ENV_ENDPOINT`]).
+    /// Overrides the regional endpoint for every region (see [`env_vars::ENDPOINT`]).
     pub endpoint: Option<String>,
-    /// Token-bucket rate per (access key id, region); `None` = unlimited (see [`ENV_QPS`]).
+    /// Token-bucket rate per (access key id, region); `None` = unlimited (see [`env_vars::QPS`]).
     pub qps: Option<f64>,
     /// Bucket size; default one second's worth of `qps`.
     pub burst: Option<u32>,
@@ -138,29 +136,31 @@ impl EcsConfig {
             message: message.to_owned(),
         };
         let mut c = EcsConfig {
-            endpoint: get(ENV_ENDPOINT).map(str::to_owned),
+            endpoint: get(env_vars::ENDPOINT).map(str::to_owned),
             ..EcsConfig::default()
         };
-        if let Some(v) = get(ENV_QPS) {
-            let q: f64 = v.parse().map_err(|_| bad(ENV_QPS, v, "is not a number"))?;
+        if let Some(v) = get(env_vars::QPS) {
+            let q: f64 = v
+                .parse()
+                .map_err(|_| bad(env_vars::QPS, v, "is not a number"))?;
             if !q.is_finite() || q < 0.0 {
-                return Err(bad(ENV_QPS, v, "must be ≥ 0"));
+                return Err(bad(env_vars::QPS, v, "must be ≥ 0"));
             }
             c.qps = (q > 0.0).then_some(q);
         }
-        if let Some(v) = get(ENV_SIGNATURE) {
+        if let Some(v) = get(env_vars::SIGNATURE) {
             c.signature = match v.to_ascii_lowercase().as_str() {
                 "v1" | "1" | "hmac-sha1" => SignatureVersion::V1,
                 "v3" | "3" | "acs3-hmac-sha256" => SignatureVersion::V3,
-                _ => return Err(bad(ENV_SIGNATURE, v, "is not v1 or v3")),
+                _ => return Err(bad(env_vars::SIGNATURE, v, "is not v1 or v3")),
             };
         }
-        if let Some(v) = get(ENV_TIMEOUT) {
+        if let Some(v) = get(env_vars::TIMEOUT) {
             c.request_timeout = domain::duration::parse_duration(v)
                 .filter(|d| !d.is_zero())
                 .ok_or_else(|| {
                     bad(
-                        ENV_TIMEOUT,
+                        env_vars::TIMEOUT,
                         v,
                         &format!(
                             "is not a positive duration: expected {}",
@@ -169,12 +169,12 @@ impl EcsConfig {
                     )
                 })?;
         }
-        if let Some(v) = get(ENV_MAX_ATTEMPTS) {
+        if let Some(v) = get(env_vars::MAX_ATTEMPTS) {
             c.retry.max_attempts = v
                 .parse()
                 .ok()
                 .filter(|n| *n > 0)
-                .ok_or_else(|| bad(ENV_MAX_ATTEMPTS, v, "is not a positive integer"))?;
+                .ok_or_else(|| bad(env_vars::MAX_ATTEMPTS, v, "is not a positive integer"))?;
         }
         Ok(c)
     }
@@ -194,10 +194,10 @@ mod tests {
     #[test]
     fn reads_variables_and_rejects_nonsense() {
         let c = EcsConfig::from_vars(&vars(&[
-            (ENV_ENDPOINT, "http://127.0.0.1:8090"),
-            (ENV_QPS, "50"),
-            (ENV_SIGNATURE, "V3"),
-            (ENV_TIMEOUT, "1500ms"),
+            (env_vars::ENDPOINT, "http://127.0.0.1:8090"),
+            (env_vars::QPS, "50"),
+            (env_vars::SIGNATURE, "V3"),
+            (env_vars::TIMEOUT, "1500ms"),
         ]))
         .unwrap();
         assert_eq!(c.endpoint.as_deref(), Some("http://127.0.0.1:8090"));
@@ -205,7 +205,9 @@ mod tests {
         assert_eq!(c.signature, SignatureVersion::V3);
         assert_eq!(c.request_timeout, Duration::from_millis(1500));
         assert_eq!(
-            EcsConfig::from_vars(&vars(&[(ENV_QPS, "0")])).unwrap().qps,
+            EcsConfig::from_vars(&vars(&[(env_vars::QPS, "0")]))
+                .unwrap()
+                .qps,
             None
         );
         assert_eq!(
@@ -213,26 +215,28 @@ mod tests {
             EcsConfig::default()
         );
         assert_eq!(
-            EcsConfig::from_vars(&vars(&[(ENV_QPS, "fast")]))
+            EcsConfig::from_vars(&vars(&[(env_vars::QPS, "fast")]))
                 .unwrap_err()
                 .name,
-            ENV_QPS
+            env_vars::QPS
         );
-        assert!(EcsConfig::from_vars(&vars(&[(ENV_SIGNATURE, "v2")])).is_err());
-        assert!(EcsConfig::from_vars(&vars(&[(ENV_QPS, "-1")])).is_err());
+        assert!(EcsConfig::from_vars(&vars(&[(env_vars::SIGNATURE, "v2")])).is_err());
+        assert!(EcsConfig::from_vars(&vars(&[(env_vars::QPS, "-1")])).is_err());
     }
 
     #[test]
     fn the_timeout_takes_a_duration_with_its_unit() {
         let timeout = |pairs: &[(&str, &str)]| EcsConfig::from_vars(&vars(pairs));
         assert_eq!(
-            timeout(&[(ENV_TIMEOUT, "2s")]).unwrap().request_timeout,
+            timeout(&[(env_vars::TIMEOUT, "2s")])
+                .unwrap()
+                .request_timeout,
             Duration::from_secs(2)
         );
         // `30000`, copied from the retired milliseconds variable, is no duration.
         for bad in ["0s", "soon", "1500x", "30000"] {
-            let e = timeout(&[(ENV_TIMEOUT, bad)]).unwrap_err();
-            assert_eq!(e.name, ENV_TIMEOUT, "{bad}: {e}");
+            let e = timeout(&[(env_vars::TIMEOUT, bad)]).unwrap_err();
+            assert_eq!(e.name, env_vars::TIMEOUT, "{bad}: {e}");
             assert!(e.message.contains("like 30s"), "{e}");
             // The value is shown once, by the error, not again by its message.
             assert_eq!(e.to_string().matches(&format!("{bad:?}")).count(), 1, "{e}");

@@ -30,21 +30,21 @@ service_kit::declare_variables! {
     /// ([`service_kit::config::vars::TELEMETRY`]): one per flag. The binary refuses any other `BERTH_*`
     /// one, and a test checks every name this crate's sources spell is here.
     pub const VARS = [
-        env::HOST,
-        env::PORT,
-        env::ACCESS_KEY_ID,
-        env::ACCESS_KEY_SECRET,
-        env::THROTTLE_RATE,
-        env::THROTTLE_TIME_LEFT,
-        env::SERVER_ERROR_RATE,
-        env::LATENCY,
-        env::NO_STOCK_ZONES,
-        env::LEAK_ON_DELETE,
-        env::PENDING,
-        env::STARTING,
-        env::STOPPING,
-        env::SEED_INSTANCES,
-        env::STATE_DIR,
+        env_vars::HOST,
+        env_vars::PORT,
+        env_vars::ACCESS_KEY_ID,
+        env_vars::ACCESS_KEY_SECRET,
+        env_vars::THROTTLE_RATE,
+        env_vars::THROTTLE_TIME_LEFT,
+        env_vars::SERVER_ERROR_RATE,
+        env_vars::LATENCY,
+        env_vars::NO_STOCK_ZONES,
+        env_vars::LEAK_ON_DELETE,
+        env_vars::PENDING,
+        env_vars::STARTING,
+        env_vars::STOPPING,
+        env_vars::SEED_INSTANCES,
+        env_vars::STATE_DIR,
     ];
     /// The emulator's names retired in this release: a duration takes a duration (`250ms`, `2s`), not a
     /// bare number of milliseconds, and no name carries a unit. The flags are retired alike
@@ -52,12 +52,12 @@ service_kit::declare_variables! {
     pub const RENAMED = [
         Renamed::milliseconds(
                 "BERTH_ECS_EMULATOR_THROTTLE_TIME_LEFT_MS",
-                env::THROTTLE_TIME_LEFT,
+                env_vars::THROTTLE_TIME_LEFT,
             ),
-            Renamed::milliseconds("BERTH_ECS_EMULATOR_LATENCY_MS", env::LATENCY),
-            Renamed::milliseconds("BERTH_ECS_EMULATOR_PENDING_MS", env::PENDING),
-            Renamed::milliseconds("BERTH_ECS_EMULATOR_STARTING_MS", env::STARTING),
-            Renamed::milliseconds("BERTH_ECS_EMULATOR_STOPPING_MS", env::STOPPING),
+            Renamed::milliseconds("BERTH_ECS_EMULATOR_LATENCY_MS", env_vars::LATENCY),
+            Renamed::milliseconds("BERTH_ECS_EMULATOR_PENDING_MS", env_vars::PENDING),
+            Renamed::milliseconds("BERTH_ECS_EMULATOR_STARTING_MS", env_vars::STARTING),
+            Renamed::milliseconds("BERTH_ECS_EMULATOR_STOPPING_MS", env_vars::STOPPING),
     ];
 }
 
@@ -71,7 +71,7 @@ pub const RENAMED_FLAGS: &[Renamed] = &[
 ];
 
 /// The variables' names, one per flag.
-pub mod env {
+pub mod env_vars {
     /// `--host`.
     pub const HOST: &str = "BERTH_ECS_EMULATOR_HOST";
     /// `--port`.
@@ -119,68 +119,68 @@ pub struct Args {
     #[arg(value_parser = ["healthcheck"])]
     command: Option<String>,
     /// Address to listen on.
-    #[arg(long, env = env::HOST, default_value = "127.0.0.1")]
+    #[arg(long, env = env_vars::HOST, default_value = "127.0.0.1")]
     host: IpAddr,
     /// Port to listen on.
-    #[arg(long, env = env::PORT, default_value_t = 8090)]
+    #[arg(long, env = env_vars::PORT, default_value_t = 8090)]
     port: u16,
     /// The access key id requests must be signed with. Default: with a state dir, the key kept
     /// there (made at random on its first start and logged at every start); without one, `emulator`.
-    #[arg(long, env = env::ACCESS_KEY_ID)]
+    #[arg(long, env = env_vars::ACCESS_KEY_ID)]
     access_key_id: Option<String>,
     /// The access key secret requests must be signed with (default: the state dir's, as for the id).
-    #[arg(long, env = env::ACCESS_KEY_SECRET, hide_env_values = true)]
+    #[arg(long, env = env_vars::ACCESS_KEY_SECRET, hide_env_values = true)]
     access_key_secret: Option<String>,
     /// Share of calls answered `Throttling` (0–1).
-    #[arg(long, env = env::THROTTLE_RATE, default_value_t = 0.0)]
+    #[arg(long, env = env_vars::THROTTLE_RATE, default_value_t = 0.0)]
     throttle_rate: f64,
     /// `TimeLeft` advertised by throttled answers, a duration [default: 50ms].
-    #[arg(long, env = env::THROTTLE_TIME_LEFT, value_name = "DURATION")]
+    #[arg(long, env = env_vars::THROTTLE_TIME_LEFT, value_name = "DURATION")]
     throttle_time_left: Option<String>,
     /// Deprecated: --throttle-time-left in milliseconds.
     #[arg(long, hide = true)]
     throttle_time_left_ms: Option<String>,
     /// Share of calls answered 500/503 (0–1).
-    #[arg(long, env = env::SERVER_ERROR_RATE, default_value_t = 0.0)]
+    #[arg(long, env = env_vars::SERVER_ERROR_RATE, default_value_t = 0.0)]
     server_error_rate: f64,
     /// Latency added to every call, a duration [default: 0s].
-    #[arg(long, env = env::LATENCY, value_name = "DURATION")]
+    #[arg(long, env = env_vars::LATENCY, value_name = "DURATION")]
     latency: Option<String>,
     /// Deprecated: --latency in milliseconds.
     #[arg(long, hide = true)]
     latency_ms: Option<String>,
     /// A zone where RunInstances answers `OperationDenied.NoStock` (repeatable; comma-separated in the variable).
-    #[arg(long, env = env::NO_STOCK_ZONES, value_delimiter = ',')]
+    #[arg(long, env = env_vars::NO_STOCK_ZONES, value_delimiter = ',')]
     no_stock_zone: Vec<String>,
     /// Leave disks and network interfaces behind when an instance is deleted.
-    #[arg(long, env = env::LEAK_ON_DELETE)]
+    #[arg(long, env = env_vars::LEAK_ON_DELETE)]
     leak_on_delete: bool,
     /// How long an instance stays Pending, a duration [default: 1s].
-    #[arg(long, env = env::PENDING, value_name = "DURATION")]
+    #[arg(long, env = env_vars::PENDING, value_name = "DURATION")]
     pending: Option<String>,
     /// Deprecated: --pending in milliseconds.
     #[arg(long, hide = true)]
     pending_ms: Option<String>,
     /// How long an instance stays Starting, a duration [default: 1s].
-    #[arg(long, env = env::STARTING, value_name = "DURATION")]
+    #[arg(long, env = env_vars::STARTING, value_name = "DURATION")]
     starting: Option<String>,
     /// Deprecated: --starting in milliseconds.
     #[arg(long, hide = true)]
     starting_ms: Option<String>,
     /// How long an instance stays Stopping, a duration [default: 1s].
-    #[arg(long, env = env::STOPPING, value_name = "DURATION")]
+    #[arg(long, env = env_vars::STOPPING, value_name = "DURATION")]
     stopping: Option<String>,
     /// Deprecated: --stopping in milliseconds.
     #[arg(long, hide = true)]
     stopping_ms: Option<String>,
     /// Create this many Running instances at start (for list benchmarks); with a state dir, only
     /// into an empty account.
-    #[arg(long, env = env::SEED_INSTANCES, default_value_t = 0)]
+    #[arg(long, env = env_vars::SEED_INSTANCES, default_value_t = 0)]
     seed_instances: usize,
     /// Keep the account (instances, disks, network interfaces, ClientTokens) in this directory,
     /// written crash-safely after every change, and load it at start. Without it the account lives
     /// in memory and a restart empties it.
-    #[arg(long, env = env::STATE_DIR)]
+    #[arg(long, env = env_vars::STATE_DIR)]
     state_dir: Option<std::path::PathBuf>,
 }
 
@@ -230,14 +230,14 @@ impl Args {
                 &RENAMED_FLAGS[0],
                 &self.throttle_time_left,
                 &self.throttle_time_left_ms,
-                env::THROTTLE_TIME_LEFT,
+                env_vars::THROTTLE_TIME_LEFT,
                 Duration::from_millis(50),
             )?,
             latency: pick(
                 &RENAMED_FLAGS[1],
                 &self.latency,
                 &self.latency_ms,
-                env::LATENCY,
+                env_vars::LATENCY,
                 Duration::ZERO,
             )?,
             lifecycle: [
@@ -245,21 +245,21 @@ impl Args {
                     &RENAMED_FLAGS[2],
                     &self.pending,
                     &self.pending_ms,
-                    env::PENDING,
+                    env_vars::PENDING,
                     second,
                 )?,
                 pick(
                     &RENAMED_FLAGS[3],
                     &self.starting,
                     &self.starting_ms,
-                    env::STARTING,
+                    env_vars::STARTING,
                     second,
                 )?,
                 pick(
                     &RENAMED_FLAGS[4],
                     &self.stopping,
                     &self.stopping_ms,
-                    env::STOPPING,
+                    env_vars::STOPPING,
                     second,
                 )?,
             ],
@@ -379,7 +379,7 @@ pub async fn main() -> ExitCode {
             }
         }
     }
-    let listener = match service_kit::server::bind(addr, env::PORT).await {
+    let listener = match service_kit::server::bind(addr, env_vars::PORT).await {
         Ok(l) => l,
         Err(e) => {
             eprintln!("ecs-emulator: {e}");

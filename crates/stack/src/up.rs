@@ -112,7 +112,7 @@ pub fn ensure_admin_token(path: &std::path::Path) -> Result<Option<String>, BoxE
 /// Builds every service of the stack, each bound to its port and ready to serve. Writes no
 /// credentials: that is for the caller, once this has succeeded.
 /// The machine driver's setting that keeps this stack's Docker machines apart from another's.
-const DOCKER_INSTANCE: &str = machine_driver::docker::settings::ENV_INSTANCE;
+const DOCKER_INSTANCE: &str = machine_driver::env_vars::DOCKER_INSTANCE;
 /// Where `berth up` keeps the stack's Docker instance, beside the state it names.
 const DOCKER_INSTANCE_FILE: &str = "docker-instance";
 /// The files a data directory holds once a stack has run in it.
@@ -345,9 +345,9 @@ pub fn emulator_lifecycle(env: &Env) -> Result<ecs_emulator::Lifecycle, BoxError
 /// The embedded emulator's delays in Pending, Starting and Stopping (the standalone emulator's
 /// variables).
 pub const EMULATOR_LIFECYCLE: [&str; 3] = [
-    ecs_emulator::cli::env::PENDING,
-    ecs_emulator::cli::env::STARTING,
-    ecs_emulator::cli::env::STOPPING,
+    ecs_emulator::cli::env_vars::PENDING,
+    ecs_emulator::cli::env_vars::STARTING,
+    ecs_emulator::cli::env_vars::STOPPING,
 ];
 
 /// Writes one banner line; a stdout nobody reads (`berth up | head -3`) does not stop the stack.

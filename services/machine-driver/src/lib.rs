@@ -39,56 +39,96 @@ pub const NAME: &str = "machine-driver";
 /// The port it listens on by default.
 pub const DEFAULT_PORT: u16 = 8081;
 
-/// Every variable the machine driver reads besides the kit's
-/// ([`service_kit::config::vars::EVERY_SERVICE`]), Docker's own `DOCKER_HOST` (the Engine of
-/// machines whose secret names none) among them: the binary refuses any other `BERTH_*` one, and a
-/// test checks every name this crate's sources spell is here.
-pub const VARS: &[&str] = &[
-    ::alicloud::config::ENV_ENDPOINT,
-    ::alicloud::config::ENV_QPS,
-    ::alicloud::config::ENV_SIGNATURE,
-    ::alicloud::config::ENV_TIMEOUT,
-    ::alicloud::config::ENV_MAX_ATTEMPTS,
-    ENV_CSI_DRIVERS,
-    ENV_REGIONS,
-    ENV_QUOTA_MACHINES,
-    docker::settings::ENV_DOCKER_HOST,
-    docker::settings::ENV_ENDPOINTS,
-    docker::settings::ENV_MOUNT_PATHS,
-    docker::settings::ENV_ALLOW_PRIVILEGED,
-    docker::settings::ENV_REGISTRIES,
-    docker::settings::ENV_MEMORY,
-    docker::settings::ENV_CPUS,
-    docker::settings::ENV_PIDS,
-    docker::settings::ENV_NETWORKS,
-    docker::settings::ENV_INSTANCE,
-];
+service_kit::declare_variables! {
+    /// Every variable the machine driver reads besides the kit's
+    /// ([`service_kit::config::vars::EVERY_SERVICE`]), Docker's own `DOCKER_HOST` (the Engine of
+    /// machines whose secret names none) among them: the binary refuses any other `BERTH_*` one, and a
+    /// test checks every name this crate's sources spell is here.
+    pub const VARS = [
+        ::alicloud::config::env_vars::ENDPOINT,
+        ::alicloud::config::env_vars::QPS,
+        ::alicloud::config::env_vars::SIGNATURE,
+        ::alicloud::config::env_vars::TIMEOUT,
+        ::alicloud::config::env_vars::MAX_ATTEMPTS,
+        env_vars::CSI_DRIVERS,
+        env_vars::REGIONS,
+        env_vars::QUOTA_MACHINES,
+        env_vars::DOCKER_HOST,
+        env_vars::DOCKER_ENDPOINTS,
+        env_vars::DOCKER_MOUNT_PATHS,
+        env_vars::DOCKER_ALLOW_PRIVILEGED,
+        env_vars::DOCKER_REGISTRIES,
+        env_vars::DOCKER_MEMORY,
+        env_vars::DOCKER_CPUS,
+        env_vars::DOCKER_PIDS,
+        env_vars::DOCKER_NETWORKS,
+        env_vars::DOCKER_INSTANCE,
+    ];
+    /// The machine driver's names retired in this release: a duration takes a duration, not a bare
+    /// number of milliseconds; the Engines Berth may use have one name in every service.
+    pub const RENAMED = [
+        Renamed::milliseconds(
+            ::alicloud::config::env_vars::TIMEOUT_MS,
+            ::alicloud::config::env_vars::TIMEOUT,
+        ),
+        Renamed::same("BERTH_DOCKER_HOSTS", env_vars::DOCKER_ENDPOINTS),
+    ];
+}
 
-/// The machine driver's names retired in this release: a duration takes a duration, not a bare
-/// number of milliseconds; the Engines Berth may use have one name in every service.
-pub const RENAMED: &[Renamed] = &[
-    Renamed::milliseconds(
-        ::alicloud::config::ENV_TIMEOUT_MS,
-        ::alicloud::config::ENV_TIMEOUT,
-    ),
-    Renamed::same("BERTH_DOCKER_HOSTS", docker::settings::ENV_ENDPOINTS),
-];
+/// Names of the variables the machine driver reads besides the kit's and the ECS client's
+/// (`alicloud::config::env_vars`).
+pub mod env_vars {
+    /// `BERTH_ALICLOUD_CSI_DRIVERS`: comma-separated CSI driver names whose `volumeHandle` is an ECS disk
+    /// id, besides `diskplugin.csi.alibabacloud.com`.
+    pub const CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
 
-/// `BERTH_ALICLOUD_CSI_DRIVERS`: comma-separated CSI driver names whose `volumeHandle` is an ECS disk
-/// id, besides `diskplugin.csi.alibabacloud.com`.
-pub const ENV_CSI_DRIVERS: &str = "BERTH_ALICLOUD_CSI_DRIVERS";
+    /// `BERTH_ALICLOUD_REGIONS`: comma-separated region ids the Alicloud provider may use (the
+    /// operator's allow-list). Unset: any region ECS is known to serve, or, with
+    /// `BERTH_ALICLOUD_ENDPOINT` set, any well-formed region id.
+    pub const REGIONS: &str = "BERTH_ALICLOUD_REGIONS";
 
-/// `BERTH_ALICLOUD_REGIONS`: comma-separated region ids the Alicloud provider may use (the
-/// operator's allow-list). Unset: any region ECS is known to serve, or, with
-/// `BERTH_ALICLOUD_ENDPOINT` set, any well-formed region id.
-pub const ENV_REGIONS: &str = "BERTH_ALICLOUD_REGIONS";
+    /// `BERTH_QUOTA_MACHINES`: the most machines one namespace may have (unset: no limit). A
+    /// CreateMachine that would make a new one past it is ResourceExhausted (429) naming the quota.
+    pub const QUOTA_MACHINES: &str = "BERTH_QUOTA_MACHINES";
 
-/// `BERTH_QUOTA_MACHINES`: the most machines one namespace may have (unset: no limit). A
-/// CreateMachine that would make a new one past it is ResourceExhausted (429) naming the quota.
-pub const ENV_QUOTA_MACHINES: &str = "BERTH_QUOTA_MACHINES";
+    /// `DOCKER_HOST`: the Engine machines go to when a class's secret names none (default: the local
+    /// socket), as the Docker CLI reads it.
+    pub const DOCKER_HOST: &str = "DOCKER_HOST";
+    /// `BERTH_DOCKER_ENDPOINTS`: comma-separated Engine addresses a secret's `dockerHost` may name,
+    /// besides the default Engine. Unset: the local socket only. The registry and storage-ops read the
+    /// same name for the Engines a `docker` orchestrator may use: one list of the Engines Berth may use
+    /// (it was `BERTH_DOCKER_HOSTS` here, still read for one release).
+    pub const DOCKER_ENDPOINTS: &str = service_kit::config::vars::DOCKER_ENDPOINTS;
+    /// `BERTH_DOCKER_MOUNT_PATHS`: comma-separated absolute host directories whose contents `mounts` may
+    /// bind into machines. Unset: none.
+    pub const DOCKER_MOUNT_PATHS: &str = "BERTH_DOCKER_MOUNT_PATHS";
+    /// `BERTH_DOCKER_ALLOW_PRIVILEGED`: whether a class may ask for `privileged: true` (default false).
+    pub const DOCKER_ALLOW_PRIVILEGED: &str = "BERTH_DOCKER_ALLOW_PRIVILEGED";
+    /// `BERTH_DOCKER_REGISTRIES`: comma-separated registries (`host[:port]`) `pull: IfNotPresent` may
+    /// pull from. Unset: `docker.io`.
+    pub const DOCKER_REGISTRIES: &str = "BERTH_DOCKER_REGISTRIES";
+
+    /// `BERTH_DOCKER_MEMORY`: the most memory a machine may have, and what it gets when its class names
+    /// none (a quantity, default `512Mi`).
+    pub const DOCKER_MEMORY: &str = "BERTH_DOCKER_MEMORY";
+    /// `BERTH_DOCKER_CPUS`: the most CPUs a machine may have, and what it gets when its class names none
+    /// (default `1`).
+    pub const DOCKER_CPUS: &str = "BERTH_DOCKER_CPUS";
+    /// `BERTH_DOCKER_PIDS`: the most processes (and threads) a machine may run at once, and its limit when
+    /// its class names none (default `256`).
+    pub const DOCKER_PIDS: &str = "BERTH_DOCKER_PIDS";
+    /// `BERTH_DOCKER_INSTANCE`: the stack this driver's Docker machines belong to (a DNS-1123 label).
+    /// Set, every container it makes carries it (a label, and its name), and it sees no container
+    /// without it; unset, it sees only containers carrying none. Two stacks on one Engine, each with its
+    /// own, never list, block or touch each other's machines (`berth up` gives each data directory one).
+    pub const DOCKER_INSTANCE: &str = "BERTH_DOCKER_INSTANCE";
+    /// `BERTH_DOCKER_NETWORKS`: comma-separated Docker networks a class's `network` may name. Unset:
+    /// `bridge`, the Engine's default network (what a class naming none joins).
+    pub const DOCKER_NETWORKS: &str = "BERTH_DOCKER_NETWORKS";
+}
 
 /// The `BERTH_ALICLOUD_*` variables the ECS client reads (its own parser decides what they mean).
-const ECS_VARS: [&str; 5] = ::alicloud::config::ENV_VARS;
+const ECS_VARS: [&str; 5] = ::alicloud::config::env_vars::ALL;
 
 /// How much of the request timeout a driver call leaves for answering: a call that runs out of
 /// time says so itself (DeadlineExceeded, with what it was doing) instead of being cut off by the
@@ -128,7 +168,7 @@ impl Config {
             problem: e.message,
         })?;
         let csi_drivers = env
-            .get(ENV_CSI_DRIVERS)
+            .get(env_vars::CSI_DRIVERS)
             .unwrap_or_default()
             .split(',')
             .map(str::trim)
@@ -136,15 +176,15 @@ impl Config {
             .map(str::to_owned)
             .collect();
         let regions = env
-            .get(ENV_REGIONS)
+            .get(env_vars::REGIONS)
             .unwrap_or_default()
             .split(',')
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .map(|r| {
                 ::alicloud::Region::parse(r).map_err(|e| ConfigError {
-                    var: ENV_REGIONS.to_string(),
-                    value: env.get(ENV_REGIONS).unwrap_or_default().to_string(),
+                    var: env_vars::REGIONS.to_string(),
+                    value: env.get(env_vars::REGIONS).unwrap_or_default().to_string(),
                     problem: format!("an entry {e}"),
                 })
             })
@@ -156,11 +196,11 @@ impl Config {
             csi_drivers,
             regions,
             docker: docker::settings::Settings::from_env(env)?,
-            quota_machines: match env.get(ENV_QUOTA_MACHINES) {
+            quota_machines: match env.get(env_vars::QUOTA_MACHINES) {
                 None => None,
                 Some(v) => Some(v.trim().parse::<u64>().map_err(|_| {
                     ConfigError {
-                        var: ENV_QUOTA_MACHINES.to_string(),
+                        var: env_vars::QUOTA_MACHINES.to_string(),
                         value: v.to_string(),
                         problem:
                             "expected a whole number of machines (0 or more); unset for no limit"
@@ -239,13 +279,6 @@ mod tests {
     }
 
     #[test]
-    fn every_variable_this_crate_reads_is_declared() {
-        let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src"));
-        let undeclared = service_kit::config::undeclared_names(src, VARS, RENAMED);
-        assert!(undeclared.is_empty(), "add these to VARS: {undeclared:?}");
-    }
-
-    #[test]
     fn the_retired_names_still_work_for_one_release() {
         let env = Env::default()
             .with("BERTH_ALICLOUD_TIMEOUT_MS", "1500")
@@ -268,7 +301,7 @@ mod tests {
         let env = Env::default()
             .with("BERTH_ALICLOUD_ENDPOINT", "http://127.0.0.1:8090")
             .with("BERTH_ALICLOUD_QPS", "50")
-            .with(ENV_CSI_DRIVERS, " a.csi , ,b.csi ")
+            .with(env_vars::CSI_DRIVERS, " a.csi , ,b.csi ")
             .with("BERTH_REQUEST_TIMEOUT", "10s");
         let c = Config::from_env(&env).unwrap();
         assert_eq!(c.ecs.endpoint.as_deref(), Some("http://127.0.0.1:8090"));
@@ -293,22 +326,24 @@ mod tests {
             Config::from_env(&Env::default()).unwrap().quota_machines,
             None
         );
-        let c = Config::from_env(&Env::default().with(ENV_QUOTA_MACHINES, "3")).unwrap();
+        let c = Config::from_env(&Env::default().with(env_vars::QUOTA_MACHINES, "3")).unwrap();
         assert_eq!(c.quota_machines, Some(3));
-        let e = Config::from_env(&Env::default().with(ENV_QUOTA_MACHINES, "-1")).unwrap_err();
-        assert_eq!(e.var, ENV_QUOTA_MACHINES);
+        let e = Config::from_env(&Env::default().with(env_vars::QUOTA_MACHINES, "-1")).unwrap_err();
+        assert_eq!(e.var, env_vars::QUOTA_MACHINES);
         assert!(e.problem.contains("whole number"), "{e:?}");
     }
 
     #[test]
     fn the_region_allow_list_holds_region_ids_only() {
-        let c = Config::from_env(&Env::default().with(ENV_REGIONS, "cn-shanghai, eu-central-1,"))
-            .unwrap();
+        let c =
+            Config::from_env(&Env::default().with(env_vars::REGIONS, "cn-shanghai, eu-central-1,"))
+                .unwrap();
         let regions: Vec<&str> = c.regions.iter().map(|r| r.as_str()).collect();
         assert_eq!(regions, ["cn-shanghai", "eu-central-1"]);
-        let e = Config::from_env(&Env::default().with(ENV_REGIONS, "cn-shanghai,x@127.0.0.1:1/"))
-            .unwrap_err();
-        assert_eq!(e.var, ENV_REGIONS);
+        let e =
+            Config::from_env(&Env::default().with(env_vars::REGIONS, "cn-shanghai,x@127.0.0.1:1/"))
+                .unwrap_err();
+        assert_eq!(e.var, env_vars::REGIONS);
         assert!(e.problem.contains("is not an ECS region id"), "{e:?}");
     }
 }

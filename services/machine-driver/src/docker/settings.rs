@@ -14,40 +14,10 @@ use domain::{Code, Status};
 use service_kit::Env;
 use service_kit::config::{ConfigError, UnusableDockerHost};
 
-/// `DOCKER_HOST`: the Engine machines go to when a class's secret names none (default: the local
-/// socket), as the Docker CLI reads it.
-pub const ENV_DOCKER_HOST: &str = "DOCKER_HOST";
-/// `BERTH_DOCKER_ENDPOINTS`: comma-separated Engine addresses a secret's `dockerHost` may name,
-/// besides the default Engine. Unset: the local socket only. The registry and storage-ops read the
-/// same name for the Engines a `docker` orchestrator may use: one list of the Engines Berth may use
-/// (it was `BERTH_DOCKER_HOSTS` here, still read for one release).
-pub const ENV_ENDPOINTS: &str = service_kit::config::vars::DOCKER_ENDPOINTS;
-/// `BERTH_DOCKER_MOUNT_PATHS`: comma-separated absolute host directories whose contents `mounts` may
-/// bind into machines. Unset: none.
-pub const ENV_MOUNT_PATHS: &str = "BERTH_DOCKER_MOUNT_PATHS";
-/// `BERTH_DOCKER_ALLOW_PRIVILEGED`: whether a class may ask for `privileged: true` (default false).
-pub const ENV_ALLOW_PRIVILEGED: &str = "BERTH_DOCKER_ALLOW_PRIVILEGED";
-/// `BERTH_DOCKER_REGISTRIES`: comma-separated registries (`host[:port]`) `pull: IfNotPresent` may
-/// pull from. Unset: `docker.io`.
-pub const ENV_REGISTRIES: &str = "BERTH_DOCKER_REGISTRIES";
-
-/// `BERTH_DOCKER_MEMORY`: the most memory a machine may have, and what it gets when its class names
-/// none (a quantity, default `512Mi`).
-pub const ENV_MEMORY: &str = "BERTH_DOCKER_MEMORY";
-/// `BERTH_DOCKER_CPUS`: the most CPUs a machine may have, and what it gets when its class names none
-/// (default `1`).
-pub const ENV_CPUS: &str = "BERTH_DOCKER_CPUS";
-/// `BERTH_DOCKER_PIDS`: the most processes (and threads) a machine may run at once, and its limit when
-/// its class names none (default `256`).
-pub const ENV_PIDS: &str = "BERTH_DOCKER_PIDS";
-/// `BERTH_DOCKER_INSTANCE`: the stack this driver's Docker machines belong to (a DNS-1123 label).
-/// Set, every container it makes carries it (a label, and its name), and it sees no container
-/// without it; unset, it sees only containers carrying none. Two stacks on one Engine, each with its
-/// own, never list, block or touch each other's machines (`berth up` gives each data directory one).
-pub const ENV_INSTANCE: &str = "BERTH_DOCKER_INSTANCE";
-/// `BERTH_DOCKER_NETWORKS`: comma-separated Docker networks a class's `network` may name. Unset:
-/// `bridge`, the Engine's default network (what a class naming none joins).
-pub const ENV_NETWORKS: &str = "BERTH_DOCKER_NETWORKS";
+use crate::env_vars::{
+    DOCKER_ALLOW_PRIVILEGED, DOCKER_CPUS, DOCKER_ENDPOINTS, DOCKER_HOST, DOCKER_INSTANCE,
+    DOCKER_MEMORY, DOCKER_MOUNT_PATHS, DOCKER_NETWORKS, DOCKER_PIDS, DOCKER_REGISTRIES,
+};
 
 /// The default memory ceiling.
 pub const DEFAULT_MEMORY: u64 = 512 * 1024 * 1024;
@@ -77,15 +47,15 @@ pub enum HostPathRefusal {
     #[error("{0}")]
     NotAPath(String),
     /// The operator allows no mounts.
-    #[error("no host directory may be mounted: the operator allows them with {ENV_MOUNT_PATHS}")]
+    #[error("no host directory may be mounted: the operator allows them with {DOCKER_MOUNT_PATHS}")]
     NoneAllowed,
     /// Outside every allowed root.
-    #[error("{0:?} is outside the host directories {ENV_MOUNT_PATHS} allows")]
+    #[error("{0:?} is outside the host directories {DOCKER_MOUNT_PATHS} allows")]
     Outside(String),
     /// Inside a root by its text, but a component below the root is a symbolic link (which may lead
     /// anywhere now, or later).
     #[error(
-        "{0:?} leads through a symbolic link below the host directories {ENV_MOUNT_PATHS} allows: a mount must not pass through one"
+        "{0:?} leads through a symbolic link below the host directories {DOCKER_MOUNT_PATHS} allows: a mount must not pass through one"
     )]
     LinksOutside(String),
     /// It no longer exists (the Engine would make it, or refuse).
@@ -93,7 +63,7 @@ pub enum HostPathRefusal {
     Missing(String),
     /// Inside an allowed root, but not in the machine's namespace's directory under it.
     #[error(
-        "{path:?} is outside namespace {namespace}'s host directories: a machine mounts only from <root>/{namespace} under each of the roots {ENV_MOUNT_PATHS} allows"
+        "{path:?} is outside namespace {namespace}'s host directories: a machine mounts only from <root>/{namespace} under each of the roots {DOCKER_MOUNT_PATHS} allows"
     )]
     OtherNamespace {
         /// The host path.
@@ -128,7 +98,7 @@ pub struct Settings {
     /// The Docker networks a class may name (a class naming none joins [`DEFAULT_NETWORK`], which
     /// must be here too).
     pub networks: BTreeSet<String>,
-    /// The stack the machines belong to ([`ENV_INSTANCE`]), if any.
+    /// The stack the machines belong to ([`DOCKER_INSTANCE`]), if any.
     pub instance: Option<String>,
 }
 
@@ -200,29 +170,29 @@ impl Settings {
     /// Reads the settings from `DOCKER_HOST` and the `BERTH_DOCKER_*` variables.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let mut s = Settings::default();
-        if let Some(host) = env.get(ENV_DOCKER_HOST) {
-            s.default_host = validate_docker_host(ENV_DOCKER_HOST, host).map_err(|_| {
+        if let Some(host) = env.get(DOCKER_HOST) {
+            s.default_host = validate_docker_host(DOCKER_HOST, host).map_err(|_| {
                 UnusableDockerHost::new(format!(
-                    "{ENV_DOCKER_HOST} is not an Engine address the machine driver can use (unix:///path or tcp://host:port)"
+                    "{DOCKER_HOST} is not an Engine address the machine driver can use (unix:///path or tcp://host:port)"
                 ))
             });
         }
-        if let Some(hosts) = entries(env, ENV_ENDPOINTS) {
+        if let Some(hosts) = entries(env, DOCKER_ENDPOINTS) {
             s.allowed_hosts = hosts
                 .into_iter()
                 .map(|h| {
-                    validate_docker_host(ENV_ENDPOINTS, h).map_err(|e| {
-                        config_error(env, ENV_ENDPOINTS, format!("an entry {}", e.message))
+                    validate_docker_host(DOCKER_ENDPOINTS, h).map_err(|e| {
+                        config_error(env, DOCKER_ENDPOINTS, format!("an entry {}", e.message))
                     })
                 })
                 .collect::<Result<_, _>>()?;
         }
-        if let Some(roots) = entries(env, ENV_MOUNT_PATHS) {
+        if let Some(roots) = entries(env, DOCKER_MOUNT_PATHS) {
             s.mount_roots = roots
                 .into_iter()
                 .map(|r| {
-                    normalize_base_path(ENV_MOUNT_PATHS, r).map_err(|e| {
-                        config_error(env, ENV_MOUNT_PATHS, format!("an entry {}", e.message))
+                    normalize_base_path(DOCKER_MOUNT_PATHS, r).map_err(|e| {
+                        config_error(env, DOCKER_MOUNT_PATHS, format!("an entry {}", e.message))
                     })
                 })
                 .collect::<Result<_, _>>()?;
@@ -234,7 +204,7 @@ impl Settings {
                     if is_within(a, b) || is_within(b, a) {
                         return Err(config_error(
                             env,
-                            ENV_MOUNT_PATHS,
+                            DOCKER_MOUNT_PATHS,
                             format!(
                                 "entries {a:?} and {b:?} nest: each root holds one directory per namespace, so roots must lie apart"
                             ),
@@ -243,20 +213,20 @@ impl Settings {
                 }
             }
         }
-        if let Some(v) = env.get(ENV_ALLOW_PRIVILEGED) {
+        if let Some(v) = env.get(DOCKER_ALLOW_PRIVILEGED) {
             s.allow_privileged = match v.to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" => true,
                 "false" | "0" | "no" => false,
                 _ => {
                     return Err(config_error(
                         env,
-                        ENV_ALLOW_PRIVILEGED,
+                        DOCKER_ALLOW_PRIVILEGED,
                         "must be true or false",
                     ));
                 }
             };
         }
-        if let Some(registries) = entries(env, ENV_REGISTRIES) {
+        if let Some(registries) = entries(env, DOCKER_REGISTRIES) {
             s.pull_registries = registries
                 .into_iter()
                 .map(|r| {
@@ -265,27 +235,27 @@ impl Settings {
                     } else {
                         Err(config_error(
                             env,
-                            ENV_REGISTRIES,
+                            DOCKER_REGISTRIES,
                             "an entry is not a registry host (name or name:port)",
                         ))
                     }
                 })
                 .collect::<Result<_, _>>()?;
         }
-        if let Some(v) = env.get(ENV_MEMORY) {
-            s.memory = domain::Quantity::parse_field(ENV_MEMORY, v)
+        if let Some(v) = env.get(DOCKER_MEMORY) {
+            s.memory = domain::Quantity::parse_field(DOCKER_MEMORY, v)
                 .ok()
                 .map(domain::Quantity::bytes)
                 .filter(|b| *b >= MIN_MEMORY && i64::try_from(*b).is_ok())
                 .ok_or_else(|| {
                     config_error(
                         env,
-                        ENV_MEMORY,
+                        DOCKER_MEMORY,
                         "must be a quantity of at least 6Mi, like 512Mi",
                     )
                 })?;
         }
-        if let Some(v) = env.get(ENV_CPUS) {
+        if let Some(v) = env.get(DOCKER_CPUS) {
             s.nano_cpus = v
                 .trim()
                 .parse::<f64>()
@@ -294,12 +264,12 @@ impl Settings {
                 .ok_or_else(|| {
                     config_error(
                         env,
-                        ENV_CPUS,
+                        DOCKER_CPUS,
                         "must be a number of CPUs between 0.01 and 1024",
                     )
                 })?;
         }
-        if let Some(v) = env.get(ENV_PIDS) {
+        if let Some(v) = env.get(DOCKER_PIDS) {
             s.pids = v
                 .trim()
                 .parse::<i64>()
@@ -308,12 +278,12 @@ impl Settings {
                 .ok_or_else(|| {
                     config_error(
                         env,
-                        ENV_PIDS,
+                        DOCKER_PIDS,
                         format!("must be a whole number between {MIN_PIDS} and {MAX_PIDS}"),
                     )
                 })?;
         }
-        if let Some(networks) = entries(env, ENV_NETWORKS) {
+        if let Some(networks) = entries(env, DOCKER_NETWORKS) {
             s.networks = networks
                 .into_iter()
                 .map(|n| {
@@ -322,21 +292,21 @@ impl Settings {
                     } else {
                         Err(config_error(
                             env,
-                            ENV_NETWORKS,
+                            DOCKER_NETWORKS,
                             "an entry is not a Docker network name (letters, digits, '_', '.', '-'; not host)",
                         ))
                     }
                 })
                 .collect::<Result<_, _>>()?;
         }
-        if let Some(instance) = env.get(ENV_INSTANCE) {
-            domain::names::validate_dns1123_label(ENV_INSTANCE, instance).map_err(|e| {
+        if let Some(instance) = env.get(DOCKER_INSTANCE) {
+            domain::names::validate_dns1123_label(DOCKER_INSTANCE, instance).map_err(|e| {
                 // The error names the setting already: say the rule once.
                 let rule = e
                     .message
-                    .trim_start_matches(ENV_INSTANCE)
+                    .trim_start_matches(DOCKER_INSTANCE)
                     .trim_start_matches(": ");
-                config_error(env, ENV_INSTANCE, rule.to_owned())
+                config_error(env, DOCKER_INSTANCE, rule.to_owned())
             })?;
             s.instance = Some(instance.to_owned());
         }
@@ -369,7 +339,7 @@ impl Settings {
             Err(Status::new(
                 Code::FailedPrecondition,
                 format!(
-                    "{FIELD}: names a Docker Engine this driver may not use; the operator allows Engine addresses with {ENV_ENDPOINTS}"
+                    "{FIELD}: names a Docker Engine this driver may not use; the operator allows Engine addresses with {DOCKER_ENDPOINTS}"
                 ),
             ))
         }
@@ -534,11 +504,11 @@ mod tests {
     #[test]
     fn variables_set_the_allow_lists() {
         let env = Env::default()
-            .with(ENV_DOCKER_HOST, "tcp://engine:2375")
-            .with(ENV_ENDPOINTS, " unix:///run/docker.sock, tcp://b:2376 ,")
-            .with(ENV_MOUNT_PATHS, "/srv/berth/, /data")
-            .with(ENV_ALLOW_PRIVILEGED, "TRUE")
-            .with(ENV_REGISTRIES, "ghcr.io,localhost:5000");
+            .with(DOCKER_HOST, "tcp://engine:2375")
+            .with(DOCKER_ENDPOINTS, " unix:///run/docker.sock, tcp://b:2376 ,")
+            .with(DOCKER_MOUNT_PATHS, "/srv/berth/, /data")
+            .with(DOCKER_ALLOW_PRIVILEGED, "TRUE")
+            .with(DOCKER_REGISTRIES, "ghcr.io,localhost:5000");
         let s = Settings::from_env(&env).unwrap();
         assert_eq!(s.default_host.as_deref(), Ok("tcp://engine:2375"));
         assert_eq!(s.engine_for(None).unwrap(), "tcp://engine:2375");
@@ -547,18 +517,19 @@ mod tests {
         assert_eq!(s.mount_roots, ["/srv/berth", "/data"]);
         // Roots that nest are refused: each holds one directory per namespace.
         for nested in ["/srv/berth,/srv/berth/team-a", "/data/x,/data", "/a,/a/"] {
-            let e = Settings::from_env(&Env::default().with(ENV_MOUNT_PATHS, nested)).unwrap_err();
+            let e =
+                Settings::from_env(&Env::default().with(DOCKER_MOUNT_PATHS, nested)).unwrap_err();
             assert!(e.to_string().contains("nest"), "{nested}: {e}");
         }
         assert!(s.allow_privileged);
         assert!(s.may_pull_from("localhost:5000"));
         assert!(!s.may_pull_from("docker.io"));
         for (var, value) in [
-            (ENV_ENDPOINTS, "tcp://ok:1,nope"),
-            (ENV_MOUNT_PATHS, "relative/dir"),
-            (ENV_MOUNT_PATHS, "/"),
-            (ENV_ALLOW_PRIVILEGED, "maybe"),
-            (ENV_REGISTRIES, "bad/registry"),
+            (DOCKER_ENDPOINTS, "tcp://ok:1,nope"),
+            (DOCKER_MOUNT_PATHS, "relative/dir"),
+            (DOCKER_MOUNT_PATHS, "/"),
+            (DOCKER_ALLOW_PRIVILEGED, "maybe"),
+            (DOCKER_REGISTRIES, "bad/registry"),
         ] {
             let e = Settings::from_env(&Env::default().with(var, value)).unwrap_err();
             assert_eq!(e.var, var, "{value}");
@@ -567,7 +538,7 @@ mod tests {
 
     #[test]
     fn an_unusable_docker_host_fails_docker_calls_not_the_start() {
-        let env = Env::default().with(ENV_DOCKER_HOST, "ssh://me@build-box");
+        let env = Env::default().with(DOCKER_HOST, "ssh://me@build-box");
         let s = Settings::from_env(&env).unwrap();
         let e = s.engine_for(None).unwrap_err();
         assert_eq!(e.code, Code::FailedPrecondition);

@@ -15,9 +15,12 @@ use super::plan::Pull;
 use super::rules::ImageRef;
 use super::{SPEC, STATE_DIR};
 use crate::docker::settings::{
-    DEFAULT_NETWORK, ENV_ALLOW_PRIVILEGED, ENV_CPUS, ENV_MEMORY, ENV_NETWORKS, ENV_PIDS,
-    ENV_REGISTRIES, HostPathRefusal, MAX_PIDS, MIN_MEMORY, MIN_PIDS, Settings, cpus_text,
+    DEFAULT_NETWORK, HostPathRefusal, MAX_PIDS, MIN_MEMORY, MIN_PIDS, Settings, cpus_text,
     is_network_name, is_within, nano_cpus,
+};
+use crate::env_vars::{
+    DOCKER_ALLOW_PRIVILEGED, DOCKER_CPUS, DOCKER_MEMORY, DOCKER_NETWORKS, DOCKER_PIDS,
+    DOCKER_REGISTRIES,
 };
 use crate::provider::Violations;
 
@@ -51,7 +54,7 @@ impl ProviderSpec {
             v.not_allowed(
                 "pull",
                 format!(
-                    "IfNotPresent would pull from registry {:?}, which the operator does not allow ({ENV_REGISTRIES})",
+                    "IfNotPresent would pull from registry {:?}, which the operator does not allow ({DOCKER_REGISTRIES})",
                     image.registry
                 ),
             );
@@ -86,7 +89,7 @@ impl ProviderSpec {
             v.not_allowed(
                 "network",
                 format!(
-                    "{joined:?} is not a network the operator allows machines to join ({ENV_NETWORKS}: {})",
+                    "{joined:?} is not a network the operator allows machines to join ({DOCKER_NETWORKS}: {})",
                     settings.networks.iter().cloned().collect::<Vec<_>>().join(", ")
                 ),
             );
@@ -103,7 +106,7 @@ impl ProviderSpec {
                     v.not_allowed(
                         "cpus",
                         format!(
-                            "must be at most {}, the operator's ceiling ({ENV_CPUS})",
+                            "must be at most {}, the operator's ceiling ({DOCKER_CPUS})",
                             cpus_text(settings.nano_cpus)
                         ),
                     );
@@ -141,7 +144,7 @@ impl ProviderSpec {
                     v.not_allowed(
                         "memory",
                         format!(
-                            "must be at most {}, the operator's ceiling ({ENV_MEMORY})",
+                            "must be at most {}, the operator's ceiling ({DOCKER_MEMORY})",
                             Quantity::from_bytes(settings.memory)
                         ),
                     );
@@ -168,7 +171,7 @@ impl ProviderSpec {
                 v.not_allowed(
                     "pids",
                     format!(
-                        "must be at most {}, the operator's ceiling ({ENV_PIDS})",
+                        "must be at most {}, the operator's ceiling ({DOCKER_PIDS})",
                         settings.pids
                     ),
                 );
@@ -184,7 +187,7 @@ impl ProviderSpec {
             v.not_allowed(
                 "privileged",
                 format!(
-                    "privileged containers are not allowed by the operator ({ENV_ALLOW_PRIVILEGED})"
+                    "privileged containers are not allowed by the operator ({DOCKER_ALLOW_PRIVILEGED})"
                 ),
             );
         }
