@@ -157,7 +157,9 @@ pub enum StoreError {
     /// an orchestrator is shared by every namespace, and its use is theirs (the operator's
     /// figures are in storage-ops' metrics).
     #[error(
-        "orchestrator {orchestrator:?} (a capacity of {limit} bytes) has no room for {asked} more; ask for less, or name another orchestrator"
+        "orchestrator {orchestrator:?} (a capacity of {}) has no room for {} more; ask for less, or name another orchestrator",
+        figure(*limit, "bytes"),
+        figure(*asked, "bytes")
     )]
     CapacityExhausted {
         /// The orchestrator.
@@ -184,7 +186,10 @@ pub enum StoreError {
     /// The namespace's volumes would exceed an operator's quota (`BERTH_QUOTA_VOLUMES` or
     /// `BERTH_QUOTA_VOLUME_BYTES`).
     #[error(
-        "namespace {namespace:?} is at its quota {quota}={limit}: {used} {unit} in use, {asked} more asked"
+        "namespace {namespace:?} is at its quota {quota}={}: {} in use, {} more asked",
+        figure(*limit, unit),
+        amount(*used, unit),
+        figure(*asked, unit)
     )]
     QuotaExceeded {
         /// The setting that sets the quota.
@@ -214,6 +219,25 @@ pub enum StoreError {
         /// The volume's version.
         current: i64,
     },
+}
+
+/// A figure as a setting writes it: bytes as a quantity (`5Gi`, as a capacity is written), a count
+/// as a number.
+fn figure(n: u64, unit: &str) -> String {
+    if unit == "bytes" {
+        domain::quantity::Quantity::from_bytes(n).to_string()
+    } else {
+        n.to_string()
+    }
+}
+
+/// An amount in use: bytes as a quantity (`4Mi`), a count with its unit (`3 volumes`).
+fn amount(n: u64, unit: &str) -> String {
+    if unit == "bytes" {
+        figure(n, unit)
+    } else {
+        format!("{n} {unit}")
+    }
 }
 
 impl StoreError {

@@ -184,7 +184,7 @@ async fn a_namespaces_quota_holds_under_concurrent_adds_and_is_named_when_refuse
     assert_eq!(status, 429);
     assert_eq!(
         body["detail"],
-        "namespace \"roomy\" is at its quota BERTH_QUOTA_VOLUME_BYTES=5242880: 4194304 bytes in use, 2097152 more asked"
+        "namespace \"roomy\" is at its quota BERTH_QUOTA_VOLUME_BYTES=5Mi: 4Mi in use, 2Mi more asked"
     );
     assert_eq!(app.post_raw(&big("c", "1Mi")).await.status(), 201);
     // A volume already there is answered as before, quota or not.
