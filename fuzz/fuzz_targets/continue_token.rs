@@ -1,5 +1,5 @@
 //! ListStorage's `continue` tokens (`storage_ops::ops::ContinueTokens`): signed, opaque positions.
-//! Any position round-trips through its token; a token the service did not issue (arbitrary text,
+//! Any position round-trips through its token, for the list it was issued for and no other; a token the service did not issue (arbitrary text,
 //! or an issued token with any edit, or one signed with another key of the same length) is refused
 //! with the one InvalidArgument on `continue`, never a panic; and a token that is accepted is
 //! exactly the token the service issues for the position it decodes to.
@@ -7,7 +7,7 @@
 
 use domain::Code;
 use libfuzzer_sys::fuzz_target;
-use storage_ops::ops::ContinueTokens;
+use storage_ops::ops::{ContinueTokens, list_query};
 
 /// The input: four lines (the key, a namespace, a name, a token decoded as it comes), then edits
 /// to the issued token, three bytes each: what (flip, insert, remove, truncate), where, which byte.
@@ -52,8 +52,10 @@ fn apply(token: &str, edits: &[u8]) -> Vec<u8> {
     t
 }
 
-fn refused(tokens: &ContinueTokens, token: &str) {
-    let e = tokens.decode(token).expect_err("a token it did not issue");
+fn refused(tokens: &ContinueTokens, token: &str, list: &str) {
+    let e = tokens
+        .decode(token, list)
+        .expect_err("a token it did not issue");
     assert_eq!(e.code, Code::InvalidArgument);
     assert_eq!(
         e.message,
@@ -66,10 +68,24 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let tokens = ContinueTokens::new(input.key);
-    let token = tokens.encode(input.namespace, input.name);
+    // The list the token continues: the namespace asked for, no selector.
+    let list = list_query(Some(input.namespace), None);
+    let token = tokens.encode(input.namespace, input.name, &list);
     assert_eq!(
-        tokens.decode(&token).expect("its own token"),
+        tokens.decode(&token, &list).expect("its own token"),
         (input.namespace.to_owned(), input.name.to_owned())
+    );
+    // It continues that list only.
+    let other_list = list_query(None, None);
+    let e = tokens
+        .decode(&token, &other_list)
+        .expect_err("another list's token");
+    assert_eq!(e.code, Code::InvalidArgument);
+    assert!(
+        e.message
+            .starts_with("continue: was issued for another list"),
+        "{}",
+        e.message
     );
     // URL-safe: a token goes into a query string as it is.
     assert!(
@@ -86,13 +102,13 @@ fuzz_target!(|data: &[u8]| {
         let Ok(candidate) = String::from_utf8(candidate) else {
             continue;
         };
-        match tokens.decode(&candidate) {
+        match tokens.decode(&candidate, &list) {
             Ok((ns, name)) => assert_eq!(
-                tokens.encode(&ns, &name),
+                tokens.encode(&ns, &name, &list),
                 candidate,
                 "accepted a token it did not issue"
             ),
-            Err(_) => refused(&tokens, &candidate),
+            Err(_) => refused(&tokens, &candidate, &list),
         }
     }
 
@@ -102,7 +118,7 @@ fuzz_target!(|data: &[u8]| {
         for (at, mask) in [(0, 0x01), (input.key.len() - 1, 0x80)] {
             let mut other = input.key.to_vec();
             other[at] ^= mask;
-            refused(&ContinueTokens::new(&other), &token);
+            refused(&ContinueTokens::new(&other), &token, &list);
         }
     }
 });
