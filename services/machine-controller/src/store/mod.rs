@@ -1,0 +1,60 @@
+//! The controller's SQLite: every stored object, a resourceVersion sequence per namespace, and the orphan
+//! collector's sightings.
+//!
+//! Objects are kept as the JSON a read answers (a secret's values apart, sealed in their own
+//! column), keyed by (kind, namespace, name). Every write runs in a `BEGIN IMMEDIATE` transaction
+//! under the store's own write lock, and publishes its change to the [`Feed`] before the lock is
+//! let go, so watchers see changes in version order. A write that changes nothing writes nothing:
+//! a reconcile that finds all as it was makes no version and no event.
+//!
+//! What the API and the reconcilers may change is theirs to say (each passes a closure that edits
+//! the object); the store keeps the fields it owns: uid, creationTimestamp, resourceVersion, and
+//! generation, which it bumps when `spec` (or, for kinds without one, anything but `status` and
+//! `metadata`) changed. An object whose deletion was asked and whose finalizers are all gone is
+//! removed in the same write.
+//!
+//! # Layout
+//! This file holds [`Store`] itself and the clock the objects are stamped with; its methods are
+//! spread over a file per concern:
+//! - `open`: opening the database, its migrations, readiness.
+//! - `rows`: [`Stored`] and [`Sealed`], and how a row of `objects` is written, removed and decoded.
+//! - `reads`: `get`, `list`, `owned`.
+//! - `writes`: `create`, `update`, `delete`, and what decides a new generation.
+//! - `feed`: the change feed watches and reconcilers follow.
+//! - `secrets`: listing and resealing sealed values after a key rotation.
+//! - `orphans`: the orphan collector's records (machines made, VMs seen backing none).
+//! - `error`: [`StoreError`] and the answer each failure becomes.
+
+use std::sync::Arc;
+
+use domain::resources::Kind;
+use sqlx::SqlitePool;
+
+use service_kit::watch::Feed;
+
+mod error;
+mod feed;
+mod open;
+mod orphans;
+mod reads;
+mod rows;
+mod secrets;
+mod writes;
+
+pub use error::StoreError;
+pub use feed::{Change, FEED_CAPACITY};
+pub use rows::{Sealed, Stored};
+pub use writes::Written;
+
+/// The controller's database.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: SqlitePool,
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+    feed: Arc<Feed<Kind>>,
+}
+
+/// The current time as the objects write it (RFC 3339, seconds).
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}

@@ -1,0 +1,66 @@
+//! Opening the database: its file, its SQLite settings, the embedded migrations, and the feed
+//! started where the stored sequences are. Apart because it runs once, before anything else, and
+//! is where the durability settings are chosen.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+use service_kit::watch::Feed;
+
+use super::{FEED_CAPACITY, Store, StoreError};
+
+/// How long a writer waits for SQLite's lock before the request is answered 503.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Store {
+    /// Opens (creating if needed) the database at `path` and runs the embedded migrations.
+    pub async fn open(path: &Path) -> Result<Store, Box<dyn std::error::Error + Send + Sync>> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create the directory of {}: {e}", path.display()))?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: an acknowledged machine, or a machine the controller recorded before it asked
+            // the driver for its VM, survives a power cut; that record is what keeps a VM from
+            // being made twice or forgotten.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options)
+            .await
+            .map_err(|e| format!("cannot open the database {}: {e}", path.display()))?;
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| format!("cannot migrate the database {}: {e}", path.display()))?;
+        let current: i64 =
+            sqlx::query_scalar("SELECT value FROM controller_meta WHERE key = 'resource_version'")
+                .fetch_one(&pool)
+                .await?;
+        // A watch of a namespace cannot resume from before where its sequence is now.
+        let namespaces: Vec<(String, i64)> =
+            sqlx::query_as("SELECT namespace, version FROM namespace_versions")
+                .fetch_all(&pool)
+                .await?;
+        let scopes = namespaces.into_iter().map(|(ns, v)| (ns, v.max(0) as u64));
+        Ok(Store {
+            pool,
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            feed: Feed::new(FEED_CAPACITY, current as u64, scopes),
+        })
+    }
+
+    /// `SELECT 1`, for readiness.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+}

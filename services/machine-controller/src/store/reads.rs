@@ -1,0 +1,99 @@
+//! Reading objects: one by name, a kind's list with the version a watch continues from, and what
+//! an owner owns. Apart from writes because reads take no write lock and publish nothing.
+
+use domain::resources::Kind;
+use sqlx::SqliteTransaction;
+
+use super::rows::decode;
+use super::{Store, StoreError, Stored};
+
+impl Store {
+    /// The object, if stored.
+    pub async fn get(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Stored>, StoreError> {
+        let row = sqlx::query(
+            "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+             WHERE kind = ? AND namespace = ? AND name = ?",
+        )
+        .bind(kind.as_str())
+        .bind(namespace)
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Every object of `kind` in `namespace` (every namespace when `None`), by namespace and name,
+    /// and the version they were read at (what a watch continues from): the namespace's own, or
+    /// for every namespace only the floor all their sequences start above.
+    pub async fn list(
+        &self,
+        kind: Kind,
+        namespace: Option<&str>,
+    ) -> Result<(Vec<Stored>, u64), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = match namespace {
+            Some(ns) => {
+                sqlx::query(
+                    "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+                 WHERE kind = ? AND namespace = ? ORDER BY name",
+                )
+                .bind(kind.as_str())
+                .bind(ns)
+                .fetch_all(&mut *tx)
+                .await?
+            }
+            None => {
+                sqlx::query(
+                    "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+                 WHERE kind = ? ORDER BY namespace, name",
+                )
+                .bind(kind.as_str())
+                .fetch_all(&mut *tx)
+                .await?
+            }
+        };
+        let version = namespace_version(&mut tx, namespace).await?;
+        tx.commit().await?;
+        let objects = rows.iter().map(decode).collect::<Result<Vec<_>, _>>()?;
+        Ok((objects, version))
+    }
+
+    /// The objects of `kind` whose controlling owner is `owner_uid`.
+    pub async fn owned(&self, kind: Kind, owner_uid: &str) -> Result<Vec<Stored>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+             WHERE owner_uid = ? AND kind = ? ORDER BY name",
+        )
+        .bind(owner_uid)
+        .bind(kind.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(decode).collect()
+    }
+}
+
+/// The version `namespace` is at (the floor when it has none yet); for every namespace, the floor.
+async fn namespace_version(
+    tx: &mut SqliteTransaction<'static>,
+    namespace: Option<&str>,
+) -> Result<u64, StoreError> {
+    let floor: i64 =
+        sqlx::query_scalar("SELECT value FROM controller_meta WHERE key = 'resource_version'")
+            .fetch_one(&mut **tx)
+            .await?;
+    let own: Option<i64> = match namespace {
+        Some(ns) => {
+            sqlx::query_scalar("SELECT version FROM namespace_versions WHERE namespace = ?")
+                .bind(ns)
+                .fetch_optional(&mut **tx)
+                .await?
+        }
+        None => None,
+    };
+    Ok(own.unwrap_or(floor).max(0) as u64)
+}

@@ -1,0 +1,290 @@
+//! Writing objects: create, edit and delete, under the write lock, each publishing its change.
+//! Apart because this is where the store keeps the fields it owns (uid, creationTimestamp,
+//! generation, resourceVersion) and decides a new generation, the rules the module doc states.
+
+use domain::Status;
+use domain::resources::{API_VERSION, Kind};
+use serde_json::{Value, json};
+use sqlx::SqliteTransaction;
+
+use service_kit::watch::EventType;
+
+use super::rows::{decode, remove_row, write_row};
+use super::{Sealed, Store, StoreError, Stored, now};
+
+/// What a write did.
+#[derive(Debug, Clone)]
+pub enum Written {
+    /// The object as it now is (unchanged when the edit changed nothing).
+    Kept(Stored),
+    /// The object is gone (its deletion was asked and nothing held it); its last state.
+    Removed(Stored),
+}
+
+impl Written {
+    /// The object, kept or as it was last.
+    pub fn object(&self) -> &Stored {
+        match self {
+            Written::Kept(s) | Written::Removed(s) => s,
+        }
+    }
+}
+
+impl Store {
+    /// Stores a new object. `body` is what the caller sent, already checked; the store gives it
+    /// its `apiVersion`, `kind`, namespace, uid, creationTimestamp, generation 1 and version.
+    pub async fn create(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        mut body: Value,
+        sealed: Option<Sealed>,
+    ) -> Result<Stored, StoreError> {
+        let name = body["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let taken: Option<i64> = sqlx::query_scalar(
+            "SELECT 1 FROM objects WHERE kind = ? AND namespace = ? AND name = ?",
+        )
+        .bind(kind.as_str())
+        .bind(namespace)
+        .bind(&name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        if taken.is_some() {
+            return Err(StoreError::Exists {
+                kind,
+                namespace: namespace.into(),
+                name,
+            });
+        }
+        let version = next_version(&mut tx, namespace).await?;
+        body["apiVersion"] = json!(API_VERSION);
+        body["kind"] = json!(kind.as_str());
+        let meta = &mut body["metadata"];
+        meta["namespace"] = json!(namespace);
+        // A uid chosen by the API (a secret's, which its sealing is bound to) is kept.
+        if meta["uid"].as_str().is_none_or(str::is_empty) {
+            meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        }
+        meta["creationTimestamp"] = json!(now());
+        meta["generation"] = json!(1);
+        meta["resourceVersion"] = json!(version.to_string());
+        if let Some(m) = meta.as_object_mut() {
+            m.remove("deletionTimestamp");
+        }
+        write_row(
+            &mut tx,
+            kind,
+            namespace,
+            &body,
+            version,
+            sealed.as_ref(),
+            true,
+        )
+        .await?;
+        tx.commit().await?;
+        let stored = Stored {
+            kind,
+            body,
+            resource_version: version,
+            sealed,
+        };
+        self.publish(EventType::Added, &stored, namespace, false);
+        Ok(stored)
+    }
+
+    /// Edits a stored object. `expect_uid` (when given) must be the object's uid, so an edit meant
+    /// for one incarnation of a name never lands on the next; `precondition` (a resourceVersion)
+    /// must be its version. `edit` changes the body (and, for a secret, may hand new sealed values
+    /// back); the store then keeps what it owns, bumps the generation when the spec changed, and
+    /// removes an object whose deletion was asked once no finalizer holds it.
+    pub async fn update<F>(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        expect_uid: Option<&str>,
+        precondition: Option<&str>,
+        edit: F,
+    ) -> Result<Written, StoreError>
+    where
+        F: FnOnce(&mut Value, &mut Option<Sealed>) -> Result<(), Status>,
+    {
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let row = sqlx::query(
+            "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+             WHERE kind = ? AND namespace = ? AND name = ?",
+        )
+        .bind(kind.as_str())
+        .bind(namespace)
+        .bind(name)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let not_found = || StoreError::NotFound {
+            kind,
+            namespace: namespace.into(),
+            name: name.into(),
+        };
+        let current = row
+            .as_ref()
+            .map(decode)
+            .transpose()?
+            .ok_or_else(not_found)?;
+        if expect_uid.is_some_and(|uid| uid != current.uid()) {
+            return Err(not_found());
+        }
+        if let Some(expected) = precondition
+            && expected != current.resource_version.to_string()
+        {
+            return Err(StoreError::Conflict {
+                kind,
+                name: name.into(),
+                expected: expected.chars().take(32).collect(),
+                current: current.resource_version,
+            });
+        }
+        let mut body = current.body.clone();
+        let mut sealed = current.sealed.clone();
+        edit(&mut body, &mut sealed).map_err(StoreError::Refused)?;
+        // What the store owns, whatever the edit did.
+        body["apiVersion"] = json!(API_VERSION);
+        body["kind"] = json!(kind.as_str());
+        for field in ["name", "namespace", "uid", "creationTimestamp"] {
+            body["metadata"][field] = current.body["metadata"][field].clone();
+        }
+        if current.body["metadata"].get("deletionTimestamp").is_some() {
+            body["metadata"]["deletionTimestamp"] =
+                current.body["metadata"]["deletionTimestamp"].clone();
+        }
+        body["metadata"]["generation"] = current.body["metadata"]["generation"].clone();
+        body["metadata"]["resourceVersion"] = current.body["metadata"]["resourceVersion"].clone();
+        if body == current.body && sealed == current.sealed {
+            tx.rollback().await?;
+            return Ok(Written::Kept(current));
+        }
+        let status_only = sealed == current.sealed && same_but_status(&body, &current.body);
+        if spec_of(kind, &body) != spec_of(kind, &current.body) {
+            let generation = current.body["metadata"]["generation"].as_i64().unwrap_or(1);
+            body["metadata"]["generation"] = json!(generation + 1);
+        }
+        let version = next_version(&mut tx, namespace).await?;
+        body["metadata"]["resourceVersion"] = json!(version.to_string());
+        let deleting = body["metadata"].get("deletionTimestamp").is_some();
+        let held = body["metadata"]["finalizers"]
+            .as_array()
+            .is_some_and(|f| !f.is_empty());
+        let stored = Stored {
+            kind,
+            body,
+            resource_version: version,
+            sealed,
+        };
+        if deleting && !held {
+            remove_row(&mut tx, kind, namespace, name).await?;
+            tx.commit().await?;
+            self.publish(EventType::Deleted, &stored, namespace, false);
+            return Ok(Written::Removed(stored));
+        }
+        write_row(
+            &mut tx,
+            kind,
+            namespace,
+            &stored.body,
+            version,
+            stored.sealed.as_ref(),
+            false,
+        )
+        .await?;
+        tx.commit().await?;
+        let previous_labels = &current.body["metadata"]["labels"];
+        let relabelled = (*previous_labels != stored.body["metadata"]["labels"])
+            .then(|| previous_labels.clone());
+        self.publish_change(
+            EventType::Modified,
+            &stored,
+            namespace,
+            status_only,
+            relabelled,
+        );
+        Ok(Written::Kept(stored))
+    }
+
+    /// Asks for an object's deletion: it goes now when no finalizer holds it, else it is marked
+    /// (`deletionTimestamp`) and goes once its finalizers are done. Asking again changes nothing.
+    pub async fn delete(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        expect_uid: Option<&str>,
+        precondition: Option<&str>,
+    ) -> Result<Written, StoreError> {
+        self.update(
+            kind,
+            namespace,
+            name,
+            expect_uid,
+            precondition,
+            |body, _| {
+                if body["metadata"].get("deletionTimestamp").is_none() {
+                    body["metadata"]["deletionTimestamp"] = json!(now());
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+}
+
+/// Whether two objects differ in `status` at most (compared field by field, without copies: this
+/// runs on every write the reconcilers make).
+fn same_but_status(a: &Value, b: &Value) -> bool {
+    let (Some(a), Some(b)) = (a.as_object(), b.as_object()) else {
+        return a == b;
+    };
+    let others =
+        |o: &'_ serde_json::Map<String, Value>| o.keys().filter(|k| *k != "status").count();
+    others(a) == others(b)
+        && a.iter()
+            .filter(|(k, _)| *k != "status")
+            .all(|(k, v)| b.get(k) == Some(v))
+}
+
+/// What a change of the generation is measured on: `spec`, or for kinds without one (secrets,
+/// classes) everything but `metadata` and `status`.
+fn spec_of(kind: Kind, body: &Value) -> Value {
+    match kind {
+        Kind::Machine | Kind::MachineSet | Kind::MachineDeployment => body["spec"].clone(),
+        Kind::Secret | Kind::MachineClass => {
+            let mut rest = body.clone();
+            if let Some(m) = rest.as_object_mut() {
+                m.remove("metadata");
+                m.remove("status");
+            }
+            rest
+        }
+    }
+}
+
+/// The next resourceVersion of `namespace`'s own sequence, which starts above the store's floor
+/// (every version issued before namespaces had sequences of their own): one sequence for all let
+/// a tenant learn from its own versions how much the others wrote.
+async fn next_version(
+    tx: &mut SqliteTransaction<'static>,
+    namespace: &str,
+) -> Result<u64, StoreError> {
+    let v: i64 = sqlx::query_scalar(
+        "INSERT INTO namespace_versions (namespace, version) \
+         VALUES (?, (SELECT value FROM controller_meta WHERE key = 'resource_version') + 1) \
+         ON CONFLICT (namespace) DO UPDATE SET version = version + 1 RETURNING version",
+    )
+    .bind(namespace)
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(v as u64)
+}
