@@ -53,7 +53,7 @@ pub struct MachineDeploymentStatus {
     /// The generation this status was made for.
     #[serde(default)]
     pub observed_generation: i64,
-    /// The current template's hash (its sets carry it as [`TEMPLATE_HASH_LABEL`](super::TEMPLATE_HASH_LABEL)).
+    /// The current template's hash (its sets carry it as [`TEMPLATE_HASH_LABEL`]).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub template_hash: String,
     /// The generation of the template's class this status was made for: a class change rolls
