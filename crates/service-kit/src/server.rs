@@ -225,9 +225,6 @@ pub async fn healthcheck(addr: SocketAddr) -> bool {
 /// Why the health probe failed, in words for the operator who ran `healthcheck`.
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
-    /// No HTTP client could be made (no TLS backend, say).
-    #[error("could not build an HTTP client: {0}")]
-    Client(#[source] reqwest::Error),
     /// The service answered, but not 200.
     #[error("{url} answered {status}")]
     Answered {
@@ -263,10 +260,9 @@ pub enum ProbeError {
 /// [`healthcheck`], saying what went wrong when it fails.
 pub async fn probe(addr: SocketAddr) -> Result<(), ProbeError> {
     let url = format!("http://{addr}/healthz");
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(3))
-        .build()
-        .map_err(ProbeError::Client)?;
+    // The one way to build an outbound client (crate `client`): for a plain http:// URL it loads no
+    // certificate store, which a FROM-scratch image running its own healthcheck does not have.
+    let client = client::pooled_http_client_for(&url, Duration::from_secs(3));
     match client.get(&url).send().await {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(ProbeError::Answered {
