@@ -1,0 +1,292 @@
+//! The handlers that write (create, replace, patch, delete) and the steps they share: apart
+//! from the reads because each goes through the writer's checks and the store's preconditions.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use domain::resources::Kind;
+use domain::{Code, Status};
+use serde_json::{Value, json};
+use service_kit::ApiError;
+use service_kit::tenancy::Caller;
+
+use super::AppState;
+use super::checks::{answer, check_name, check_namespace, check_shape, not_found};
+use super::reads::visible;
+use crate::objects::{merge_patch, replacement};
+use crate::store::{Stored, Written};
+
+pub(crate) async fn create(
+    state: AppState,
+    caller: Caller,
+    kind: Kind,
+    namespace: String,
+    raw: Value,
+) -> Result<Response, ApiError> {
+    check_namespace(&namespace)?;
+    check_shape(&raw)?;
+    let name = raw["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    caller.audit_object(format!("{namespace}/{}/{name}", kind.plural()));
+    let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
+    if !caller.allows(&namespace) {
+        return Err(not_found(kind, &namespace, &name));
+    }
+    let stored = insert(
+        &state,
+        kind,
+        &namespace,
+        prepared.body,
+        prepared.values.as_ref(),
+    )
+    .await?;
+    let mut response = answer(StatusCode::CREATED, &stored);
+    if let Ok(location) = HeaderValue::from_str(&format!(
+        "/v1/namespaces/{namespace}/{}/{name}",
+        kind.plural()
+    )) {
+        response.headers_mut().insert(header::LOCATION, location);
+    }
+    Ok(response)
+}
+
+/// Stores a new object with the finalizers of its kind. A secret's values are sealed for its uid,
+/// so its uid is chosen here and handed to the store with them: one write, one ADDED.
+async fn insert(
+    state: &AppState,
+    kind: Kind,
+    namespace: &str,
+    mut body: Value,
+    values: Option<&crate::seal::SecretValues>,
+) -> Result<Stored, ApiError> {
+    let mut finalizers = Vec::new();
+    match kind {
+        Kind::Machine => finalizers.push(domain::resources::MACHINE_FINALIZER),
+        Kind::MachineSet | Kind::MachineDeployment => {
+            finalizers.push(domain::resources::OWNER_FINALIZER);
+        }
+        _ => {}
+    }
+    if !finalizers.is_empty() {
+        body["metadata"]["finalizers"] = json!(finalizers);
+    }
+    let sealed = match values {
+        Some(values) => {
+            let uid = uuid::Uuid::new_v4().to_string();
+            body["metadata"]["uid"] = json!(uid);
+            let name = body["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            Some(state.writer.seal(values, namespace, &name, &uid)?)
+        }
+        None => None,
+    };
+    Ok(state
+        .writer
+        .store
+        .create(kind, namespace, body, sealed)
+        .await?)
+}
+
+/// Replaces an object (or makes it: PUT is how `apply` writes whether or not it exists).
+pub(crate) async fn put(
+    state: AppState,
+    caller: Caller,
+    kind: Kind,
+    namespace: String,
+    name: String,
+    raw: Value,
+) -> Result<Response, ApiError> {
+    check_namespace(&namespace)?;
+    check_name(&name)?;
+    check_shape(&raw)?;
+    caller.audit_object(format!("{namespace}/{}/{name}", kind.plural()));
+    if raw["metadata"]
+        .get("name")
+        .is_some_and(|n| n.as_str() != Some(name.as_str()))
+    {
+        return Err(ApiError::new(Status::invalid(
+            "metadata.name",
+            "must be the name in the path (or absent)",
+        )));
+    }
+    let mut raw = raw;
+    raw["metadata"]["name"] = json!(name);
+    let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
+    if !caller.allows(&namespace) {
+        return Err(not_found(kind, &namespace, &name));
+    }
+    let precondition = raw["metadata"]["resourceVersion"]
+        .as_str()
+        .filter(|v| !v.is_empty())
+        .map(str::to_string);
+    let Some(current) = state.writer.store.get(kind, &namespace, &name).await? else {
+        if precondition.is_some() {
+            return Err(not_found(kind, &namespace, &name));
+        }
+        let stored = insert(
+            &state,
+            kind,
+            &namespace,
+            prepared.body,
+            prepared.values.as_ref(),
+        )
+        .await?;
+        return Ok(answer(StatusCode::CREATED, &stored));
+    };
+    let written = replace(
+        &state,
+        kind,
+        &namespace,
+        &current,
+        prepared,
+        precondition.as_deref(),
+    )
+    .await?;
+    Ok(answer(StatusCode::OK, written.object()))
+}
+
+async fn replace(
+    state: &AppState,
+    kind: Kind,
+    namespace: &str,
+    current: &Stored,
+    prepared: crate::objects::Prepared,
+    precondition: Option<&str>,
+) -> Result<Written, ApiError> {
+    if current.body["metadata"].get("deletionTimestamp").is_some() {
+        return Err(ApiError::new(Status::new(
+            Code::FailedPrecondition,
+            format!(
+                "{kind} {:?} is being deleted; wait until it is gone",
+                current.name()
+            ),
+        )));
+    }
+    // The same values sealed again differ byte for byte (a fresh nonce): an unchanged apply
+    // keeps the stored ones, so it changes nothing.
+    let sealed = match &prepared.values {
+        Some(values) if state.writer.open(namespace, current).ok().as_ref() != Some(values) => {
+            Some(
+                state
+                    .writer
+                    .seal(values, namespace, current.name(), current.uid())?,
+            )
+        }
+        _ => None,
+    };
+    let uid = current.uid().to_string();
+    let body = prepared.body;
+    let written = state
+        .writer
+        .store
+        .update(
+            kind,
+            namespace,
+            current.name(),
+            Some(&uid),
+            precondition,
+            |stored, stored_sealed| {
+                let next = replacement(&body, stored);
+                *stored = next;
+                if let Some(sealed) = sealed {
+                    *stored_sealed = Some(sealed);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+    Ok(written)
+}
+
+/// Changes an object by a JSON merge patch (RFC 7386) of what a read answers. A secret's values
+/// are merged with the stored ones (a key set to `null` in `stringData` or `data` goes).
+pub(crate) async fn patch(
+    state: AppState,
+    caller: Caller,
+    kind: Kind,
+    namespace: String,
+    name: String,
+    patch: Value,
+) -> Result<Response, ApiError> {
+    caller.audit_object(format!("{namespace}/{}/{name}", kind.plural()));
+    if !patch.is_object() {
+        return Err(ApiError::new(Status::invalid(
+            "body",
+            "a merge patch must be a JSON object (RFC 7396)",
+        )));
+    }
+    let current = visible(&state, &caller, kind, &namespace, &name).await?;
+    let mut merged = current.body.clone();
+    if kind == Kind::Secret {
+        let values = state
+            .writer
+            .open(&namespace, &current)
+            .map_err(ApiError::new)?;
+        merged["data"] = json!(values.data);
+        merged["stringData"] = json!(values.string_data);
+        if let Some(m) = merged.as_object_mut() {
+            m.remove("keys");
+        }
+    }
+    merge_patch(&mut merged, &patch);
+    check_shape(&merged)?;
+    if merged["metadata"]["name"] != json!(name) {
+        return Err(ApiError::new(Status::invalid(
+            "metadata.name",
+            "cannot be changed",
+        )));
+    }
+    let precondition = patch["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_string);
+    // What a read answered and the caller did not touch is not the caller's to send again.
+    for field in [
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "finalizers",
+        "ownerReferences",
+        "namespace",
+        "deletionTimestamp",
+    ] {
+        if let Some(m) = merged["metadata"].as_object_mut() {
+            m.remove(field);
+        }
+    }
+    if let Some(m) = merged.as_object_mut() {
+        m.remove("status");
+    }
+    let prepared = state.writer.prepare(kind, &namespace, &merged).await?;
+    let written = replace(
+        &state,
+        kind,
+        &namespace,
+        &current,
+        prepared,
+        precondition.as_deref(),
+    )
+    .await?;
+    Ok(answer(StatusCode::OK, written.object()))
+}
+
+pub(crate) async fn delete(
+    state: AppState,
+    caller: Caller,
+    kind: Kind,
+    namespace: String,
+    name: String,
+) -> Result<Response, ApiError> {
+    caller.audit_object(format!("{namespace}/{}/{name}", kind.plural()));
+    let current = visible(&state, &caller, kind, &namespace, &name).await?;
+    state.writer.check_unused(kind, &namespace, &name).await?;
+    let written = state
+        .writer
+        .store
+        .delete(kind, &namespace, &name, Some(current.uid()), None)
+        .await?;
+    Ok(answer(StatusCode::OK, written.object()))
+}
