@@ -14,6 +14,9 @@ async fn labels_change_and_go_and_the_version_moves() {
     let mut p = profile("data", "1Mi");
     p.labels = Some(BTreeMap::from([("app".to_string(), "web".to_string())]));
     let (v, _) = app.storage.add(&p).await.unwrap();
+    // Past the millisecond the volume became Ready in, so a patch that moved its Ready condition's
+    // lastTransitionTime would show it (the check below could not fail otherwise).
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let patched = app
         .storage
         .patch(
