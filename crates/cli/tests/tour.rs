@@ -197,3 +197,48 @@ fn the_quick_tour_runs_twice_without_a_failed_command() {
         assert!(exit.success(), "run {run}: berth up exited {exit:?}");
     }
 }
+
+/// `machine create --wait` waits through a bootstrap that takes seconds: the Docker provider answers
+/// GetMachineStatus with a bare Uninitialized while the exec runs, which ended the wait with exit 3
+/// (CI saw it in the tour, whose bootstrap is a single echo, when the status came in first).
+#[test]
+fn create_wait_waits_through_a_slow_bootstrap() {
+    if !docker_machine_possible() {
+        return;
+    }
+    let stack = Stack::start();
+    let files = tempfile::tempdir().unwrap();
+    let example =
+        std::fs::read_to_string(repo_root().join("examples/docker-machine.yaml")).unwrap();
+    let slow = example.replace("docker-worker-1", "slow-boot-1").replace(
+        "    echo \"bootstrapped",
+        "    sleep 3\n    echo \"bootstrapped",
+    );
+    assert!(slow.contains("sleep 3"), "the example's user data changed");
+    let file = files.path().join("slow.yaml");
+    std::fs::write(&file, slow).unwrap();
+    let file = file.to_str().unwrap();
+    let created = stack.berth(&[
+        "machine",
+        "create",
+        "-f",
+        file,
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    let deleted = stack.berth(&["machine", "delete", "-f", file, "--wait"]);
+    assert!(
+        created.status.success(),
+        "create --wait: {}{}",
+        common::stdout(&created),
+        common::stderr(&created)
+    );
+    assert!(
+        common::stdout(&created).contains("BootstrapCompleted=Completed"),
+        "{}",
+        common::stdout(&created)
+    );
+    assert!(deleted.status.success(), "{}", common::stderr(&deleted));
+    stack.stop();
+}

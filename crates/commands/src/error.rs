@@ -101,7 +101,7 @@ impl CliError {
 }
 
 /// Whether `e` says a machine's bootstrap ended and will never run again.
-fn bootstrap_ended(e: &ClientError) -> bool {
+pub(crate) fn bootstrap_ended(e: &ClientError) -> bool {
     e.status
         .message
         .contains(domain::machine::BOOTSTRAP_RUNS_ONCE)

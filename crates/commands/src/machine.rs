@@ -223,6 +223,17 @@ pub async fn run(ctx: &Ctx, format: &Format, command: &MachineCommand) -> Result
                         state: "its VM is not listed yet".into(),
                         after: POLL,
                     }),
+                    // A provider may answer a bootstrap still on its way as a bare Uninitialized
+                    // (no status to read): not yet, unless it says the bootstrap ended for good.
+                    Err(e)
+                        if e.code() == Code::Uninitialized
+                            && !crate::error::bootstrap_ended(&e) =>
+                    {
+                        Ok(Step::Pending {
+                            state: e.status.message,
+                            after: POLL,
+                        })
+                    }
                     Err(e) => not_now(e),
                 }
             })
