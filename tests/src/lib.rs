@@ -1,8 +1,8 @@
 //! Contract and end-to-end tests across Berth's services.
 //!
-//! [`Stack::spawn`] runs every service in this process, each on its own `127.0.0.1:0` listener and
-//! talking HTTP to the others exactly as in production (the same wiring `berth up` does), with a
-//! shared internal credential and a tokens file of known test tokens. The tests in `tests/` drive it
+//! [`Stack::spawn`] runs every service in this process as `berth up` does (its composition, from
+//! berth-stack), each on a listener whose port the OS picks and talking HTTP to the others exactly
+//! as in production, with a shared internal credential and a tokens file of known test tokens. The tests in `tests/` drive it
 //! through the gateway, as platform tooling would.
 //!
 //! [`openapi_compat`] finds the breaking changes between a committed OpenAPI document and a served
@@ -11,8 +11,6 @@
 //! [`processes`] runs the stack as separate processes instead, for the suites that kill them (the
 //! crash suite, `src/bin/crash_suite`, which `tests/reliability/run.sh` runs).
 
-use std::future::Future;
-
 pub mod openapi_compat;
 pub mod processes;
 pub mod python;
@@ -20,7 +18,6 @@ pub mod python;
 use gateway::auth::tokens_file_line;
 use gateway::routes::Scope;
 use service_kit::Env;
-use service_kit::server::Application;
 
 /// The internal credential of a test stack.
 pub const INTERNAL_TOKEN: &str = "internal-test-credential";
@@ -87,31 +84,23 @@ pub struct Stack {
     pub data: tempfile::TempDir,
 }
 
-fn serve(app: Application) -> String {
-    let url = format!("http://{}", app.local_addr());
-    tokio::spawn(app.run_until(std::future::pending()));
-    url
-}
-
 impl Stack {
-    /// Starts every service with `extra` variables added to each one's environment.
+    /// Starts every service with `extra` variables added to each one's environment: `berth up`'s
+    /// own composition (berth-stack), on ports the OS picks, with the test tokens, a known emulator
+    /// key and no waiting in the emulator's lifecycle.
     pub async fn spawn(extra: &[(&str, &str)]) -> Stack {
         let data = tempfile::tempdir().expect("temp dir");
         let tokens: Vec<String> = TOKENS
             .iter()
             .map(|(token, scopes)| {
-                // An empty scope list is not a valid file line; give it a scope no route needs.
-                let scopes: &[Scope] = if scopes.is_empty() { &[] } else { scopes };
                 let name = token.trim_start_matches("tok-");
+                // An empty scope list is not a valid file line: the token is left out.
                 if scopes.is_empty() {
                     format!("# {name} has no scopes\n")
                 } else {
                     tokens_file_line(name, token, scopes)
                 }
             })
-            .collect();
-        let tokens: Vec<String> = tokens
-            .into_iter()
             .chain(TENANT_TOKENS.iter().map(|(token, namespace)| {
                 let name = token.trim_start_matches("tok-");
                 format!(
@@ -120,65 +109,52 @@ impl Stack {
                 )
             }))
             .collect();
-        let tokens_file = data.path().join("tokens");
-        std::fs::write(&tokens_file, tokens.join("\n")).expect("tokens file");
+        std::fs::write(
+            berth_stack::tokens::tokens_file_in(data.path()),
+            tokens.join("\n"),
+        )
+        .expect("tokens file");
+        // The emulator's key, where `up` keeps it, so the requests can name it.
+        let emulator_dir = data.path().join("ecs-emulator");
+        std::fs::create_dir_all(&emulator_dir).expect("emulator dir");
+        std::fs::write(
+            emulator_dir.join(ecs_emulator::persist::KEY_FILE),
+            serde_json::json!({"id": ECS_KEY_ID, "secret": ECS_KEY_SECRET}).to_string(),
+        )
+        .expect("emulator key");
         let mut env = Env::default()
-            .with("BERTH_LISTEN", "127.0.0.1:0")
-            .with("BERTH_DATA_DIR", data.path().display().to_string())
             .with("BERTH_INTERNAL_TOKEN", INTERNAL_TOKEN)
-            .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
             .with("BERTH_RATE_LIMIT_RPS", "0");
+        for var in berth_stack::up::EMULATOR_LIFECYCLE {
+            env = env.with(var, "0s");
+        }
         for (k, v) in extra {
             env = env.with(k, *v);
         }
-        let registry = serve(
-            build(orchestrator_registry::build(
-                orchestrator_registry::Config::from_env(&env).unwrap(),
-            ))
-            .await,
-        );
-        let env = env.with("BERTH_REGISTRY_URL", registry.clone());
-        let storage_ops = serve(
-            build(storage_ops::build(
-                storage_ops::Config::from_env(&env).unwrap(),
-            ))
-            .await,
-        );
-        let emulator = ecs_emulator::Emulator::new(ecs_emulator::Config::for_tests(
-            ECS_KEY_ID,
-            ECS_KEY_SECRET,
-        ));
-        let ecs = serve(Application::new(
-            emulator.router(),
-            tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind"),
-        ));
-        let env = env.with("BERTH_ALICLOUD_ENDPOINT", ecs.clone());
-        let machine_driver = serve(
-            build(machine_driver::build(
-                machine_driver::Config::from_env(&env).unwrap(),
-            ))
-            .await,
-        );
-        let env = env
-            .with("BERTH_MACHINE_DRIVER_URL", machine_driver.clone())
-            .with("BERTH_STORAGE_OPS_URL", storage_ops.clone());
-        let machine_controller = serve(
-            build(machine_controller::build(
-                machine_controller::Config::from_env(&env).unwrap(),
-            ))
-            .await,
-        );
-        let env = env.with("BERTH_MACHINE_CONTROLLER_URL", machine_controller.clone());
-        let gateway = serve(build(gateway::build(gateway::Config::from_env(&env).unwrap())).await);
+        let options = berth_stack::up::UpOptions {
+            data_dir: data.path().to_path_buf(),
+            port_base: 0,
+            bind: std::net::Ipv4Addr::LOCALHOST.into(),
+            expose_services: false,
+        };
+        let mut built = berth_stack::up::build_stack(&options, &env)
+            .await
+            .expect("the stack builds");
+        built.add_gateway().expect("the gateway builds");
+        let emulator = built.emulator.clone();
+        let mut urls = std::collections::HashMap::new();
+        for (name, app) in std::mem::take(&mut built.apps) {
+            urls.insert(name, format!("http://{}", app.local_addr()));
+            tokio::spawn(app.run_until(std::future::pending()));
+        }
+        let url = |name: &str| urls.get(name).cloned().expect("every service runs");
         Stack {
-            gateway,
-            registry,
-            storage_ops,
-            machine_driver,
-            machine_controller,
-            ecs,
+            gateway: url(gateway::NAME),
+            registry: url(orchestrator_registry::NAME),
+            storage_ops: url(storage_ops::NAME),
+            machine_driver: url(machine_driver::NAME),
+            machine_controller: url(machine_controller::NAME),
+            ecs: url("ecs-emulator"),
             emulator,
             data,
         }
@@ -195,13 +171,6 @@ impl Stack {
         }
         r
     }
-}
-
-async fn build<F>(f: F) -> Application
-where
-    F: Future<Output = Result<Application, Box<dyn std::error::Error + Send + Sync>>>,
-{
-    f.await.expect("service builds")
 }
 
 /// A machine request for the emulator: an Alicloud class with the cluster and role tags, and a

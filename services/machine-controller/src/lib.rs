@@ -270,9 +270,18 @@ pub async fn writer(config: &Config) -> Result<Writer, Box<dyn std::error::Error
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
+    let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
+    build_on(config, listener).await
+}
+
+/// Builds the application, reconcilers included, on a listener already bound (`berth up` binds
+/// every port before it builds any service, so a port the OS picks is known to the others).
+pub async fn build_on(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     let writer = writer(&config).await?;
     let controller = Controller::new(writer.clone(), config.settings.clone());
-    let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
     let mut app = Application::new(router(&config, writer), listener);
     app.background.push(tokio::spawn(controller.run()));
     Ok(app)

@@ -251,6 +251,16 @@ pub fn router(config: &Config, providers: Providers) -> axum::Router {
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
+    let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
+    build_on(config, listener)
+}
+
+/// Builds the application on a listener already bound (`berth up` binds every port before it
+/// builds any service, so a port the OS picks is known to the others).
+pub fn build_on(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     let providers = providers(&config)?;
     match &config.ecs.endpoint {
         Some(endpoint) => {
@@ -261,7 +271,6 @@ pub async fn build(
     if let Err(why) = &config.docker.default_host {
         tracing::warn!("{why}; Docker machines need an allowed dockerHost in their secret");
     }
-    let listener = service_kit::server::bind(config.listen, vars::LISTEN).await?;
     Ok(Application::new(router(&config, providers), listener))
 }
 

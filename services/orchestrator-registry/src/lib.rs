@@ -268,9 +268,19 @@ pub async fn bootstrap(
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
+    let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
+    build_on(config, listener).await
+}
+
+/// Opens the database, bootstraps it on a first start, and builds the application on a listener
+/// already bound (`berth up` binds every port before it builds any service, so a port the OS picks
+/// is known to the others).
+pub async fn build_on(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
     let store = Store::open(&config.service.db_path).await?;
     bootstrap(&config, &store).await?;
-    let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
     Ok(Application::new(router(&config, store), listener))
 }
 

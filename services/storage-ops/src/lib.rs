@@ -328,8 +328,17 @@ pub async fn reconcile_forever(ops: Arc<Ops>, interval: Duration) {
 pub async fn build(
     config: Config,
 ) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
-    let ops = ops(&config).await?;
     let listener = service_kit::server::bind(config.service.listen, vars::LISTEN).await?;
+    build_on(config, listener).await
+}
+
+/// Builds the application, reconciler included, on a listener already bound (`berth up` binds
+/// every port before it builds any service, so a port the OS picks is known to the others).
+pub async fn build_on(
+    config: Config,
+    listener: tokio::net::TcpListener,
+) -> Result<Application, Box<dyn std::error::Error + Send + Sync>> {
+    let ops = ops(&config).await?;
     let mut app = Application::new(router(&config, ops.clone()), listener);
     app.background.push(tokio::spawn(reconcile_forever(
         ops,

@@ -32,6 +32,18 @@ pub struct Built {
     pub(super) internal_token: String,
     /// The registry's URL.
     pub(super) registry_url: String,
+    /// The embedded ECS emulator, for a test that inspects what the cloud holds.
+    pub emulator: ecs_emulator::Emulator,
+}
+
+/// Where each service of a run listens.
+struct Addresses {
+    gateway: SocketAddr,
+    registry: SocketAddr,
+    storage_ops: SocketAddr,
+    machine_driver: SocketAddr,
+    machine_controller: SocketAddr,
+    ecs_emulator: SocketAddr,
 }
 
 /// Builds every service of the stack, each bound to its port and ready to serve. Writes no
@@ -69,49 +81,71 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
     } else {
         loopback
     };
-    let at = |port: u16| {
-        let ip = if port == ports.gateway {
-            args.bind
-        } else {
-            service_ip
-        };
-        SocketAddr::new(ip, port).to_string()
+    let planned = Addresses {
+        gateway: SocketAddr::new(args.bind, ports.gateway),
+        registry: SocketAddr::new(service_ip, ports.registry),
+        storage_ops: SocketAddr::new(service_ip, ports.storage_ops),
+        machine_driver: SocketAddr::new(service_ip, ports.machine_driver),
+        machine_controller: SocketAddr::new(service_ip, ports.machine_controller),
+        ecs_emulator: SocketAddr::new(loopback, ports.ecs_emulator),
     };
-    let emulator_addr = SocketAddr::new(loopback, ports.ecs_emulator);
-    let url = |port: u16| {
-        let ip = if service_ip.is_unspecified() {
+    let url = |addr: SocketAddr| {
+        let ip = if addr.ip().is_unspecified() {
             loopback
         } else {
-            service_ip
+            addr.ip()
         };
-        format!("http://{}", SocketAddr::new(ip, port))
+        format!("http://{}", SocketAddr::new(ip, addr.port()))
     };
-    let shared = base_env
-        .clone()
-        .with(vars::DATA_DIR, data_dir.display().to_string())
-        .with(vars::INTERNAL_TOKEN, internal_token.clone())
-        .with("BERTH_REGISTRY_URL", url(ports.registry))
-        .with("BERTH_STORAGE_OPS_URL", url(ports.storage_ops))
-        .with("BERTH_MACHINE_DRIVER_URL", url(ports.machine_driver))
-        .with(
-            "BERTH_MACHINE_CONTROLLER_URL",
-            url(ports.machine_controller),
+    let configs_for = |at: &Addresses| {
+        let shared = base_env
+            .clone()
+            .with(vars::DATA_DIR, data_dir.display().to_string())
+            .with(vars::INTERNAL_TOKEN, internal_token.clone())
+            .with("BERTH_REGISTRY_URL", url(at.registry))
+            .with("BERTH_STORAGE_OPS_URL", url(at.storage_ops))
+            .with("BERTH_MACHINE_DRIVER_URL", url(at.machine_driver))
+            .with("BERTH_MACHINE_CONTROLLER_URL", url(at.machine_controller))
+            .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
+            .with("BERTH_ALICLOUD_ENDPOINT", url(at.ecs_emulator));
+        let env_for = |addr: SocketAddr| shared.clone().with(vars::LISTEN, addr.to_string());
+        configure(
+            &env_for(at.gateway),
+            &env_for(at.registry),
+            &env_for(at.storage_ops),
+            &match &docker_instance {
+                Some(instance) => {
+                    env_for(at.machine_driver).with(DOCKER_INSTANCE, instance.clone())
+                }
+                None => env_for(at.machine_driver),
+            },
+            &env_for(at.machine_controller),
         )
-        .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
-        .with("BERTH_ALICLOUD_ENDPOINT", format!("http://{emulator_addr}"));
-    let env_for = |port: u16| shared.clone().with(vars::LISTEN, at(port));
+    };
     // Every configuration is read before anything binds a port, so one that is refused stops the
-    // start with its reason and nothing half-started.
-    let mut configs = configure(
-        &env_for(ports.gateway),
-        &env_for(ports.registry),
-        &env_for(ports.storage_ops),
-        &match &docker_instance {
-            Some(instance) => env_for(ports.machine_driver).with(DOCKER_INSTANCE, instance.clone()),
-            None => env_for(ports.machine_driver),
-        },
-        &env_for(ports.machine_controller),
-    )?;
+    // start with its reason and nothing half-started. Read again once every port is bound: with
+    // --port-base 0 the OS picks the ports, and each service must be told where the others are.
+    configs_for(&planned)?;
+    let bind = |addr: SocketAddr| async move {
+        service_kit::server::bind(addr, vars::LISTEN)
+            .await
+            .map_err(|e| under_port_base(Box::new(e)))
+    };
+    let gateway_listener = bind(planned.gateway).await?;
+    let registry_listener = bind(planned.registry).await?;
+    let storage_ops_listener = bind(planned.storage_ops).await?;
+    let machine_driver_listener = bind(planned.machine_driver).await?;
+    let machine_controller_listener = bind(planned.machine_controller).await?;
+    let emulator_listener = bind(planned.ecs_emulator).await?;
+    let bound = Addresses {
+        gateway: gateway_listener.local_addr()?,
+        registry: registry_listener.local_addr()?,
+        storage_ops: storage_ops_listener.local_addr()?,
+        machine_driver: machine_driver_listener.local_addr()?,
+        machine_controller: machine_controller_listener.local_addr()?,
+        ecs_emulator: emulator_listener.local_addr()?,
+    };
+    let mut configs = configs_for(&bound)?;
 
     let mut apps = Vec::new();
     let emulator = ecs_emulator::Emulator::open(ecs_emulator::Config {
@@ -120,34 +154,26 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
         lifecycle: emulator_lifecycle(base_env)?,
         ..ecs_emulator::Config::default()
     })?;
-    let emulator_listener = service_kit::server::bind(emulator_addr, "--port-base").await?;
     apps.push((
         "ecs-emulator",
         Application::new(emulator.router(), emulator_listener),
     ));
     apps.push((
         orchestrator_registry::NAME,
-        orchestrator_registry::build(configs.registry)
-            .await
-            .map_err(under_port_base)?,
+        orchestrator_registry::build_on(configs.registry, registry_listener).await?,
     ));
     apps.push((
         storage_ops::NAME,
-        storage_ops::build(configs.storage_ops)
-            .await
-            .map_err(under_port_base)?,
+        storage_ops::build_on(configs.storage_ops, storage_ops_listener).await?,
     ));
     apps.push((
         machine_driver::NAME,
-        machine_driver::build(configs.machine_driver)
-            .await
-            .map_err(under_port_base)?,
+        machine_driver::build_on(configs.machine_driver, machine_driver_listener)?,
     ));
     apps.push((
         machine_controller::NAME,
-        machine_controller::build(configs.machine_controller)
-            .await
-            .map_err(under_port_base)?,
+        machine_controller::build_on(configs.machine_controller, machine_controller_listener)
+            .await?,
     ));
     // Each service's head-read limit, as its own binary reads it (the gateway reads its own).
     let idle_timeout = base_env.duration_or(
@@ -170,9 +196,8 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
     if configs.gateway.max_connections.is_none() {
         configs.gateway.max_connections = Some(service_kit::connections::default_cap(0.5, 2));
     }
-    // Bound now, built once the credentials are written ([`Built::add_gateway`]): the gateway then
-    // reads a tokens file that holds the admin token already.
-    let gateway_listener = service_kit::server::bind(configs.gateway.listen, "--port-base").await?;
+    // The gateway's listener is kept for [`Built::add_gateway`], once the credentials are written:
+    // the gateway then reads a tokens file that holds the admin token already.
     Ok(Built {
         apps,
         gateway: Some((configs.gateway, gateway_listener)),
@@ -181,7 +206,8 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
         emulator_key,
         docker_instance,
         internal_token,
-        registry_url: url(ports.registry),
+        registry_url: url(bound.registry),
+        emulator,
     })
 }
 
@@ -279,6 +305,34 @@ mod tests {
         let (_, gateway) = built.gateway.as_ref().expect("the gateway's listener");
         addresses.push((gateway::NAME, gateway.local_addr().unwrap()));
         addresses
+    }
+
+    #[tokio::test]
+    async fn port_base_zero_lets_the_os_pick_every_port() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = UpOptions {
+            data_dir: dir.path().to_path_buf(),
+            port_base: 0,
+            bind: "127.0.0.1".parse().unwrap(),
+            expose_services: false,
+        };
+        let mut built = build_stack(&args, &Env::default()).await.unwrap();
+        built.add_gateway().unwrap();
+        let ports: std::collections::BTreeSet<u16> = built
+            .apps
+            .iter()
+            .map(|(_, app)| app.local_addr().port())
+            .collect();
+        assert_eq!(ports.len(), 6, "six listeners, six ports: {ports:?}");
+        assert!(!ports.contains(&0), "{ports:?}");
+        // The services were told where the others are: the registry's URL is its bound port.
+        let registry = built
+            .apps
+            .iter()
+            .find(|(name, _)| *name == orchestrator_registry::NAME)
+            .map(|(_, app)| app.local_addr())
+            .unwrap();
+        assert_eq!(built.registry_url, format!("http://{registry}"));
     }
 
     #[tokio::test]

@@ -38,7 +38,8 @@ pub use run::run;
 pub struct UpOptions {
     /// Where all state goes: SQLite files, local volumes, the tokens file.
     pub data_dir: std::path::PathBuf,
-    /// The gateway's port; the services take the next ones ([`Ports::from_base`]).
+    /// The gateway's port; the services take the next ones ([`Ports::from_base`]). 0 lets the OS
+    /// pick every port (the tests' stacks).
     pub port_base: u16,
     /// The address the gateway binds; the services listen on loopback unless `expose_services`.
     pub bind: std::net::IpAddr,
@@ -64,8 +65,19 @@ pub struct Ports {
 }
 
 impl Ports {
-    /// B, B+1, B+2, B+3, B+4 and B+10.
+    /// B, B+1, B+2, B+3, B+4 and B+10; every one 0 (a port the OS picks, which the banner says)
+    /// when B is 0.
     pub fn from_base(base: u16) -> Option<Ports> {
+        if base == 0 {
+            return Some(Ports {
+                gateway: 0,
+                machine_driver: 0,
+                registry: 0,
+                storage_ops: 0,
+                machine_controller: 0,
+                ecs_emulator: 0,
+            });
+        }
         Some(Ports {
             gateway: base,
             machine_driver: base.checked_add(1)?,
