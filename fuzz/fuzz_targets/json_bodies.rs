@@ -26,8 +26,9 @@ use domain::{
 use libfuzzer_sys::fuzz_target;
 use machine_driver::alicloud::region::RegionPolicy;
 use machine_driver::alicloud::{identity as ali_identity, secret as ali_secret, spec as ali};
-use machine_driver::docker::settings::Settings;
+use machine_driver::docker::settings::{EngineSite, Settings};
 use machine_driver::docker::spec as docker;
+use machine_driver::provider::CheckedFor;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -133,8 +134,8 @@ fn machine_request(req: &MachineRequest, keys: &[String]) {
         Ok(spec) => {
             refused(spec.scope(), s, keys, "docker scope");
             refused(spec.stop_grace(), s, keys, "docker stop grace");
-            for local in [true, false] {
-                match spec.plan(&Settings::default(), local) {
+            for engine in [EngineSite::ThisHost, EngineSite::Elsewhere] {
+                match spec.plan(&Settings::default(), engine) {
                     Ok(plan) => {
                         let _ = plan.container("m", "uid");
                         refused(
@@ -160,7 +161,7 @@ fn machine_request(req: &MachineRequest, keys: &[String]) {
     }
 
     // Alicloud, as CreateMachine runs it (the ECS calls aside).
-    let owner = ali_identity::name_and_owner(&req.machine, true);
+    let owner = ali_identity::name_and_owner(&req.machine, CheckedFor::Create);
     refused(
         owner.as_ref().map(|_| ()).map_err(Clone::clone),
         s,

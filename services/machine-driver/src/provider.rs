@@ -27,6 +27,17 @@ use tracing::Instrument as _;
 /// InitializeMachine. Without this condition a VM counts as initialised.
 pub const INITIALIZED_CONDITION: &str = "Initialized";
 
+/// Which call a request is checked for. CreateMachine checks everything a new VM needs, and the
+/// stricter rules for a new name; the other calls check only what it takes to find the VM, so a
+/// machine whose class changed since it was made can still be looked at and deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckedFor {
+    /// CreateMachine.
+    Create,
+    /// Every call that finds an existing VM (status, initialise, delete, volume ids).
+    Lookup,
+}
+
 /// The label (Docker) or tag (ECS) each provider stamps on what it creates: the machine's namespace
 /// (`machine.metadata.namespace`, the empty one read as `default`). What carries no stamp (made
 /// before namespaces existed) is in `default`. A container or instance found for a request whose

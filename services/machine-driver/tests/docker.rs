@@ -1757,7 +1757,10 @@ fn the_example_docker_machine_is_valid() {
                 assert_eq!(c.provider, "Docker");
                 let plan = ProviderSpec::decode(&c.provider_spec)
                     .unwrap()
-                    .plan(&Settings::default(), false)
+                    .plan(
+                        &Settings::default(),
+                        machine_driver::docker::settings::EngineSite::Elsewhere,
+                    )
                     .unwrap();
                 assert_eq!(plan.bootstrap, Bootstrap::Exec);
             }

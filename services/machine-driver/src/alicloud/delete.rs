@@ -5,6 +5,7 @@
 //! instance; by name only this owner's; leftovers only this namespace's) and of when it is done
 //! (OK for a missing VM, Unavailable while anything is between states).
 
+use crate::provider::CheckedFor;
 use alicloud::{DescribeDisks, DescribeNetworkInterfaces, EcsClient, Tag};
 use domain::Status;
 use domain::machine::{DeleteMachineResponse, MachineRequest};
@@ -25,7 +26,12 @@ impl Alicloud {
         name: &str,
         owner: &Owner,
     ) -> Result<DeleteMachineResponse, Status> {
-        let p = Prepared::new(&req.machine_class, &req.secret, &self.regions, false)?;
+        let p = Prepared::new(
+            &req.machine_class,
+            &req.secret,
+            &self.regions,
+            CheckedFor::Lookup,
+        )?;
         let reach = p.reach(request_namespace(req));
         let provider_id = req.machine.spec.provider_id.as_str();
         let deadline = self.deadline();

@@ -6,6 +6,7 @@
 //! machine (its name, UID and providerID) and stamped on what the driver makes, so every call
 //! (create, find, delete, list) reads it the same way, whatever the class says now.
 
+use crate::provider::CheckedFor;
 use alicloud::{Instance, Region};
 use domain::machine::Machine;
 use domain::{Code, Status, names};
@@ -28,8 +29,11 @@ pub(super) const MAX_UID_LEN: usize = 128;
 
 /// What every call checks first, before any ECS call: the machine's name ([`machine_name`]) and
 /// owner ([`Owner::of`]).
-pub fn name_and_owner(machine: &Machine, for_create: bool) -> Result<(String, Owner), Status> {
-    Ok((machine_name(machine, for_create)?, Owner::of(machine)?))
+pub fn name_and_owner(
+    machine: &Machine,
+    checked_for: CheckedFor,
+) -> Result<(String, Owner), Status> {
+    Ok((machine_name(machine, checked_for)?, Owner::of(machine)?))
 }
 
 /// The longest name CreateMachine takes: an ECS instance name is 2 to 128 characters.
@@ -39,7 +43,7 @@ pub(super) const MAX_CREATE_NAME_LEN: usize = 128;
 /// (so never an ECS wildcard `*`) of dot-separated parts of at most 63 characters, at most 253
 /// characters, and for CreateMachine 2 to 128 characters as ECS requires. The message states the
 /// rule that failed: the 128 for CreateMachine, else the subdomain's (a part's 63, the 253).
-pub fn machine_name(machine: &Machine, for_create: bool) -> Result<String, Status> {
+pub fn machine_name(machine: &Machine, checked_for: CheckedFor) -> Result<String, Status> {
     let name = machine.metadata.name.as_str();
     let field = "machine.metadata.name";
     let ecs_length = || {
@@ -52,11 +56,11 @@ pub fn machine_name(machine: &Machine, for_create: bool) -> Result<String, Statu
             ),
         )
     };
-    if for_create && name.len() > MAX_CREATE_NAME_LEN {
+    if checked_for == CheckedFor::Create && name.len() > MAX_CREATE_NAME_LEN {
         return Err(ecs_length());
     }
     names::validate_dns1123_subdomain(field, name, names::MAX_SUBDOMAIN_LEN)?;
-    if for_create && name.len() < 2 {
+    if checked_for == CheckedFor::Create && name.len() < 2 {
         return Err(ecs_length());
     }
     Ok(name.to_owned())

@@ -58,6 +58,7 @@ pub mod secret;
 pub mod spec;
 mod verdict;
 
+use crate::provider::CheckedFor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -171,10 +172,10 @@ impl Provider for Alicloud {
         &self,
         req: &MachineRequest,
     ) -> Result<InitializeMachineResponse, Status> {
-        let (name, owner) = identity::name_and_owner(&req.machine, false)?;
+        let (name, owner) = identity::name_and_owner(&req.machine, CheckedFor::Lookup)?;
         let span = tracing::info_span!("alicloud.initialize_machine", machine = %name);
         async {
-            let p = Prepared::new(&req.machine_class, &req.secret, &self.regions, false)?;
+            let p = Prepared::new(&req.machine_class, &req.secret, &self.regions, CheckedFor::Lookup)?;
             let deadline = self.deadline();
             let found = self
                 .find(
@@ -217,7 +218,7 @@ impl Provider for Alicloud {
     }
 
     async fn delete_machine(&self, req: &MachineRequest) -> Result<DeleteMachineResponse, Status> {
-        let (name, owner) = identity::name_and_owner(&req.machine, false)?;
+        let (name, owner) = identity::name_and_owner(&req.machine, CheckedFor::Lookup)?;
         let span = tracing::info_span!("alicloud.delete_machine", machine = %name);
         self.delete(req, &name, &owner).instrument(span).await
     }
@@ -226,10 +227,15 @@ impl Provider for Alicloud {
         &self,
         req: &MachineRequest,
     ) -> Result<GetMachineStatusResponse, Status> {
-        let (name, owner) = identity::name_and_owner(&req.machine, false)?;
+        let (name, owner) = identity::name_and_owner(&req.machine, CheckedFor::Lookup)?;
         let span = tracing::debug_span!("alicloud.get_machine_status", machine = %name);
         async {
-            let p = Prepared::new(&req.machine_class, &req.secret, &self.regions, false)?;
+            let p = Prepared::new(
+                &req.machine_class,
+                &req.secret,
+                &self.regions,
+                CheckedFor::Lookup,
+            )?;
             let found = self
                 .find(
                     p.reach(request_namespace(req)),
@@ -259,7 +265,12 @@ impl Provider for Alicloud {
         &self,
         req: &ListMachinesRequest,
     ) -> Result<BTreeMap<String, Listed>, Status> {
-        let p = Prepared::new(&req.machine_class, &req.secret, &self.regions, false)?;
+        let p = Prepared::new(
+            &req.machine_class,
+            &req.secret,
+            &self.regions,
+            CheckedFor::Lookup,
+        )?;
         let client = p.home(&self.ecs);
         let filter = DescribeInstances {
             tags: p.spec.list_tags(),
@@ -287,7 +298,12 @@ impl Provider for Alicloud {
         namespace: &str,
     ) -> Result<Vec<Listed>, Status> {
         use futures::StreamExt as _;
-        let p = Prepared::new(&req.machine_class, &req.secret, &self.regions, false)?;
+        let p = Prepared::new(
+            &req.machine_class,
+            &req.secret,
+            &self.regions,
+            CheckedFor::Lookup,
+        )?;
         // Every machine Berth made carries its name tag; `default` also holds those made before
         // the namespace stamp, so only the other namespaces can be asked for by their stamp.
         let tag = if namespace == service_kit::tenancy::DEFAULT_NAMESPACE {

@@ -7,6 +7,7 @@
 //! user data, the RunInstances request, providerID, ClientToken); it now acts on one typed plan
 //! and never looks at the request again.
 
+use crate::provider::CheckedFor;
 use alicloud::{Credentials, Ecs, EcsClient, Region, RunInstances, Tag};
 use domain::machine::{MachineClass, MachineRequest, Secret};
 use domain::{Code, Status};
@@ -32,10 +33,10 @@ impl Prepared {
         class: &MachineClass,
         secret: &Secret,
         regions: &RegionPolicy,
-        for_create: bool,
+        checked_for: CheckedFor,
     ) -> Result<Prepared, Status> {
         let spec = ProviderSpec::decode(&class.provider_spec)?;
-        let region = if for_create {
+        let region = if checked_for == CheckedFor::Create {
             spec.validate_for_create(regions)
         } else {
             spec.validate_scope(regions)
@@ -166,9 +167,9 @@ impl CreatePlan {
 
     /// The plan without its providerID ([`CreatePlan::check`]).
     fn decode(req: &MachineRequest, regions: &RegionPolicy) -> Result<Self, Status> {
-        let (name, owner) = identity::name_and_owner(&req.machine, true)?;
+        let (name, owner) = identity::name_and_owner(&req.machine, CheckedFor::Create)?;
         let user_data = secret::user_data(&req.secret);
-        let p = match Prepared::new(&req.machine_class, &req.secret, regions, true) {
+        let p = match Prepared::new(&req.machine_class, &req.secret, regions, CheckedFor::Create) {
             // The user data's shape (400) before what the set-up refuses (412).
             Err(refused) if refused.code != Code::InvalidArgument => {
                 user_data?;

@@ -11,6 +11,7 @@
 fn document_requests(doc: &mut serde_json::Value) {
     use serde_json::{Value, json};
 
+    use crate::provider::CheckedFor;
     use crate::{alicloud, docker};
 
     fn when(provider: &str, then: Value) -> Value {
@@ -28,18 +29,22 @@ fn document_requests(doc: &mut serde_json::Value) {
     }
     // body: "create", "initialize", "machine" (status and delete) or "list"
     let rules = |body: &str| -> Value {
-        let create = body == "create";
+        let checked_for = if body == "create" {
+            CheckedFor::Create
+        } else {
+            CheckedFor::Lookup
+        };
         let mut alicloud = json!({"properties": {
-            "machineClass": class(alicloud::spec::schema::provider_spec(create)),
-            "secret": alicloud::spec::schema::secret(create),
+            "machineClass": class(alicloud::spec::schema::provider_spec(checked_for)),
+            "secret": alicloud::spec::schema::secret(checked_for),
         }});
         let mut docker = json!({"properties": {
-            "machineClass": class(docker::spec::schema::provider_spec(create)),
+            "machineClass": class(docker::spec::schema::provider_spec(checked_for)),
             "secret": docker::spec::schema::secret(),
         }});
         if body != "list" {
-            alicloud["properties"]["machine"] = alicloud::spec::schema::machine(create);
-            docker["properties"]["machine"] = docker::spec::schema::machine(!create);
+            alicloud["properties"]["machine"] = alicloud::spec::schema::machine(checked_for);
+            docker["properties"]["machine"] = docker::spec::schema::machine(checked_for);
             // The machine's namespace, which each provider stamps on what it makes ([`namespace_of`]).
             for machine in [&mut alicloud, &mut docker] {
                 machine["properties"]["machine"]["properties"]["metadata"]["properties"]["namespace"] = json!({

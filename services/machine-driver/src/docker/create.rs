@@ -18,6 +18,7 @@ use super::container::{Container, Target};
 use super::engine::{EngineError, gone_is_done, short};
 use super::mounts::Bind;
 use super::records::remove_records;
+use super::settings::EngineSite;
 use super::spec::{self, LABEL_MACHINE, LABEL_UID, Plan, ProviderSpec, Pull, SPEC};
 use crate::provider::{NAMESPACE_STAMP, request_namespace};
 
@@ -52,10 +53,11 @@ impl Docker {
         let bootstrap = spec.bootstrap()?;
         let user_data = spec::user_data(&req.secret, bootstrap);
         let host = self.engine_address(&req.secret);
-        let plan = spec.plan(
-            &self.settings,
-            host.as_ref().is_ok_and(|h| h.starts_with("unix://")),
-        );
+        let engine_site = match &host {
+            Ok(address) => EngineSite::of(address),
+            Err(_) => EngineSite::Elsewhere,
+        };
+        let plan = spec.plan(&self.settings, engine_site);
         if let Some(e) = [
             plan.as_ref().err(),
             user_data.as_ref().err(),
@@ -242,9 +244,9 @@ impl Docker {
             self.check_neighbours(t, Some(&c.id), &c.binds).await?;
             Some(gate)
         };
-        let local = t.host.starts_with("unix://");
+        let engine_site = EngineSite::of(&t.host);
         for (source, _) in &c.binds {
-            if let Err(rule) = self.settings.recheck_mount(source, local) {
+            if let Err(rule) = self.settings.recheck_mount(source, engine_site) {
                 tracing::warn!(container = %c.name, %rule, "a mount source failed its check; the machine is not started");
                 return Err(Status::new(
                     Code::FailedPrecondition,

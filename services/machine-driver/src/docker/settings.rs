@@ -39,6 +39,28 @@ pub const MAX_PIDS: i64 = 4_194_304;
 /// The registry of an image reference without one.
 pub const DOCKER_HUB: &str = "docker.io";
 
+/// Where the Engine that would mount a host path runs, which decides how much of the path can be
+/// checked: on this host (a `unix://` socket) the path itself is looked at, its symbolic links
+/// followed; an Engine elsewhere sees another file system, so only the path's text is checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineSite {
+    /// The Engine runs on this host.
+    ThisHost,
+    /// The Engine runs on another host.
+    Elsewhere,
+}
+
+impl EngineSite {
+    /// Where the Engine at `address` runs.
+    pub fn of(address: &str) -> EngineSite {
+        if address.starts_with("unix://") {
+            EngineSite::ThisHost
+        } else {
+            EngineSite::Elsewhere
+        }
+    }
+}
+
 /// The rule a mount's host path broke ([`Settings::admit_host_path`]); its text completes a
 /// sentence that starts with the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -346,13 +368,13 @@ impl Settings {
     }
 
     /// Checks a mount's host path: normalised, inside one of the allowed roots, and, where the path
-    /// can be seen from here (`resolve_locally`, for an Engine on this host), still inside one once
+    /// can be seen from here (an Engine on [`EngineSite::ThisHost`]), still inside one once
     /// symbolic links are followed, so a link planted under an allowed root cannot reach out of it.
     /// `Err` is the rule that failed, for the caller to prefix with the field.
     pub fn admit_host_path(
         &self,
         text: &str,
-        resolve_locally: bool,
+        engine: EngineSite,
     ) -> Result<String, HostPathRefusal> {
         let path = normalize_base_path("hostPath", text).map_err(|e| {
             HostPathRefusal::NotAPath(
@@ -369,7 +391,7 @@ impl Settings {
         if !inside(&path, &self.mount_roots) {
             return Err(HostPathRefusal::Outside(path));
         }
-        if resolve_locally && std::fs::symlink_metadata(&path).is_ok() {
+        if engine == EngineSite::ThisHost && std::fs::symlink_metadata(&path).is_ok() {
             self.no_links_below_root(&path)?;
         }
         Ok(path)
@@ -398,15 +420,11 @@ impl Settings {
     /// Checks, again, a mount source the driver gave a container, before the container is started:
     /// between two starts the machine (or another one with a writable mount above it) may have
     /// replaced a directory on the way with a symbolic link, which the Engine would follow. Inside
-    /// an allowed root by its text, and, when the Engine is on this host (`resolve_locally`),
+    /// an allowed root by its text, and, when the Engine is on [`EngineSite::ThisHost`],
     /// existing and without a symbolic link anywhere below the root.
-    pub fn recheck_mount(
-        &self,
-        source: &str,
-        resolve_locally: bool,
-    ) -> Result<(), HostPathRefusal> {
-        let path = self.admit_host_path(source, false)?;
-        if resolve_locally {
+    pub fn recheck_mount(&self, source: &str, engine: EngineSite) -> Result<(), HostPathRefusal> {
+        let path = self.admit_host_path(source, EngineSite::Elsewhere)?;
+        if engine == EngineSite::ThisHost {
             if std::fs::symlink_metadata(&path).is_err() {
                 return Err(HostPathRefusal::Missing(path));
             }
@@ -495,7 +513,7 @@ mod tests {
         );
         let e = s.engine_for(Some("http://10.1.2.3:2375/x")).unwrap_err();
         assert!(!e.message.contains("10.1.2.3"), "{e}");
-        assert!(s.admit_host_path("/srv", false).is_err());
+        assert!(s.admit_host_path("/srv", EngineSite::Elsewhere).is_err());
         assert!(!s.allow_privileged);
         assert!(s.may_pull_from("index.docker.io"));
         assert!(!s.may_pull_from("ghcr.io"));
@@ -569,47 +587,65 @@ mod tests {
         };
         let r = root.display().to_string();
         assert_eq!(
-            s.admit_host_path(&format!("{r}/./data/"), true).unwrap(),
+            s.admit_host_path(&format!("{r}/./data/"), EngineSite::ThisHost)
+                .unwrap(),
             format!("{r}/data")
         );
-        assert_eq!(s.admit_host_path(&r, true).unwrap(), r);
+        assert_eq!(s.admit_host_path(&r, EngineSite::ThisHost).unwrap(), r);
         let e = s
-            .admit_host_path(&format!("{r}/../secret"), true)
+            .admit_host_path(&format!("{r}/../secret"), EngineSite::ThisHost)
             .unwrap_err();
         assert!(matches!(e, HostPathRefusal::NotAPath(_)), "{e}");
         assert!(e.to_string().contains(".."), "{e}");
-        let e = s.admit_host_path("/etc", true).unwrap_err();
+        let e = s.admit_host_path("/etc", EngineSite::ThisHost).unwrap_err();
         assert_eq!(e, HostPathRefusal::Outside("/etc".into()));
         assert!(
             e.to_string()
                 .contains("outside the host directories BERTH_DOCKER_MOUNT_PATHS allows"),
             "{e}"
         );
-        assert!(s.admit_host_path(&format!("{r}-sibling"), true).is_err());
-        let e = s.admit_host_path(&format!("{r}/escape"), true).unwrap_err();
+        assert!(
+            s.admit_host_path(&format!("{r}-sibling"), EngineSite::ThisHost)
+                .is_err()
+        );
+        let e = s
+            .admit_host_path(&format!("{r}/escape"), EngineSite::ThisHost)
+            .unwrap_err();
         assert!(matches!(e, HostPathRefusal::LinksOutside(_)), "{e}");
         assert!(e.to_string().contains("symbolic link"), "{e}");
         // A link that stays inside the root is refused too: what it points at can change.
         let inner = root.join("inner");
         let _ = std::fs::remove_file(&inner);
         std::os::unix::fs::symlink(root.join("data"), &inner).unwrap();
-        let e = s.admit_host_path(&format!("{r}/inner"), true).unwrap_err();
+        let e = s
+            .admit_host_path(&format!("{r}/inner"), EngineSite::ThisHost)
+            .unwrap_err();
         assert!(matches!(e, HostPathRefusal::LinksOutside(_)), "{e}");
         // At a restart: the same rules, and the path must still exist.
-        s.recheck_mount(&format!("{r}/data"), true).unwrap();
+        s.recheck_mount(&format!("{r}/data"), EngineSite::ThisHost)
+            .unwrap();
         assert!(matches!(
-            s.recheck_mount(&format!("{r}/escape/passwd"), true),
+            s.recheck_mount(&format!("{r}/escape/passwd"), EngineSite::ThisHost),
             Err(HostPathRefusal::LinksOutside(_))
         ));
         assert!(matches!(
-            s.recheck_mount(&format!("{r}/gone"), true),
+            s.recheck_mount(&format!("{r}/gone"), EngineSite::ThisHost),
             Err(HostPathRefusal::Missing(_))
         ));
-        assert!(s.recheck_mount("/etc", true).is_err());
-        assert!(s.recheck_mount(&format!("{r}/gone"), false).is_ok());
+        assert!(s.recheck_mount("/etc", EngineSite::ThisHost).is_err());
+        assert!(
+            s.recheck_mount(&format!("{r}/gone"), EngineSite::Elsewhere)
+                .is_ok()
+        );
         // Without a local view of the Engine's host, the lexical rule is all there is.
-        assert!(s.admit_host_path(&format!("{r}/escape"), false).is_ok());
-        assert!(s.admit_host_path("relative", false).is_err());
+        assert!(
+            s.admit_host_path(&format!("{r}/escape"), EngineSite::Elsewhere)
+                .is_ok()
+        );
+        assert!(
+            s.admit_host_path("relative", EngineSite::Elsewhere)
+                .is_err()
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

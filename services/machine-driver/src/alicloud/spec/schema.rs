@@ -10,6 +10,7 @@
 //! Apart from the rules because it is another reader's view of them: the OpenAPI document's, which
 //! `api` assembles for every provider.
 
+use crate::provider::CheckedFor;
 use serde_json::{Value, json};
 
 use super::rules::{
@@ -105,10 +106,10 @@ fn one_of_or_unset(values: &[&str]) -> Value {
 }
 
 /// `machineClass.providerSpec`.
-pub fn provider_spec(for_create: bool) -> Value {
+pub fn provider_spec(checked_for: CheckedFor) -> Value {
     let text = || nullable("string");
     let any_i64 = || integer(i64::MIN, i64::MAX);
-    let tags = if for_create {
+    let tags = if checked_for == CheckedFor::Create {
         json!({
             "type": "object",
             "description": "Must hold a key containing kubernetes.io/cluster/ and one containing kubernetes.io/role/: they scope what the class may see and touch. At most 17 (ECS takes 20 and Berth adds three), each key 1 to 128 characters, not starting with aliyun or acs: and not one of Berth's own, each value at most 128 characters.",
@@ -145,7 +146,7 @@ pub fn provider_spec(for_create: bool) -> Value {
             "allOf": [some_key_contains(CLUSTER_TAG), some_key_contains(ROLE_TAG)]
         })
     };
-    let disk = if for_create {
+    let disk = if checked_for == CheckedFor::Create {
         json!({
             "type": "object",
             "required": ["name", "category", "size"],
@@ -216,7 +217,7 @@ pub fn provider_spec(for_create: bool) -> Value {
         // The two spellings are one field: sending both is refused as a duplicate.
         "not": {"required": ["IoOptimized", "ioOptimized"]}
     });
-    if for_create {
+    if checked_for == CheckedFor::Create {
         let p = &mut spec["properties"];
         for (field, g) in [
             ("imageID", &IMAGE_ID),
@@ -262,7 +263,7 @@ pub fn provider_spec(for_create: bool) -> Value {
 /// `secret`: the access key, plain in `stringData` (the driver also reads it from `data`,
 /// base64-encoded, when `stringData` lacks it, and takes the fallback names `accessKeyID` and
 /// `accessKeySecret`; this document names the one form a request can rely on).
-pub fn secret(for_create: bool) -> Value {
+pub fn secret(checked_for: CheckedFor) -> Value {
     let text_key = json!({"type": "string", "pattern": BASE64_ASCII});
     let mut data = json!({
         "type": "object",
@@ -280,7 +281,7 @@ pub fn secret(for_create: bool) -> Value {
             "alicloudSecurityToken": {"type": "string", "description": "An STS token, if the key is temporary"}
         }
     });
-    if for_create {
+    if checked_for == CheckedFor::Create {
         data["properties"]["userData"] = json!({
             "type": "string",
             "pattern": BASE64,
@@ -301,13 +302,13 @@ pub fn secret(for_create: bool) -> Value {
 
 /// `machine`: its name (a DNS-1123 subdomain; 2 to 128 characters to be created, ECS's limit),
 /// UID and providerID.
-pub fn machine(for_create: bool) -> Value {
+pub fn machine(checked_for: CheckedFor) -> Value {
     let mut name = json!({
         "type": "string",
         "pattern": domain::schema::DNS1123_SUBDOMAIN,
         "maxLength": domain::names::MAX_SUBDOMAIN_LEN
     });
-    if for_create {
+    if checked_for == CheckedFor::Create {
         name["minLength"] = json!(2);
         name["maxLength"] = json!(MAX_CREATE_NAME_LEN);
     }

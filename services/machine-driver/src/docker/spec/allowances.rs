@@ -15,8 +15,8 @@ use super::plan::Pull;
 use super::rules::ImageRef;
 use super::{SPEC, STATE_DIR};
 use crate::docker::settings::{
-    DEFAULT_NETWORK, HostPathRefusal, MAX_PIDS, MIN_MEMORY, MIN_PIDS, Settings, cpus_text,
-    is_network_name, is_within, nano_cpus,
+    DEFAULT_NETWORK, EngineSite, HostPathRefusal, MAX_PIDS, MIN_MEMORY, MIN_PIDS, Settings,
+    cpus_text, is_network_name, is_within, nano_cpus,
 };
 use crate::env_vars::{
     DOCKER_ALLOW_PRIVILEGED, DOCKER_CPUS, DOCKER_MEMORY, DOCKER_NETWORKS, DOCKER_PIDS,
@@ -198,7 +198,7 @@ impl ProviderSpec {
     pub(super) fn check_mounts(
         &self,
         settings: &Settings,
-        resolve_locally: bool,
+        engine: EngineSite,
         v: &mut Violations,
     ) -> Vec<MountSpec> {
         if self.mounts.len() > 32 {
@@ -223,7 +223,7 @@ impl ProviderSpec {
             if too_long {
                 continue;
             }
-            let host = match settings.admit_host_path(&m.host_path, resolve_locally) {
+            let host = match settings.admit_host_path(&m.host_path, engine) {
                 Ok(p) => Some(p),
                 Err(rule @ HostPathRefusal::NotAPath(_)) => {
                     v.add(&format!("mounts[{i}].hostPath"), rule);
@@ -267,7 +267,7 @@ impl ProviderSpec {
                 }
             };
             if let (Some(host_path), Some(container_path)) = (host, target) {
-                if !m.read_only && !resolve_locally {
+                if !m.read_only && engine == EngineSite::Elsewhere {
                     v.not_allowed(
                         &format!("mounts[{i}].readOnly"),
                         "a writable mount needs the Docker Engine on the driver's host (a unix:// socket): only there can the driver check, before every start, that no symbolic link has been planted on the way",

@@ -18,7 +18,7 @@ use super::decode::{Bootstrap, MountSpec, ProviderSpec};
 use super::rules::{ImageRef, parse_image};
 use super::scope::Scope;
 use super::{CAPABILITIES, LABEL_RECORDS, SECURITY_OPTIONS, SPEC};
-use crate::docker::settings::Settings;
+use crate::docker::settings::{EngineSite, Settings};
 use crate::provider::Violations;
 
 /// Whether a missing image may be pulled.
@@ -66,9 +66,9 @@ pub struct Plan {
 }
 
 impl ProviderSpec {
-    /// Every rule, for CreateMachine. `resolve_locally`: the Engine runs on this host, so mount
-    /// paths can also be checked with their symbolic links followed.
-    pub fn plan(&self, settings: &Settings, resolve_locally: bool) -> Result<Plan, Status> {
+    /// Every rule, for CreateMachine. An Engine on [`EngineSite::ThisHost`] has its mount paths
+    /// also checked with their symbolic links followed.
+    pub fn plan(&self, settings: &Settings, engine: EngineSite) -> Result<Plan, Status> {
         let mut v = Violations::under(SPEC);
         let scope = self.check_scope(&mut v);
         self.check_free_text(&mut v);
@@ -89,7 +89,7 @@ impl ProviderSpec {
         let memory = self.check_memory(settings, &mut v);
         let pids = self.check_pids(settings, &mut v);
         self.check_privileged(settings, &mut v);
-        let mounts = self.check_mounts(settings, resolve_locally, &mut v);
+        let mounts = self.check_mounts(settings, engine, &mut v);
         let bootstrap = self.bootstrap().map_err(|e| v.add_worded(e.message)).ok();
         let stop_grace = self.stop_grace().map_err(|e| v.add_worded(e.message)).ok();
         v.into_result()?;

@@ -8,6 +8,7 @@
 //! changes with them: each pattern here stands for a validator in the other files, and the
 //! spec's tests hold the two together.
 
+use crate::provider::CheckedFor;
 use serde_json::{Value, json};
 
 use super::decode::MAX_STOP_GRACE;
@@ -97,7 +98,7 @@ fn tags() -> Value {
 }
 
 /// `machineClass.providerSpec`.
-pub fn provider_spec(for_create: bool) -> Value {
+pub fn provider_spec(checked_for: CheckedFor) -> Value {
     let strings = || json!({"type": "array", "items": {"type": "string"}});
     let string_map = || json!({"type": "object", "additionalProperties": {"type": "string"}});
     let mount = json!({
@@ -134,7 +135,7 @@ pub fn provider_spec(for_create: bool) -> Value {
             "stopGracePeriodSeconds": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_STOP_GRACE}
         }
     });
-    if !for_create {
+    if checked_for != CheckedFor::Create {
         return spec;
     }
     let text =
@@ -281,7 +282,7 @@ pub fn exec_needs_a_script() -> Value {
 
 /// `machine`: its name (a DNS-1123 subdomain of 2 to 63 characters, the container's host
 /// name), UID and, for the calls that look a container up, providerID.
-pub fn machine(with_provider_id: bool) -> Value {
+pub fn machine(checked_for: CheckedFor) -> Value {
     let mut machine = json!({
         "required": ["metadata"],
         "properties": {
@@ -294,7 +295,7 @@ pub fn machine(with_provider_id: bool) -> Value {
             }
         }
     });
-    if with_provider_id {
+    if checked_for == CheckedFor::Lookup {
         machine["properties"]["spec"] = json!({"properties": {"providerID": {
             "type": "string",
             "pattern": provider_id_pattern(),

@@ -4,7 +4,7 @@
 
 use super::rules::{has_control, is_env_name};
 use super::*;
-use crate::docker::settings::{MIN_MEMORY, Settings, is_network_name};
+use crate::docker::settings::{EngineSite, MIN_MEMORY, Settings, is_network_name};
 use domain::machine::{Machine, MachineRequest, Secret};
 use domain::{Code, Quantity, Status};
 use serde_json::{Value, json};
@@ -21,7 +21,7 @@ fn spec(extra: serde_json::Value) -> serde_json::Value {
 }
 
 fn plan(extra: serde_json::Value) -> Result<Plan, Status> {
-    ProviderSpec::decode(&spec(extra))?.plan(&Settings::default(), false)
+    ProviderSpec::decode(&spec(extra))?.plan(&Settings::default(), EngineSite::Elsewhere)
 }
 
 fn refused(extra: serde_json::Value) -> String {
@@ -78,7 +78,7 @@ fn a_class_may_lower_the_operators_ceilings_never_raise_them() {
     let p = |extra: Value| {
         ProviderSpec::decode(&spec(extra))
             .unwrap()
-            .plan(&settings, false)
+            .plan(&settings, EngineSite::Elsewhere)
     };
     let low = p(json!({"cpus": 0.25, "memory": "64Mi", "pids": 32})).unwrap();
     assert_eq!(
@@ -122,7 +122,7 @@ fn a_class_may_lower_the_operators_ceilings_never_raise_them() {
     let p = |extra: Value| {
         ProviderSpec::decode(&spec(extra))
             .unwrap()
-            .plan(&raised, false)
+            .plan(&raised, EngineSite::Elsewhere)
     };
     let high = p(json!({"cpus": 2, "memory": "1Gi", "pids": 1000, "network": "kind"})).unwrap();
     assert_eq!(
@@ -168,7 +168,7 @@ fn every_free_string_has_a_bound_and_a_huge_one_is_a_400_naming_field_and_bound(
         }
         let e = ProviderSpec::decode(&raw)
             .unwrap()
-            .plan(&Settings::default(), false)
+            .plan(&Settings::default(), EngineSite::Elsewhere)
             .unwrap_err();
         assert_eq!(
             e.code,
@@ -193,7 +193,7 @@ fn every_free_string_has_a_bound_and_a_huge_one_is_a_400_naming_field_and_bound(
     raw["tags"]["note"] = json!(huge);
     let e = ProviderSpec::decode(&raw)
         .unwrap()
-        .plan(&Settings::default(), false)
+        .plan(&Settings::default(), EngineSite::Elsewhere)
         .unwrap_err();
     assert!(
         e.message
@@ -204,7 +204,7 @@ fn every_free_string_has_a_bound_and_a_huge_one_is_a_400_naming_field_and_bound(
     raw["tags"][huge.as_str()] = json!("1");
     let e = ProviderSpec::decode(&raw)
         .unwrap()
-        .plan(&Settings::default(), false)
+        .plan(&Settings::default(), EngineSite::Elsewhere)
         .unwrap_err();
     assert!(
         e.message
@@ -233,7 +233,7 @@ fn every_field_reaches_the_container() {
         "bootstrap": "exec", "stopGracePeriodSeconds": 2, "pull": "IfNotPresent"
     })))
     .unwrap()
-    .plan(&settings, false)
+    .plan(&settings, EngineSite::Elsewhere)
     .unwrap();
     let body = p.container("m-1", "");
     assert_eq!(body.entrypoint.unwrap(), ["/sbin/init"]);

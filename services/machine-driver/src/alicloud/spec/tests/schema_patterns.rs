@@ -12,6 +12,7 @@ use crate::alicloud::spec::rules::{
     API_VERSION, DISK_CATEGORY, DISK_DESCRIPTION, IMAGE_ID, INSTANCE_TYPE, KEY_PAIR_NAME,
     PRIVATE_IP, SECURITY_GROUP_ID, V_SWITCH_ID, ZONE_ID, plain_text,
 };
+use crate::provider::CheckedFor;
 use base64::Engine as _;
 
 fn re(pattern: &str) -> regex::Regex {
@@ -47,8 +48,8 @@ fn machine_names() {
         &n253,
         &n254,
     ];
-    for for_create in [false, true] {
-        let schema = super::super::schema::machine(for_create);
+    for checked_for in [CheckedFor::Lookup, CheckedFor::Create] {
+        let schema = super::super::schema::machine(checked_for);
         let name = &schema["properties"]["metadata"]["properties"]["name"];
         let pattern = re(name["pattern"].as_str().unwrap());
         let min = name["minLength"].as_u64().unwrap_or(0) as usize;
@@ -57,27 +58,27 @@ fn machine_names() {
             let by_schema = pattern.is_match(case) && (min..=max).contains(&case.len());
             let mut m = Machine::default();
             m.metadata.name = case.into();
-            let by_driver = machine_name(&m, for_create);
-            assert_eq!(by_schema, by_driver.is_ok(), "{for_create} {case:?}");
+            let by_driver = machine_name(&m, checked_for);
+            assert_eq!(by_schema, by_driver.is_ok(), "{checked_for:?} {case:?}");
         }
     }
     // The message says the rule that failed, never a limit that did not.
-    let message = |name: &str, for_create: bool| {
+    let message = |name: &str, checked_for: CheckedFor| {
         let mut m = Machine::default();
         m.metadata.name = name.into();
-        machine_name(&m, for_create).unwrap_err().message
+        machine_name(&m, checked_for).unwrap_err().message
     };
-    for for_create in [false, true] {
-        let msg = message(&short_then_long, for_create);
+    for checked_for in [CheckedFor::Lookup, CheckedFor::Create] {
+        let msg = message(&short_then_long, checked_for);
         assert!(
             msg.contains("part of 64 characters") && msg.contains("at most 63"),
             "{msg}"
         );
         assert!(!msg.contains("253") && !msg.contains("128"), "{msg}");
     }
-    let msg = message(&n129, true);
+    let msg = message(&n129, CheckedFor::Create);
     assert!(msg.contains("2 to 128 characters"), "{msg}");
-    let msg = message(&n254, false);
+    let msg = message(&n254, CheckedFor::Lookup);
     assert!(msg.contains("at most 253 characters"), "{msg}");
 }
 
