@@ -5,7 +5,6 @@
 //! instance; by name only this owner's; leftovers only this namespace's) and of when it is done
 //! (OK for a missing VM, Unavailable while anything is between states).
 
-use crate::provider::CheckedFor;
 use alicloud::{DescribeDisks, DescribeNetworkInterfaces, EcsClient, Tag};
 use domain::Status;
 use domain::machine::{DeleteMachineResponse, MachineRequest};
@@ -14,7 +13,6 @@ use super::Alicloud;
 use super::answers::nothing_released;
 use super::codes::ecs_status;
 use super::identity::{MACHINE_TAG, Owner};
-use super::plan::Prepared;
 use super::verdict::in_namespace;
 use crate::provider::{NAMESPACE_STAMP, request_namespace, stamped_namespace};
 
@@ -26,12 +24,7 @@ impl Alicloud {
         name: &str,
         owner: &Owner,
     ) -> Result<DeleteMachineResponse, Status> {
-        let p = Prepared::new(
-            &req.machine_class,
-            &req.secret,
-            &self.regions,
-            CheckedFor::Lookup,
-        )?;
+        let p = self.prepared_for_lookup(&req.machine_class, &req.secret)?;
         let reach = p.reach(request_namespace(req));
         let provider_id = req.machine.spec.provider_id.as_str();
         let deadline = self.deadline();

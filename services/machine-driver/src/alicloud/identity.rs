@@ -6,13 +6,13 @@
 //! machine (its name, UID and providerID) and stamped on what the driver makes, so every call
 //! (create, find, delete, list) reads it the same way, whatever the class says now.
 
-use crate::provider::CheckedFor;
 use alicloud::{Instance, Region};
 use domain::machine::Machine;
 use domain::{Code, Status, names};
 use sha2::{Digest as _, Sha256};
 
 use super::region::RegionPolicy;
+use crate::provider::CheckedFor;
 
 /// Tag keys containing this identify the cluster (`kubernetes.io/cluster/<name>`).
 pub const CLUSTER_TAG: &str = "kubernetes.io/cluster/";

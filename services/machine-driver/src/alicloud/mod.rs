@@ -58,7 +58,6 @@ pub mod secret;
 pub mod spec;
 mod verdict;
 
-use crate::provider::CheckedFor;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -66,12 +65,13 @@ use alicloud::{DescribeInstances, Ecs, InstanceStatus, Region, Tag};
 use async_trait::async_trait;
 use domain::machine::{
     CreateMachineResponse, DeleteMachineResponse, GetMachineStatusResponse,
-    InitializeMachineResponse, ListMachinesRequest, MachineRequest, PersistentVolumeSpec,
+    InitializeMachineResponse, ListMachinesRequest, MachineClass, MachineRequest,
+    PersistentVolumeSpec, Secret,
 };
 use domain::{Code, Status};
 use tracing::Instrument as _;
 
-use crate::provider::{Listed, NAMESPACE_STAMP, Provider, request_namespace};
+use crate::provider::{CheckedFor, Listed, NAMESPACE_STAMP, Provider, request_namespace};
 use answers::{
     addresses, exactly_one, initialized_condition, instance_condition, listed, missing,
     nothing_released, provider_id_of,
@@ -112,6 +112,15 @@ pub struct Alicloud {
 }
 
 impl Alicloud {
+    /// A lookup's spec, region and credentials, checked as every call but CreateMachine checks them.
+    fn prepared_for_lookup(
+        &self,
+        class: &MachineClass,
+        secret: &Secret,
+    ) -> Result<Prepared, Status> {
+        Prepared::new(class, secret, &self.regions, CheckedFor::Lookup)
+    }
+
     /// A provider calling ECS through `ecs`. `extra_csi_drivers` are CSI driver names whose
     /// `volumeHandle` is an ECS disk id besides `diskplugin.csi.alibabacloud.com`;
     /// `operation_timeout` bounds each driver call (every ECS attempt, backoff and rate-limit wait).
@@ -175,7 +184,7 @@ impl Provider for Alicloud {
         let (name, owner) = identity::name_and_owner(&req.machine, CheckedFor::Lookup)?;
         let span = tracing::info_span!("alicloud.initialize_machine", machine = %name);
         async {
-            let p = Prepared::new(&req.machine_class, &req.secret, &self.regions, CheckedFor::Lookup)?;
+            let p = self.prepared_for_lookup(&req.machine_class, &req.secret)?;
             let deadline = self.deadline();
             let found = self
                 .find(
@@ -230,12 +239,7 @@ impl Provider for Alicloud {
         let (name, owner) = identity::name_and_owner(&req.machine, CheckedFor::Lookup)?;
         let span = tracing::debug_span!("alicloud.get_machine_status", machine = %name);
         async {
-            let p = Prepared::new(
-                &req.machine_class,
-                &req.secret,
-                &self.regions,
-                CheckedFor::Lookup,
-            )?;
+            let p = self.prepared_for_lookup(&req.machine_class, &req.secret)?;
             let found = self
                 .find(
                     p.reach(request_namespace(req)),
@@ -265,12 +269,7 @@ impl Provider for Alicloud {
         &self,
         req: &ListMachinesRequest,
     ) -> Result<BTreeMap<String, Listed>, Status> {
-        let p = Prepared::new(
-            &req.machine_class,
-            &req.secret,
-            &self.regions,
-            CheckedFor::Lookup,
-        )?;
+        let p = self.prepared_for_lookup(&req.machine_class, &req.secret)?;
         let client = p.home(&self.ecs);
         let filter = DescribeInstances {
             tags: p.spec.list_tags(),
@@ -298,12 +297,7 @@ impl Provider for Alicloud {
         namespace: &str,
     ) -> Result<Vec<Listed>, Status> {
         use futures::StreamExt as _;
-        let p = Prepared::new(
-            &req.machine_class,
-            &req.secret,
-            &self.regions,
-            CheckedFor::Lookup,
-        )?;
+        let p = self.prepared_for_lookup(&req.machine_class, &req.secret)?;
         // Every machine Berth made carries its name tag; `default` also holds those made before
         // the namespace stamp, so only the other namespaces can be asked for by their stamp.
         let tag = if namespace == service_kit::tenancy::DEFAULT_NAMESPACE {

@@ -7,7 +7,6 @@
 //! user data, the RunInstances request, providerID, ClientToken); it now acts on one typed plan
 //! and never looks at the request again.
 
-use crate::provider::CheckedFor;
 use alicloud::{Credentials, Ecs, EcsClient, Region, RunInstances, Tag};
 use domain::machine::{MachineClass, MachineRequest, Secret};
 use domain::{Code, Status};
@@ -16,7 +15,7 @@ use super::identity::{self, Owner, TokenSeries};
 use super::region::RegionPolicy;
 use super::secret;
 use super::spec::ProviderSpec;
-use crate::provider::request_namespace;
+use crate::provider::{CheckedFor, request_namespace};
 
 /// A request's checked spec, region and credentials, and the cluster tags that scope its lookups.
 pub(super) struct Prepared {

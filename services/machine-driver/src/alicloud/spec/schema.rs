@@ -10,7 +10,6 @@
 //! Apart from the rules because it is another reader's view of them: the OpenAPI document's, which
 //! `api` assembles for every provider.
 
-use crate::provider::CheckedFor;
 use serde_json::{Value, json};
 
 use super::rules::{
@@ -22,7 +21,7 @@ use crate::alicloud::identity::{
     CLUSTER_TAG, MACHINE_TAG, MAX_CREATE_NAME_LEN, MAX_UID_LEN, OWNER_TAG, ROLE_TAG,
 };
 use crate::alicloud::secret::MAX_USER_DATA_BASE64;
-use crate::provider::NAMESPACE_STAMP;
+use crate::provider::{CheckedFor, NAMESPACE_STAMP};
 
 /// A UID ([`crate::alicloud::identity::Owner::of`]): ASCII letters, digits, `-`, `_` and `.`; and
 /// not starting with `aliyun` ([`UID_RESERVED`]), which ECS keeps for itself in tag values.

@@ -8,7 +8,6 @@
 //! changes with them: each pattern here stands for a validator in the other files, and the
 //! spec's tests hold the two together.
 
-use crate::provider::CheckedFor;
 use serde_json::{Value, json};
 
 use super::decode::MAX_STOP_GRACE;
@@ -22,6 +21,7 @@ use super::{
     SECRET_USER_DATA,
 };
 use crate::docker::settings::{MAX_PIDS, MIN_PIDS};
+use crate::provider::CheckedFor;
 use domain::orchestrator::{BASE_PATH_PATTERN, DOCKER_HOST_PATTERN};
 
 /// A DNS-1123 label, unanchored.
