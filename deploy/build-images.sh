@@ -10,8 +10,10 @@
 #                            from the everyday target directory so `cargo test` keeps its cache
 #   BERTH_IMAGE_PREFIX       image name prefix (default: berth/), e.g. registry.example.com/berth/
 #   BERTH_IMAGE_MAX_MB       fail when an image is larger (default: 25)
+#   BERTH_STATIC_PROFILE     the cargo profile of the binaries (default: static); CI's compose
+#                            end-to-end uses ci-images, built faster and optimised less
 #
-# The static binaries are left in $BERTH_STATIC_TARGET_DIR/<triple>/static/.
+# The static binaries are left in $BERTH_STATIC_TARGET_DIR/<triple>/<profile>/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -19,7 +21,8 @@ repo=$(pwd)
 arch=$(uname -m)
 triple="${arch}-unknown-linux-gnu"
 target_dir="${BERTH_STATIC_TARGET_DIR:-${CARGO_TARGET_DIR:-$repo/target}/static}"
-bin_dir="$target_dir/$triple/static"
+profile="${BERTH_STATIC_PROFILE:-static}"
+bin_dir="$target_dir/$triple/$profile"
 prefix="${BERTH_IMAGE_PREFIX:-berth/}"
 max_mb="${BERTH_IMAGE_MAX_MB:-25}"
 
@@ -45,12 +48,12 @@ if ! docker info >/dev/null 2>&1; then
   exit 1
 fi
 
-echo "== static binaries (profile static, $triple, +crt-static) into $target_dir"
+echo "== static binaries (profile $profile, $triple, +crt-static) into $target_dir"
 started=$(date +%s)
 # crt-static on the gnu target: glibc linked in, so the binary runs FROM scratch. --target keeps the
 # flag off build scripts and proc macros, which must stay dynamic.
 RUSTFLAGS="${RUSTFLAGS:-} -C target-feature=+crt-static" \
-  cargo build --profile static --target "$triple" --target-dir "$target_dir" --locked \
+  cargo build --profile "$profile" --target "$triple" --target-dir "$target_dir" --locked \
   -p gateway -p machine-driver -p orchestrator-registry -p storage-ops -p machine-controller -p ecs-emulator --bins
 build_seconds=$(( $(date +%s) - started ))
 echo "   built in ${build_seconds}s"
