@@ -1073,3 +1073,17 @@ fn volume_label_and_resize_change_a_volume_through_the_gateway() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("volumes:write"), "{}", stderr(&out));
 }
+
+/// A token an HTTP header cannot carry (a pasted line break, a non-ASCII letter) is the command
+/// line's mistake, said as such, never sent, and never printed; it was reported as "no token given"
+/// by the gateway (a break-it finding).
+#[test]
+fn a_token_a_header_cannot_carry_is_refused_as_such() {
+    for token in ["tok\nen", "тест", "tok en"] {
+        let out = berth_with("http://127.0.0.1:9", Some(token), &["volume", "list"]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{token:?}: {err}");
+        assert!(err.contains("an HTTP header cannot carry"), "{err}");
+        assert!(!err.contains(token), "{err}");
+    }
+}

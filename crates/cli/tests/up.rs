@@ -314,3 +314,33 @@ fn up_exits_2_on_a_refused_value_as_every_service_does() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("BERTH_RATE_LIMIT_RPS"), "{err}");
 }
+
+/// A second `berth up` on a data directory a running one holds is refused before it binds or reads
+/// anything, naming the running one (a break-it finding: both started, each overwrote the other's
+/// state, and machines were lost); a port base that leaves no room above it is the command line's
+/// mistake, exit 2, saying the limit.
+#[test]
+fn one_data_directory_runs_one_stack_and_the_port_base_says_its_limit() {
+    let stack = Stack::start();
+    let out = common::up_command(0, stack.data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("another berth up (process "), "{err}");
+    assert!(err.contains("another --data-dir"), "{err}");
+    let (exit, _, _) = stack.stop();
+    assert!(exit.success());
+
+    let data = tempfile::tempdir().unwrap();
+    let out = common::up_command(65530, data.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("65525"), "{err}");
+}

@@ -30,6 +30,16 @@ impl Ctx {
                     .into(),
             ));
         };
+        // A token an HTTP header cannot carry would be left off the call, and the gateway would
+        // answer that none was given. Berth's tokens are printable ASCII; the token is never shown.
+        if !token.bytes().all(|b| b.is_ascii_graphic()) {
+            return Err(CliError::Usage(
+                "the token from --token/BERTH_TOKEN holds a space, a line break or a character \
+                 outside printable ASCII, which an HTTP header cannot carry: Berth's tokens are \
+                 printable ASCII (check for a stray newline or a pasted quote)"
+                    .into(),
+            ));
+        }
         let client = ServiceClient::new(
             &server,
             ClientOptions {

@@ -34,8 +34,14 @@ pub fn machine_request(
                 Some("MachineClass") => class = Some(decode("MachineClass", doc)?),
                 Some("Secret") => secret = Some(decode("Secret", doc)?),
                 other => {
+                    let said = match other {
+                        Some(kind) => format!("kind {kind:?} is not"),
+                        None => "a document without a kind (a string) is not".to_owned(),
+                    };
                     return Err(CliError::Usage(format!(
-                        "{}: kind {other:?} is not Machine, MachineClass or Secret",
+                        "{}: {said} a Machine, MachineClass or Secret, the driver's call takes \
+                         those; the machine controller's objects (MachineDeployment, MachineSet, \
+                         a stored Machine) go to `berth apply -f`",
                         path.display()
                     )));
                 }

@@ -155,6 +155,11 @@ pub async fn watch<T: Tabular + Clone>(
     headers.extend(T::headers(wide));
     let mut columns = Columns::default();
     columns.fit(&headers);
+    // Every event's name fits its column from the first line, so a later MODIFIED or DELETED row
+    // does not push its row out of line with the ones above it.
+    let mut widest_event = vec![""; headers.len()];
+    widest_event[0] = "MODIFIED";
+    columns.fit(&widest_event);
     let mut known: BTreeMap<String, (serde_json::Value, T)> = BTreeMap::new();
     let mut first = true;
     let interrupted = tokio::signal::ctrl_c();
@@ -236,6 +241,12 @@ fn render<T: Tabular>(
                 .collect();
             for row in &rows {
                 columns.fit(row);
+                // The first rows leave room for a little more (a phase that grows from Ready to
+                // Deleting), as `get --watch` does.
+                if first {
+                    let roomy: Vec<String> = row.iter().map(|c| format!("{c}    ")).collect();
+                    columns.fit(&roomy);
+                }
             }
             if first && output.headers {
                 out.push_str(&columns.line(headers));
@@ -328,7 +339,20 @@ mod tests {
             Output::TABLE,
             false,
         );
-        assert_eq!(text, "EVENT     NAME   STATE\nDELETED   b      Ready\n");
+        // The first rows leave room: a later, longer cell keeps its row in line.
+        assert_eq!(
+            text,
+            "EVENT         NAME    STATE\nDELETED       b       Ready\n"
+        );
+        let later = render(
+            &[(Event::Modified, t("b", "Deleting"))],
+            &headers,
+            &mut columns,
+            false,
+            Output::TABLE,
+            false,
+        );
+        assert_eq!(later, "MODIFIED      b       Deleting\n");
         let json = render(
             &[(Event::Added, t("a", "Ready"))],
             &headers,

@@ -96,8 +96,8 @@ pub struct ObjectQuery {
 /// `KIND/NAME`, or `KIND NAME`: one machine-controller object.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ObjectRef {
-    /// The kind (machine, machineset/ms, machinedeployment/md, machineclass/mcc, secret), or
-    /// `kind/name`.
+    /// The kind (machine, machineset/ms, machinedeployment/md, machineclass/mcc, secret; `scale`
+    /// takes ms and md, `rollout status` md alone), or `kind/name`.
     pub target: String,
     /// The name, when not given as `kind/name`.
     pub name: Option<String>,

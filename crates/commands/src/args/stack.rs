@@ -15,9 +15,9 @@ pub struct UpArgs {
     #[arg(long, env = "BERTH_DATA_DIR", hide_env_values = true, default_value = domain::DEFAULT_DATA_DIR)]
     pub data_dir: PathBuf,
     /// The gateway's port; the services take the next ones (+1 machine-driver, +2 registry,
-    /// +3 storage-ops, +4 machine-controller, +10 ECS emulator); 0 lets the OS pick every port,
-    /// and the banner says which.
-    #[arg(long, default_value_t = 8080)]
+    /// +3 storage-ops, +4 machine-controller, +10 ECS emulator), so at most 65525; 0 lets the OS
+    /// pick every port, and the banner says which.
+    #[arg(long, default_value_t = 8080, value_parser = clap::value_parser!(u16).range(0..=65525))]
     pub port_base: u16,
     /// The address the gateway binds; the services listen on loopback unless --expose-services.
     #[arg(long, default_value = "127.0.0.1")]

@@ -115,10 +115,11 @@ pub async fn rollout_status(
     match tokio::time::timeout(timeout.saturating_sub(started.elapsed()), followed).await {
         Ok(result) => result?,
         Err(_) => {
+            let why = stuck_machines(&client, &namespace, &current).await;
             return Err(CliError::Local(Status::new(
                 Code::DeadlineExceeded,
                 format!(
-                    "gave up waiting for machinedeployment {name:?} to roll out after {timeout:?} (a longer --timeout waits longer)"
+                    "gave up waiting for machinedeployment {name:?} to roll out after {timeout:?} (a longer --timeout waits longer){why}"
                 ),
             )));
         }
@@ -130,6 +131,65 @@ pub async fn rollout_status(
         Err(CliError::Local(Status::not_found(format!(
             "machinedeployment {name:?} was deleted during its roll"
         ))))
+    }
+}
+
+/// At most this many machines are named in why a roll is stuck.
+const STUCK_SHOWN: usize = 3;
+
+/// Why a roll may be stuck, as its machines say it: each of the deployment's machines that is not
+/// Running and whose last operation failed, with that operation's description; empty when none (or
+/// when they cannot be listed: the timeout is the answer then).
+async fn stuck_machines(client: &Client, namespace: &str, deployment: &Value) -> String {
+    let selector = deployment
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|labels| {
+            labels
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default()))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .filter(|s| !s.is_empty());
+    let Ok(list) = client
+        .list(Kind::Machine, namespace, selector.as_deref())
+        .await
+    else {
+        return String::new();
+    };
+    let stuck: Vec<String> = list
+        .pointer("/items")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|m| text(m, "/status/phase") != "Running")
+        .filter(|m| {
+            text(m, "/status/lastOperation/state") == "Failed"
+                || !text(m, "/status/lastOperation/errorCode").is_empty()
+        })
+        .map(|m| {
+            format!(
+                "{} ({}): {}",
+                text(m, "/metadata/name"),
+                text(m, "/status/phase"),
+                text(m, "/status/lastOperation/description")
+            )
+        })
+        .collect();
+    match stuck.len() {
+        0 => String::new(),
+        n => {
+            let more = if n > STUCK_SHOWN {
+                format!("; and {} more", n - STUCK_SHOWN)
+            } else {
+                String::new()
+            };
+            format!(
+                "; machines whose last operation failed: {}{more}",
+                stuck[..n.min(STUCK_SHOWN)].join("; ")
+            )
+        }
     }
 }
 

@@ -34,6 +34,52 @@ pub struct Built {
     pub(super) registry_url: String,
     /// The embedded ECS emulator, for a test that inspects what the cloud holds.
     pub emulator: ecs_emulator::Emulator,
+    /// The data directory's lock ([`lock_data_dir`]), held for as long as the stack lives.
+    _data_dir_lock: std::fs::File,
+}
+
+/// The file whose lock says a stack runs on a data directory; it holds that stack's process id.
+pub(super) const LOCK_FILE: &str = "berth-up.lock";
+
+/// Takes the data directory's lock, or says which process holds it. The lock is the operating
+/// system's (`flock`), so it goes with the process however that ends: no stale lock after a crash.
+fn lock_data_dir(data_dir: &std::path::Path) -> Result<std::fs::File, BoxError> {
+    use std::io::{Read as _, Seek as _, Write as _};
+    let path = data_dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            // Bounded: the file is ours, but a read of it must never be a size to trust.
+            let mut holder = String::new();
+            let _ = (&mut file).take(32).read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if !holder.is_empty() && holder.bytes().all(|b| b.is_ascii_digit()) {
+                format!("process {holder}")
+            } else {
+                "another process".to_owned()
+            };
+            return Err(format!(
+                "another berth up ({who}) runs on the data directory {}: stop it first, or give \
+                 this one another --data-dir (a copy is made with `berth backup` and `berth restore`)",
+                data_dir.display()
+            )
+            .into());
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", path.display()).into());
+        }
+    }
+    file.set_len(0)?;
+    file.rewind()?;
+    write!(file, "{}", std::process::id())?;
+    Ok(file)
 }
 
 /// Where each service of a run listens.
@@ -50,7 +96,7 @@ struct Addresses {
 /// credentials: that is for the caller, once this has succeeded.
 pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxError> {
     let ports = Ports::from_base(args.port_base)
-        .ok_or("--port-base leaves no room for the ports above it")?;
+        .ok_or("--port-base leaves no room for the ports above it: at most 65525 (the emulator takes base+10)")?;
     std::fs::create_dir_all(&args.data_dir).map_err(|e| {
         format!(
             "cannot create the data directory {}: {e}",
@@ -58,6 +104,9 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
         )
     })?;
     let data_dir = std::fs::canonicalize(&args.data_dir)?;
+    // Before anything in it is read: two stacks on one data directory would each believe they own
+    // its databases, the emulator's state and its Docker things, and each overwrite the other's.
+    let data_dir_lock = lock_data_dir(&data_dir)?;
     let tokens_file = crate::tokens::tokens_file_in(&data_dir);
     // The emulator keeps its instances and its key in the data directory, so machines survive a
     // restart as volumes do, and the key in a user's machine Secret keeps working.
@@ -208,6 +257,7 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
         internal_token,
         registry_url: url(bound.registry),
         emulator,
+        _data_dir_lock: data_dir_lock,
     })
 }
 
@@ -216,10 +266,15 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
 fn under_port_base(e: BoxError) -> BoxError {
     match e.downcast::<std::io::Error>() {
         Ok(io) => {
-            let text = io.to_string().replace(
-                &format!("set {} to another address", vars::LISTEN),
-                "choose another --port-base (or --bind)",
-            );
+            // An address this host does not have is not cured by another port.
+            let instead = if io.kind() == std::io::ErrorKind::AddrNotAvailable {
+                "give --bind an address of this host"
+            } else {
+                "choose another --port-base (or --bind)"
+            };
+            let text = io
+                .to_string()
+                .replace(&format!("set {} to another address", vars::LISTEN), instead);
             Box::new(std::io::Error::new(io.kind(), text))
         }
         Err(e) => e,
@@ -305,6 +360,31 @@ mod tests {
         let (_, gateway) = built.gateway.as_ref().expect("the gateway's listener");
         addresses.push((gateway::NAME, gateway.local_addr().unwrap()));
         addresses
+    }
+
+    #[tokio::test]
+    async fn a_data_directory_takes_one_stack_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let args = UpOptions {
+            data_dir: dir.path().to_path_buf(),
+            port_base: 0,
+            bind: "127.0.0.1".parse().unwrap(),
+            expose_services: false,
+        };
+        let first = build_stack(&args, &Env::default()).await.unwrap();
+        let refused = build_stack(&args, &Env::default())
+            .await
+            .err()
+            .expect("a second stack on the same directory is refused")
+            .to_string();
+        assert!(refused.contains("another berth up"), "{refused}");
+        assert!(
+            refused.contains(&format!("process {}", std::process::id())),
+            "{refused}"
+        );
+        // Once the first is gone, the directory is free again.
+        drop(first);
+        build_stack(&args, &Env::default()).await.unwrap();
     }
 
     #[tokio::test]
