@@ -152,12 +152,18 @@ async fn stuck_machines(client: &Client, namespace: &str, deployment: &Value) ->
                 .join(",")
         })
         .filter(|s| !s.is_empty());
-    let Ok(list) = client
+    match client
         .list(Kind::Machine, namespace, selector.as_deref())
         .await
-    else {
-        return String::new();
-    };
+    {
+        Ok(list) => failed_machines(&list),
+        Err(_) => String::new(),
+    }
+}
+
+/// The machines of `list` that are not Running and whose last operation failed, said in a clause
+/// (empty when none).
+fn failed_machines(list: &Value) -> String {
     let stuck: Vec<String> = list
         .pointer("/items")
         .and_then(Value::as_array)
@@ -197,6 +203,31 @@ async fn stuck_machines(client: &Client, namespace: &str, deployment: &Value) ->
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_stuck_roll_names_the_machines_whose_last_operation_failed() {
+        let machine = |name: &str, phase: &str, state: &str, code: Option<&str>| {
+            json!({"metadata": {"name": name}, "status": {"phase": phase, "lastOperation": {
+                "state": state, "errorCode": code, "description": format!("{name} went wrong")}}})
+        };
+        let list = json!({"items": [
+            machine("ok", "Running", "Successful", None),
+            machine("boot", "Creating", "Processing", Some("Uninitialized")),
+            machine("gone", "Failed", "Failed", None),
+        ]});
+        assert_eq!(
+            failed_machines(&list),
+            "; machines whose last operation failed: boot (Creating): boot went wrong; gone \
+             (Failed): gone went wrong"
+        );
+        assert_eq!(failed_machines(&json!({"items": []})), "");
+        let many = json!({"items": (0..5).map(|i| machine(&format!("m{i}"), "Creating", "Failed", None)).collect::<Vec<_>>()});
+        assert!(
+            failed_machines(&many).ends_with("; and 2 more"),
+            "{}",
+            failed_machines(&many)
+        );
+    }
 
     #[test]
     fn a_roll_is_done_when_every_replica_is_updated_and_available() {
