@@ -11,6 +11,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use berth_stack::up::{Caller, ServiceUrls, wiring};
 use gateway::auth::tokens_file_line;
 use gateway::routes::Scope;
 
@@ -200,6 +201,13 @@ impl ProcessStack {
             ports.insert(s, free_port()?);
         }
         let url = |s: Service| format!("http://127.0.0.1:{}", ports[&s]);
+        let urls = ServiceUrls {
+            registry: url(Service::Registry),
+            storage_ops: url(Service::StorageOps),
+            machine_driver: url(Service::MachineDriver),
+            machine_controller: url(Service::MachineController),
+            ecs: url(Service::Emulator),
+        };
         let tokens = data.join("tokens");
         std::fs::write(
             &tokens,
@@ -245,24 +253,17 @@ impl ProcessStack {
                 }
                 Service::Registry => {}
                 Service::StorageOps => {
-                    env.push(("BERTH_REGISTRY_URL", url(Service::Registry)));
+                    env.extend(wiring(Caller::StorageOps, &urls, &tokens));
                     env.push(("BERTH_RECONCILE_INTERVAL", "1s".into()));
                 }
                 Service::MachineDriver => {
-                    env.push(("BERTH_ALICLOUD_ENDPOINT", url(Service::Emulator)));
+                    env.extend(wiring(Caller::MachineDriver, &urls, &tokens));
                 }
                 Service::MachineController => {
-                    env.push(("BERTH_MACHINE_DRIVER_URL", url(Service::MachineDriver)));
+                    env.extend(wiring(Caller::MachineController, &urls, &tokens));
                 }
                 Service::Gateway => {
-                    env.push(("BERTH_TOKENS_FILE", tokens.display().to_string()));
-                    env.push(("BERTH_REGISTRY_URL", url(Service::Registry)));
-                    env.push(("BERTH_STORAGE_OPS_URL", url(Service::StorageOps)));
-                    env.push(("BERTH_MACHINE_DRIVER_URL", url(Service::MachineDriver)));
-                    env.push((
-                        "BERTH_MACHINE_CONTROLLER_URL",
-                        url(Service::MachineController),
-                    ));
+                    env.extend(wiring(Caller::Gateway, &urls, &tokens));
                     env.push(("BERTH_RATE_LIMIT_RPS", "0".into()));
                     // A killed upstream is back within a second: a breaker held open longer would
                     // only slow the suite down.

@@ -11,6 +11,7 @@ use service_kit::server::Application;
 use super::config::{configure, emulator_lifecycle};
 use super::credentials::internal_token_of;
 use super::instance::{DOCKER_INSTANCE, docker_instance_of};
+use super::wiring::{Caller, ServiceUrls, wiring};
 use super::{BoxError, Ports, UpOptions};
 
 /// A stack whose every listener is bound, not yet serving.
@@ -147,16 +148,25 @@ pub async fn build_stack(args: &UpOptions, base_env: &Env) -> Result<Built, BoxE
         format!("http://{}", SocketAddr::new(ip, addr.port()))
     };
     let configs_for = |at: &Addresses| {
-        let shared = base_env
-            .clone()
-            .with(vars::DATA_DIR, data_dir.display().to_string())
-            .with(vars::INTERNAL_TOKEN, internal_token.clone())
-            .with("BERTH_REGISTRY_URL", url(at.registry))
-            .with("BERTH_STORAGE_OPS_URL", url(at.storage_ops))
-            .with("BERTH_MACHINE_DRIVER_URL", url(at.machine_driver))
-            .with("BERTH_MACHINE_CONTROLLER_URL", url(at.machine_controller))
-            .with("BERTH_TOKENS_FILE", tokens_file.display().to_string())
-            .with("BERTH_ALICLOUD_ENDPOINT", url(at.ecs_emulator));
+        let urls = ServiceUrls {
+            registry: url(at.registry),
+            storage_ops: url(at.storage_ops),
+            machine_driver: url(at.machine_driver),
+            machine_controller: url(at.machine_controller),
+            ecs: url(at.ecs_emulator),
+        };
+        // One process, one environment: every caller's wiring in it (where two callers name one
+        // variable, they give it the same value).
+        let shared = Caller::ALL
+            .into_iter()
+            .flat_map(|caller| wiring(caller, &urls, &tokens_file))
+            .fold(
+                base_env
+                    .clone()
+                    .with(vars::DATA_DIR, data_dir.display().to_string())
+                    .with(vars::INTERNAL_TOKEN, internal_token.clone()),
+                |env, (var, value)| env.with(var, value),
+            );
         let env_for = |addr: SocketAddr| shared.clone().with(vars::LISTEN, addr.to_string());
         configure(
             &env_for(at.gateway),

@@ -19,6 +19,8 @@
 //! - `build`: [`build_stack`], every service bound to its port, the gateway last.
 //! - `banner`: what `up` says once it serves.
 //! - `run`: [`run`], serving until Ctrl-C or SIGTERM, then stopping tier by tier.
+//! - `wiring`: [`wiring`], what each service is told of the others (shared with the suites'
+//!   process stack).
 
 mod banner;
 mod build;
@@ -26,12 +28,14 @@ mod config;
 mod credentials;
 mod instance;
 mod run;
+mod wiring;
 
 pub use build::{Built, build_stack};
 pub use config::{Configs, EMULATOR_LIFECYCLE, configure, emulator_lifecycle, stack_variables};
 pub use credentials::ensure_admin_token;
 pub use instance::new_docker_instance;
 pub use run::run;
+pub use wiring::{Caller, ServiceUrls, wiring};
 
 /// What `berth up` is asked for (its command-line options).
 #[derive(Debug, Clone)]
