@@ -308,6 +308,16 @@ impl Built {
 mod tests {
     use super::*;
 
+    /// A stack on `dir`, the gateway on loopback at `port_base`.
+    fn on_loopback(dir: &std::path::Path, port_base: u16) -> UpOptions {
+        UpOptions {
+            data_dir: dir.to_path_buf(),
+            port_base,
+            bind: "127.0.0.1".parse().unwrap(),
+            expose_services: false,
+        }
+    }
+
     #[tokio::test]
     async fn a_taken_port_is_told_as_the_port_base_to_change() {
         let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -375,12 +385,7 @@ mod tests {
     #[tokio::test]
     async fn a_data_directory_takes_one_stack_at_a_time() {
         let dir = tempfile::tempdir().unwrap();
-        let args = UpOptions {
-            data_dir: dir.path().to_path_buf(),
-            port_base: 0,
-            bind: "127.0.0.1".parse().unwrap(),
-            expose_services: false,
-        };
+        let args = on_loopback(dir.path(), 0);
         let first = build_stack(&args, &Env::default()).await.unwrap();
         let refused = build_stack(&args, &Env::default())
             .await
@@ -400,12 +405,7 @@ mod tests {
     #[tokio::test]
     async fn port_base_zero_lets_the_os_pick_every_port() {
         let dir = tempfile::tempdir().unwrap();
-        let args = UpOptions {
-            data_dir: dir.path().to_path_buf(),
-            port_base: 0,
-            bind: "127.0.0.1".parse().unwrap(),
-            expose_services: false,
-        };
+        let args = on_loopback(dir.path(), 0);
         let mut built = build_stack(&args, &Env::default()).await.unwrap();
         built.add_gateway().unwrap();
         let ports: std::collections::BTreeSet<u16> = built
