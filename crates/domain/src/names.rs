@@ -152,7 +152,7 @@ pub fn validate_label_value(field: &str, value: &str) -> Result<(), Status> {
 /// The most labels one object may carry. Kubernetes sets no count, only each key's and value's
 /// length; Berth keeps every object's labels in its rows and sends them on every read and watch
 /// event, so a caller who may write one object must not be able to make it megabytes (a break-it
-/// run grew one volume to 125,000 labels, 9.5 MB, and every patch of it to 3 s). 64 is more than
+/// run grew one volume's labels without bound, and every patch of it slowed with them). 64 is more than
 /// the recommended labels and a team's own together.
 pub const MAX_LABELS: usize = 64;
 
