@@ -9,8 +9,9 @@
 //!   [`stream`] answers a list's `watch=true`.
 //! - [`objects`]: what a write of each kind must be (checks, the driver's class check, what may
 //!   not be deleted while used).
-//! - [`store`]: SQLite (WAL, `synchronous = FULL`), a resourceVersion sequence per namespace; every committed
-//!   change goes to the feed ([`service_kit::watch::Feed`]) watches and reconcilers follow.
+//! - [`store`]: SQLite (WAL, `synchronous = FULL`), a resourceVersion sequence per namespace, one
+//!   writing connection whose writes share commits (group commit); every committed change goes to
+//!   the feed ([`service_kit::watch::Feed`]) watches and reconcilers follow.
 //! - [`seal`]: AES-256-GCM sealing of secrets' values with the operator's keys.
 //! - [`reconcile`]: the machine, machine-set and deployment controllers, on one work queue.
 //! - [`build`]: opens the store and keys, reseals secrets after a key rotation, starts the

@@ -188,7 +188,7 @@ async fn replace(
             current.name(),
             Some(&uid),
             precondition,
-            |stored, stored_sealed| {
+            move |stored, stored_sealed| {
                 let next = replacement(&body, stored);
                 *stored = next;
                 if let Some(sealed) = sealed {

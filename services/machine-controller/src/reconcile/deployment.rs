@@ -176,7 +176,7 @@ pub async fn reconcile(
             name,
             Some(&uid),
             None,
-            |body, _| {
+            move |body, _| {
                 // A condition's time changes only when its status does.
                 let mut conditions = conditions;
                 for c in &mut conditions {
@@ -307,7 +307,7 @@ async fn scale(
             &set.metadata.name,
             Some(&set.metadata.uid),
             None,
-            |body, _| {
+            move |body, _| {
                 body["spec"]["replicas"] = Value::from(replicas);
                 Ok(())
             },

@@ -1,9 +1,10 @@
 //! One machine's reconcile, as MCM's machine controller runs it:
 //!
 //! - Pending: recorded as Creating (before any call, so a crash after the call still knows a VM may
-//!   exist), then CreateMachine, which adopts a VM the same name and uid already have;
-//! - Creating: GetMachineStatus; Uninitialized (17) → InitializeMachine; initialised → Running;
-//!   past the creation timeout → Failed;
+//!   exist), then in the same step CreateMachine, which adopts a VM the same name and uid already
+//!   have, and at once InitializeMachine (MCM's creation flow); initialised → Running;
+//! - Creating (the VM was not ready, or a step failed): GetMachineStatus; Uninitialized (17) →
+//!   InitializeMachine; initialised → Running; past the creation timeout → Failed;
 //! - Running: GetMachineStatus at every resync; a VM gone or not running → Unknown; Unknown past
 //!   the health timeout → Failed; healthy again → Running;
 //! - deletion asked: Terminating, DeleteMachine (retried, honouring Retry-After), then the
@@ -16,13 +17,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use client::ClientError;
-use domain::machine::{Machine, MachineClass, MachineRequest, MachineSpec};
+use domain::machine::{
+    InitializeMachineResponse, Machine, MachineClass, MachineRequest, MachineSpec,
+};
 use domain::resources::{
     Kind, LastOperation, MACHINE_FINALIZER, MachinePhase, MachineResource, MachineStatus,
     OperationState, OperationType,
 };
 use domain::{Code, Status};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::{Controller, elapsed_since};
 use crate::store::{StoreError, now};
@@ -124,18 +127,23 @@ impl Step<'_> {
         &self.machine.metadata.name
     }
 
-    /// Writes the machine's status through `edit`, for this incarnation (uid) only.
-    async fn status(&self, edit: impl FnOnce(&mut MachineStatus)) -> Result<(), StoreError> {
+    /// The machine's status after `edit`, as the object stores it.
+    fn edited(&self, edit: impl FnOnce(&mut MachineStatus)) -> Result<Value, StoreError> {
         let mut status = self.machine.status.clone();
         let before = status.phase;
         edit(&mut status);
         if status.phase != before {
             status.phase_transition_time = Some(now());
         }
-        let value = serde_json::to_value(&status).map_err(|e| StoreError::Corrupt {
+        serde_json::to_value(&status).map_err(|e| StoreError::Corrupt {
             what: self.name().to_string(),
             why: e.to_string(),
-        })?;
+        })
+    }
+
+    /// Writes the machine's status through `edit`, for this incarnation (uid) only.
+    async fn status(&self, edit: impl FnOnce(&mut MachineStatus)) -> Result<(), StoreError> {
+        let value = self.edited(edit)?;
         let written = self
             .controller
             .writer
@@ -230,6 +238,16 @@ impl Step<'_> {
         op: OperationType,
         failure: Failure,
     ) -> Result<Option<Duration>, StoreError> {
+        self.failed_knowing(op, failure, None).await
+    }
+
+    /// [`Step::failed`], also recording what is known of the VM.
+    async fn failed_knowing(
+        &self,
+        op: OperationType,
+        failure: Failure,
+        vm: Option<&Vm>,
+    ) -> Result<Option<Duration>, StoreError> {
         let failures = self.machine.status.failures.saturating_add(1);
         let settings = &self.controller.settings;
         let delay = if failure.code == Code::ResourceExhausted {
@@ -242,6 +260,9 @@ impl Step<'_> {
         };
         let message = failure.message.clone();
         self.status(|s| {
+            if let Some(vm) = vm {
+                vm.record(s);
+            }
             s.failures = failures;
             s.last_operation = Some(operation(
                 op,
@@ -256,64 +277,96 @@ impl Step<'_> {
 
     async fn create(&self) -> Result<Option<Duration>, StoreError> {
         if self.machine.status.phase == MachinePhase::Pending {
-            // Recorded before the call: after a crash the machine still says a VM may exist.
-            self.status(|s| {
-                s.phase = MachinePhase::Creating;
-                s.last_operation = Some(operation(
-                    OperationType::Create,
-                    OperationState::Processing,
-                    "Creating the VM",
-                    None,
-                ));
-            })
-            .await?;
-            return Ok(Some(Duration::ZERO));
+            return self.begin_creating().await;
         }
         if self.timed_out(self.controller.settings.creation_timeout) {
             return self
                 .fail("the VM was not running and initialised within the creation timeout")
                 .await;
         }
-        let (request, class) = match self.request().await {
-            Ok(r) => r,
-            Err(f) => return self.failed(OperationType::Create, f).await,
-        };
-        // Recorded before the call: a VM this call makes whose machine is then gone (a timed-out
-        // create that finished after the machine's delete) is one the orphan collector may delete.
-        self.controller
-            .writer
-            .store
+        // Again before this call (the first was recorded with Creating): the orphan collector
+        // may have forgotten a machine whose VM it found gone.
+        let store = &self.controller.writer.store;
+        let class_name = &self.machine.spec.class.name;
+        store
             .record_made(
                 self.namespace,
                 self.name(),
                 &self.machine.metadata.uid,
-                &class.metadata.name,
+                class_name,
             )
             .await?;
+        self.create_and_initialize().await
+    }
+
+    /// Pending: records Creating, then creates. Creating is recorded before any call, so after a
+    /// crash the machine still says a VM may exist; in the same commit the made-machines record,
+    /// so a VM this call makes whose machine is then gone (a timed-out create that finished after
+    /// the machine's delete) is one the orphan collector may delete.
+    async fn begin_creating(&self) -> Result<Option<Duration>, StoreError> {
+        let status = self.edited(|s| {
+            s.phase = MachinePhase::Creating;
+            s.last_operation = Some(operation(
+                OperationType::Create,
+                OperationState::Processing,
+                "Creating the VM",
+                None,
+            ));
+        })?;
+        let written = self
+            .controller
+            .writer
+            .store
+            .update_as_made(
+                self.namespace,
+                self.name(),
+                &self.machine.metadata.uid,
+                &self.machine.spec.class.name,
+                Box::new(move |body, _| {
+                    body["status"] = status;
+                    Ok(())
+                }),
+            )
+            .await;
+        let creating: MachineResource = match written {
+            Ok(written) => written.object().decode()?,
+            Err(StoreError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Step {
+            controller: self.controller,
+            namespace: self.namespace,
+            machine: &creating,
+        }
+        .create_and_initialize()
+        .await
+    }
+
+    /// CreateMachine (which adopts a VM the same name and uid already have), then at once
+    /// InitializeMachine, as MCM's creation flow does: a VM that runs and is initialised is
+    /// Running after two calls and one write.
+    async fn create_and_initialize(&self) -> Result<Option<Duration>, StoreError> {
+        let (mut request, class) = match self.request().await {
+            Ok(r) => r,
+            Err(f) => return self.failed(OperationType::Create, f).await,
+        };
+        let driver = &self.controller.writer.driver;
         self.controller
             .pace(self.namespace, &class.metadata.name)
             .await;
-        match self.controller.writer.driver.create(&request).await {
-            Ok(made) => {
-                self.status(|s| {
-                    s.provider_id = made.provider_id;
-                    s.node_name = made.node_name;
-                    if !made.addresses.is_empty() {
-                        s.addresses = made.addresses;
-                    }
-                    s.failures = 0;
-                    s.last_operation = Some(operation(
-                        OperationType::Create,
-                        OperationState::Successful,
-                        "The VM exists",
-                        None,
-                    ));
-                })
-                .await?;
-                Ok(Some(Duration::ZERO))
-            }
-            Err(e) => self.failed(OperationType::Create, e.into()).await,
-        }
+        let made = match driver.create(&request).await {
+            Ok(made) => made,
+            Err(e) => return self.failed(OperationType::Create, e.into()).await,
+        };
+        let vm = Vm {
+            provider_id: made.provider_id,
+            node_name: made.node_name,
+            addresses: made.addresses,
+            conditions: None,
+        };
+        request.machine.spec.provider_id = vm.provider_id.clone();
+        let initialized = driver.initialize(&request).await;
+        self.after_initialize(initialized, vm).await
     }
 
     fn timed_out(&self, limit: Duration) -> bool {
@@ -371,58 +424,14 @@ impl Step<'_> {
                         .fail("the VM was not initialised within the creation timeout")
                         .await;
                 }
-                match driver.initialize(&request).await {
-                    Ok(_) => {
-                        self.status(|s| {
-                            s.phase = MachinePhase::Running;
-                            s.provider_id = vm.provider_id;
-                            s.node_name = vm.node_name;
-                            s.addresses = vm.addresses;
-                            s.conditions = vm.conditions;
-                            s.failures = 0;
-                            s.last_operation = Some(operation(
-                                OperationType::Initialize,
-                                OperationState::Successful,
-                                "Initialised",
-                                None,
-                            ));
-                        })
-                        .await?;
-                        Ok(Some(settings.resync))
-                    }
-                    Err(e)
-                        if e.status
-                            .message
-                            .contains(domain::machine::BOOTSTRAP_RUNS_ONCE) =>
-                    {
-                        let message = e.status.message.clone();
-                        self.status(|s| {
-                            s.phase = MachinePhase::Failed;
-                            s.last_operation = Some(operation(
-                                OperationType::Initialize,
-                                OperationState::Failed,
-                                message,
-                                Some(e.code()),
-                            ));
-                        })
-                        .await?;
-                        Ok(None)
-                    }
-                    Err(e) if e.code() == Code::Uninitialized => {
-                        let message = e.status.message.clone();
-                        self.status(|s| {
-                            s.last_operation = Some(operation(
-                                OperationType::Initialize,
-                                OperationState::Processing,
-                                message,
-                                Some(Code::Uninitialized),
-                            ));
-                        })
-                        .await?;
-                        Ok(Some(settings.backoff_base))
-                    }
-                    Err(e) => self.failed(OperationType::Initialize, e.into()).await,
-                }
+                let initialized = driver.initialize(&request).await;
+                let vm = Vm {
+                    provider_id: vm.provider_id,
+                    node_name: vm.node_name,
+                    addresses: vm.addresses,
+                    conditions: Some(vm.conditions),
+                };
+                self.after_initialize(initialized, vm).await
             }
             Ok((_, false)) => self.unhealthy("the VM is not running").await,
             Err(e) if e.code() == Code::NotFound && phase == MachinePhase::Creating => {
@@ -441,6 +450,96 @@ impl Step<'_> {
             }
             Err(e) if e.code() == Code::NotFound => self.unhealthy("no VM backs the machine").await,
             Err(e) => self.failed(OperationType::HealthCheck, e.into()).await,
+        }
+    }
+
+    /// What InitializeMachine's answer means for a Creating machine whose VM exists (`vm`, as
+    /// the call before said it): Running once initialised; asked again after a while when the
+    /// VM is not ready yet (Uninitialized); Failed when its bootstrap ran and failed (it runs only
+    /// once); a provider without the call (Unimplemented) counts as initialised once
+    /// GetMachineStatus says so.
+    async fn after_initialize(
+        &self,
+        answer: Result<InitializeMachineResponse, ClientError>,
+        vm: Vm,
+    ) -> Result<Option<Duration>, StoreError> {
+        let settings = &self.controller.settings;
+        match answer {
+            Ok(done) => {
+                self.status(|s| {
+                    vm.record(s);
+                    let answered = Vm {
+                        provider_id: done.provider_id,
+                        node_name: done.node_name,
+                        addresses: done.addresses,
+                        conditions: None,
+                    };
+                    answered.record(s);
+                    s.phase = MachinePhase::Running;
+                    s.failures = 0;
+                    s.last_operation = Some(operation(
+                        OperationType::Initialize,
+                        OperationState::Successful,
+                        "Initialised",
+                        None,
+                    ));
+                })
+                .await?;
+                Ok(Some(settings.resync))
+            }
+            Err(e) if e.code() == Code::Unimplemented => {
+                self.status(|s| {
+                    vm.record(s);
+                    s.failures = 0;
+                    s.last_operation = Some(operation(
+                        OperationType::Create,
+                        OperationState::Successful,
+                        "The VM exists",
+                        None,
+                    ));
+                })
+                .await?;
+                // Not at once: GetMachineStatus says when it is initialised, and a VM it says is
+                // not (a provider at odds with itself) must not be asked in a tight loop.
+                Ok(Some(settings.backoff_base))
+            }
+            Err(e)
+                if e.status
+                    .message
+                    .contains(domain::machine::BOOTSTRAP_RUNS_ONCE) =>
+            {
+                let message = e.status.message.clone();
+                self.status(|s| {
+                    vm.record(s);
+                    s.phase = MachinePhase::Failed;
+                    s.last_operation = Some(operation(
+                        OperationType::Initialize,
+                        OperationState::Failed,
+                        message,
+                        Some(e.code()),
+                    ));
+                })
+                .await?;
+                Ok(None)
+            }
+            Err(e) if e.code() == Code::Uninitialized => {
+                let message = e.status.message.clone();
+                self.status(|s| {
+                    vm.record(s);
+                    s.last_operation = Some(operation(
+                        OperationType::Initialize,
+                        OperationState::Processing,
+                        message,
+                        Some(Code::Uninitialized),
+                    ));
+                })
+                .await?;
+                Ok(Some(settings.backoff_base))
+            }
+            Err(e) => {
+                self.failed_knowing(OperationType::Initialize, e.into(), Some(&vm))
+                    .await
+            }
         }
     }
 
@@ -522,6 +621,33 @@ impl Step<'_> {
                 }
             }
             Err(e) => self.failed(OperationType::Delete, e.into()).await,
+        }
+    }
+}
+
+/// What a driver call said of a machine's VM.
+struct Vm {
+    provider_id: String,
+    node_name: String,
+    addresses: Vec<domain::machine::NodeAddress>,
+    /// GetMachineStatus's conditions; the other calls say none.
+    conditions: Option<Vec<domain::machine::Condition>>,
+}
+
+impl Vm {
+    /// Writes what is known into `status`, leaving what is not as it was.
+    fn record(&self, status: &mut MachineStatus) {
+        if !self.provider_id.is_empty() {
+            status.provider_id = self.provider_id.clone();
+        }
+        if !self.node_name.is_empty() {
+            status.node_name = self.node_name.clone();
+        }
+        if !self.addresses.is_empty() {
+            status.addresses = self.addresses.clone();
+        }
+        if let Some(conditions) = &self.conditions {
+            status.conditions = conditions.clone();
         }
     }
 }

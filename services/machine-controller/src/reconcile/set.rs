@@ -101,9 +101,10 @@ pub async fn reconcile(
             (n, _) => controller.settings.backoff(n),
         };
         if wait.is_zero() {
-            for _ in 0..(want - active.len()).min(BURST) {
-                make_machine(controller, namespace, &set).await?;
-            }
+            // At once, not one after the other: they share the store's commits.
+            let making = (0..(want - active.len()).min(BURST))
+                .map(|_| make_machine(controller, namespace, &set));
+            futures::future::try_join_all(making).await?;
         } else {
             again = Some(wait);
         }
@@ -124,12 +125,13 @@ pub async fn reconcile(
             .take((active.len() - want).min(BURST))
             .map(|m| (m.metadata.name.clone(), m.metadata.uid.clone()))
             .collect();
-        for (machine, machine_uid) in &surplus {
+        let deleting = surplus.iter().map(|(machine, machine_uid)| async move {
             let deleted = store
                 .delete(Kind::Machine, namespace, machine, Some(machine_uid), None)
                 .await;
-            gone_is_fine(deleted)?;
-        }
+            gone_is_fine(deleted)
+        });
+        futures::future::try_join_all(deleting).await?;
         active.retain(|m| !surplus.iter().any(|(n, _)| *n == m.metadata.name));
     }
     let ready = active
@@ -152,7 +154,7 @@ pub async fn reconcile(
             &set.metadata.name,
             Some(&uid),
             None,
-            |body, _| {
+            move |body, _| {
                 body["status"] = json!({
                     "replicas": replicas,
                     "readyReplicas": ready,
@@ -253,21 +255,22 @@ async fn delete_set(
     machines: &[MachineResource],
 ) -> Result<Option<Duration>, StoreError> {
     let store = &controller.writer.store;
-    for m in machines
+    let deleting = machines
         .iter()
         .filter(|m| m.metadata.deletion_timestamp.is_none())
-    {
-        let deleted = store
-            .delete(
-                Kind::Machine,
-                namespace,
-                &m.metadata.name,
-                Some(&m.metadata.uid),
-                None,
-            )
-            .await;
-        gone_is_fine(deleted)?;
-    }
+        .map(|m| async move {
+            let deleted = store
+                .delete(
+                    Kind::Machine,
+                    namespace,
+                    &m.metadata.name,
+                    Some(&m.metadata.uid),
+                    None,
+                )
+                .await;
+            gone_is_fine(deleted)
+        });
+    futures::future::try_join_all(deleting).await?;
     if !machines.is_empty() {
         // Each machine's removal queues the set again.
         return Ok(Some(controller.settings.resync));

@@ -51,6 +51,13 @@ pub enum StoreError {
     /// Anything else.
     #[error("database: {0}")]
     Db(sqlx::Error),
+    /// The batch this write ran in did not commit (or could not begin): the write did not
+    /// happen. Shared by every write of that batch.
+    #[error("{0}")]
+    Batch(std::sync::Arc<StoreError>),
+    /// The store's writer has stopped (the process is ending).
+    #[error("the store's writer has stopped")]
+    WriterGone,
     /// A row that does not decode.
     #[error("corrupt row for {what}: {why}")]
     Corrupt {
@@ -90,7 +97,20 @@ impl From<StoreError> for ApiError {
                 "the controller's database is busy; retry shortly",
             )
             .with_cause(cause),
-            e @ (StoreError::Db(_) | StoreError::Corrupt { .. }) => ApiError::internal(e),
+            StoreError::Batch(cause) if matches!(*cause, StoreError::Busy(_)) => {
+                ApiError::from_code(
+                    Code::Unavailable,
+                    "the controller's database is busy; retry shortly",
+                )
+                .with_cause(cause)
+            }
+            StoreError::WriterGone => ApiError::from_code(
+                Code::Unavailable,
+                "the controller is stopping; retry shortly",
+            ),
+            e @ (StoreError::Db(_) | StoreError::Corrupt { .. } | StoreError::Batch(_)) => {
+                ApiError::internal(e)
+            }
         }
     }
 }

@@ -2,10 +2,11 @@
 //! collector's sightings.
 //!
 //! Objects are kept as the JSON a read answers (a secret's values apart, sealed in their own
-//! column), keyed by (kind, namespace, name). Every write runs in a `BEGIN IMMEDIATE` transaction
-//! under the store's own write lock, and publishes its change to the [`Feed`] before the lock is
-//! let go, so watchers see changes in version order. A write that changes nothing writes nothing:
-//! a reconcile that finds all as it was makes no version and no event.
+//! column), keyed by (kind, namespace, name). Every write runs on one writing connection, in a
+//! savepoint of a batch that shares one `BEGIN IMMEDIATE … COMMIT` (group commit, `commit`), and
+//! publishes its change to the [`Feed`] once committed, in the order the writes ran, so watchers
+//! see changes in version order. A write that changes nothing writes nothing: a reconcile that
+//! finds all as it was makes no version and no event.
 //!
 //! What the API and the reconcilers may change is theirs to say (each passes a closure that edits
 //! the object); the store keeps the fields it owns: uid, creationTimestamp, resourceVersion, and
@@ -17,6 +18,7 @@
 //! This file holds [`Store`] itself and the clock the objects are stamped with; its methods are
 //! spread over a file per concern:
 //! - `open`: opening the database, its migrations, readiness.
+//! - `commit`: the writer, which runs every write and commits them in batches.
 //! - `rows`: [`Stored`] and [`Sealed`], and how a row of `objects` is written, removed and decoded.
 //! - `reads`: `get`, `list`, `owned`.
 //! - `writes`: `create`, `update`, `delete`, and what decides a new generation.
@@ -32,6 +34,7 @@ use sqlx::SqlitePool;
 
 use service_kit::watch::Feed;
 
+mod commit;
 mod error;
 mod feed;
 mod open;
@@ -44,13 +47,14 @@ mod writes;
 pub use error::StoreError;
 pub use feed::{Change, FEED_CAPACITY};
 pub use rows::{Sealed, Stored};
-pub use writes::Written;
+pub use writes::{Edit, Written};
 
 /// The controller's database.
 #[derive(Debug, Clone)]
 pub struct Store {
+    /// For reads; every write goes to the writer.
     pool: SqlitePool,
-    write_lock: Arc<tokio::sync::Mutex<()>>,
+    jobs: commit::Jobs,
     feed: Arc<Feed<Kind>>,
 }
 

@@ -3,9 +3,9 @@
 //! is where the durability settings are chosen.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::ConnectOptions as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
 use service_kit::watch::Feed;
@@ -34,7 +34,7 @@ impl Store {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| format!("cannot open the database {}: {e}", path.display()))?;
         sqlx::migrate!("./migrations")
@@ -51,10 +51,16 @@ impl Store {
                 .fetch_all(&pool)
                 .await?;
         let scopes = namespaces.into_iter().map(|(ns, v)| (ns, v.max(0) as u64));
+        let feed = Feed::new(FEED_CAPACITY, current as u64, scopes);
+        // The one connection that writes (the pool's only read), so writes can share commits.
+        let writing = options
+            .connect()
+            .await
+            .map_err(|e| format!("cannot open the database {}: {e}", path.display()))?;
         Ok(Store {
             pool,
-            write_lock: Arc::new(tokio::sync::Mutex::new(())),
-            feed: Feed::new(FEED_CAPACITY, current as u64, scopes),
+            jobs: super::commit::spawn(writing, feed.clone()),
+            feed,
         })
     }
 

@@ -2,9 +2,11 @@
 //! is asked), and the VMs seen backing no machine. Apart because they are tables of their own,
 //! kept beside the objects, that only the collector and the machine reconciler use.
 
-use sqlx::Row;
+use domain::resources::Kind;
+use sqlx::{Row, SqliteConnection};
 
-use super::{Store, StoreError, now};
+use super::writes::{Target, update_in};
+use super::{Edit, Store, StoreError, Written, now};
 
 impl Store {
     /// Records, before the driver is asked, that this controller makes machine `name` (uid `uid`)
@@ -16,17 +18,37 @@ impl Store {
         uid: &str,
         class_name: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO made_machines (namespace, name, uid, class_name) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (namespace, name) DO UPDATE SET uid = excluded.uid, class_name = excluded.class_name",
-        )
-        .bind(namespace)
-        .bind(name)
-        .bind(uid)
-        .bind(class_name)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let made = Made::new(namespace, name, uid, class_name);
+        self.commit(move |conn| {
+            Box::pin(async move {
+                made.record(conn).await?;
+                Ok(((), Vec::new()))
+            })
+        })
+        .await
+    }
+
+    /// Edits machine `name`'s status through `edit` (for incarnation `uid` only) and records that
+    /// this controller makes it, of class `class_name`, in one commit: both must hold before the
+    /// driver is asked for its VM.
+    pub async fn update_as_made(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: &str,
+        class_name: &str,
+        edit: Edit,
+    ) -> Result<Written, StoreError> {
+        let made = Made::new(namespace, name, uid, class_name);
+        let target = Target::new(Kind::Machine, namespace, name, Some(uid), None);
+        self.commit(move |conn| {
+            Box::pin(async move {
+                let (written, change) = update_in(conn, &target, edit).await?;
+                made.record(conn).await?;
+                Ok((written, change.into_iter().collect()))
+            })
+        })
+        .await
     }
 
     /// The machines of class `class_name` in `namespace` this controller made: name → uid.
@@ -49,21 +71,33 @@ impl Store {
 
     /// Forgets that machine `name` in `namespace` was made (its VM is known gone).
     pub async fn forget_made(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM made_machines WHERE namespace = ? AND name = ?")
-            .bind(namespace)
-            .bind(name)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        let (namespace, name) = (namespace.to_string(), name.to_string());
+        self.commit(move |conn| {
+            Box::pin(async move {
+                sqlx::query("DELETE FROM made_machines WHERE namespace = ? AND name = ?")
+                    .bind(&namespace)
+                    .bind(&name)
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(((), Vec::new()))
+            })
+        })
+        .await
     }
 
     /// Forgets the sighting of `provider_id`.
     pub async fn forget_orphan(&self, provider_id: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM orphan_sightings WHERE provider_id = ?")
-            .bind(provider_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
+        let provider_id = provider_id.to_string();
+        self.commit(move |conn| {
+            Box::pin(async move {
+                sqlx::query("DELETE FROM orphan_sightings WHERE provider_id = ?")
+                    .bind(&provider_id)
+                    .execute(&mut *conn)
+                    .await?;
+                Ok(((), Vec::new()))
+            })
+        })
+        .await
     }
 
     /// Records that `provider_id` (in `namespace`, of class `class_name`, named for `machine`)
@@ -76,21 +110,29 @@ impl Store {
         class_name: &str,
         machine: &str,
     ) -> Result<(u32, String), StoreError> {
-        let row = sqlx::query(
-            "INSERT INTO orphan_sightings (provider_id, namespace, class_name, machine, first_seen, sightings) \
-             VALUES (?, ?, ?, ?, ?, 1) \
-             ON CONFLICT (provider_id) DO UPDATE SET sightings = sightings + 1 \
-             RETURNING sightings, first_seen",
-        )
-        .bind(provider_id)
-        .bind(namespace)
-        .bind(class_name)
-        .bind(machine)
-        .bind(now())
-        .fetch_one(&self.pool)
-        .await?;
-        let sightings: i64 = row.try_get("sightings")?;
-        Ok((sightings as u32, row.try_get("first_seen")?))
+        let fields = [provider_id, namespace, class_name, machine].map(str::to_string);
+        self.commit(move |conn| {
+            Box::pin(async move {
+                let [provider_id, namespace, class_name, machine] = &fields;
+                let row = sqlx::query(
+                    "INSERT INTO orphan_sightings \
+                     (provider_id, namespace, class_name, machine, first_seen, sightings) \
+                     VALUES (?, ?, ?, ?, ?, 1) \
+                     ON CONFLICT (provider_id) DO UPDATE SET sightings = sightings + 1 \
+                     RETURNING sightings, first_seen",
+                )
+                .bind(provider_id)
+                .bind(namespace)
+                .bind(class_name)
+                .bind(machine)
+                .bind(now())
+                .fetch_one(&mut *conn)
+                .await?;
+                let sightings: i64 = row.try_get("sightings")?;
+                Ok(((sightings as u32, row.try_get("first_seen")?), Vec::new()))
+            })
+        })
+        .await
     }
 
     /// Forgets the sightings of VMs not in `still_orphaned` among those of `namespace` and
@@ -101,19 +143,59 @@ impl Store {
         class_name: &str,
         still_orphaned: &[String],
     ) -> Result<(), StoreError> {
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT provider_id FROM orphan_sightings WHERE namespace = ? AND class_name = ?",
-        )
-        .bind(namespace)
-        .bind(class_name)
-        .fetch_all(&self.pool)
-        .await?;
-        for id in ids.iter().filter(|id| !still_orphaned.contains(id)) {
-            sqlx::query("DELETE FROM orphan_sightings WHERE provider_id = ?")
-                .bind(id)
-                .execute(&self.pool)
+        let (namespace, class_name) = (namespace.to_string(), class_name.to_string());
+        let still_orphaned = still_orphaned.to_vec();
+        self.commit(move |conn| {
+            Box::pin(async move {
+                let ids: Vec<String> = sqlx::query_scalar(
+                    "SELECT provider_id FROM orphan_sightings WHERE namespace = ? AND class_name = ?",
+                )
+                .bind(&namespace)
+                .bind(&class_name)
+                .fetch_all(&mut *conn)
                 .await?;
+                for id in ids.iter().filter(|id| !still_orphaned.contains(id)) {
+                    sqlx::query("DELETE FROM orphan_sightings WHERE provider_id = ?")
+                        .bind(id)
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Ok(((), Vec::new()))
+            })
+        })
+        .await
+    }
+}
+
+/// A made-machines record, owned (it travels to the writer).
+struct Made {
+    namespace: String,
+    name: String,
+    uid: String,
+    class_name: String,
+}
+
+impl Made {
+    fn new(namespace: &str, name: &str, uid: &str, class_name: &str) -> Made {
+        Made {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            uid: uid.to_string(),
+            class_name: class_name.to_string(),
         }
+    }
+
+    async fn record(&self, conn: &mut SqliteConnection) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO made_machines (namespace, name, uid, class_name) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (namespace, name) DO UPDATE SET uid = excluded.uid, class_name = excluded.class_name",
+        )
+        .bind(&self.namespace)
+        .bind(&self.name)
+        .bind(&self.uid)
+        .bind(&self.class_name)
+        .execute(&mut *conn)
+        .await?;
         Ok(())
     }
 }

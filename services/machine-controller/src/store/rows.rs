@@ -5,7 +5,7 @@
 use domain::resources::Kind;
 use serde_json::{Value, json};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteTransaction};
+use sqlx::{Row, SqliteConnection};
 
 use super::StoreError;
 
@@ -78,7 +78,7 @@ fn controlling_owner(body: &Value) -> String {
 }
 
 pub(super) async fn write_row(
-    tx: &mut SqliteTransaction<'static>,
+    conn: &mut SqliteConnection,
     kind: Kind,
     namespace: &str,
     body: &Value,
@@ -106,13 +106,13 @@ pub(super) async fn write_row(
         .bind(kind.as_str())
         .bind(namespace)
         .bind(name)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     Ok(())
 }
 
 pub(super) async fn remove_row(
-    tx: &mut SqliteTransaction<'static>,
+    conn: &mut SqliteConnection,
     kind: Kind,
     namespace: &str,
     name: &str,
@@ -121,7 +121,7 @@ pub(super) async fn remove_row(
         .bind(kind.as_str())
         .bind(namespace)
         .bind(name)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     Ok(())
 }

@@ -36,17 +36,23 @@ impl Store {
     /// Replaces a secret's sealed values (same values, another key) without a new version: what
     /// a read answers does not change.
     pub async fn reseal(&self, uid: &str, old: &Sealed, new: &Sealed) -> Result<bool, StoreError> {
-        let _writer = self.write_lock.lock().await;
-        let done = sqlx::query(
-            "UPDATE objects SET sealed = ?, key_id = ? WHERE uid = ? AND sealed = ? AND key_id = ?",
-        )
-        .bind(&new.bytes)
-        .bind(&new.key_id)
-        .bind(uid)
-        .bind(&old.bytes)
-        .bind(&old.key_id)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let (uid, old, new) = (uid.to_string(), old.clone(), new.clone());
+        self.commit(move |conn| {
+            Box::pin(async move {
+                let done = sqlx::query(
+                    "UPDATE objects SET sealed = ?, key_id = ? \
+                     WHERE uid = ? AND sealed = ? AND key_id = ?",
+                )
+                .bind(&new.bytes)
+                .bind(&new.key_id)
+                .bind(&uid)
+                .bind(&old.bytes)
+                .bind(&old.key_id)
+                .execute(&mut *conn)
+                .await?;
+                Ok((done.rows_affected() == 1, Vec::new()))
+            })
+        })
+        .await
     }
 }

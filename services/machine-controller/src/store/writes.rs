@@ -1,14 +1,16 @@
-//! Writing objects: create, edit and delete, under the write lock, each publishing its change.
+//! Writing objects: create, edit and delete, each run by the store's writer ([`super::commit`])
+//! and publishing its change once committed.
 //! Apart because this is where the store keeps the fields it owns (uid, creationTimestamp,
 //! generation, resourceVersion) and decides a new generation, the rules the module doc states.
 
 use domain::Status;
 use domain::resources::{API_VERSION, Kind};
 use serde_json::{Value, json};
-use sqlx::SqliteTransaction;
+use sqlx::SqliteConnection;
 
 use service_kit::watch::EventType;
 
+use super::feed::Change;
 use super::rows::{decode, remove_row, write_row};
 use super::{Sealed, Store, StoreError, Stored, now};
 
@@ -30,6 +32,10 @@ impl Written {
     }
 }
 
+/// An edit of a stored object: changes the body (and, for a secret, may hand new sealed values
+/// back), or refuses. It runs on the store's writer, so it owns what it uses.
+pub type Edit = Box<dyn FnOnce(&mut Value, &mut Option<Sealed>) -> Result<(), Status> + Send>;
+
 impl Store {
     /// Stores a new object. `body` is what the caller sent, already checked; the store gives it
     /// its `apiVersion`, `kind`, namespace, uid, creationTimestamp, generation 1 and version.
@@ -37,64 +43,18 @@ impl Store {
         &self,
         kind: Kind,
         namespace: &str,
-        mut body: Value,
+        body: Value,
         sealed: Option<Sealed>,
     ) -> Result<Stored, StoreError> {
-        let name = body["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let taken: Option<i64> = sqlx::query_scalar(
-            "SELECT 1 FROM objects WHERE kind = ? AND namespace = ? AND name = ?",
-        )
-        .bind(kind.as_str())
-        .bind(namespace)
-        .bind(&name)
-        .fetch_optional(&mut *tx)
-        .await?;
-        if taken.is_some() {
-            return Err(StoreError::Exists {
-                kind,
-                namespace: namespace.into(),
-                name,
-            });
-        }
-        let version = next_version(&mut tx, namespace).await?;
-        body["apiVersion"] = json!(API_VERSION);
-        body["kind"] = json!(kind.as_str());
-        let meta = &mut body["metadata"];
-        meta["namespace"] = json!(namespace);
-        // A uid chosen by the API (a secret's, which its sealing is bound to) is kept.
-        if meta["uid"].as_str().is_none_or(str::is_empty) {
-            meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
-        }
-        meta["creationTimestamp"] = json!(now());
-        meta["generation"] = json!(1);
-        meta["resourceVersion"] = json!(version.to_string());
-        if let Some(m) = meta.as_object_mut() {
-            m.remove("deletionTimestamp");
-        }
-        write_row(
-            &mut tx,
-            kind,
-            namespace,
-            &body,
-            version,
-            sealed.as_ref(),
-            true,
-        )
-        .await?;
-        tx.commit().await?;
-        let stored = Stored {
-            kind,
-            body,
-            resource_version: version,
-            sealed,
-        };
-        self.publish(EventType::Added, &stored, namespace, false);
-        Ok(stored)
+        let namespace = namespace.to_string();
+        self.commit(move |conn| {
+            Box::pin(async move {
+                let stored = create_in(conn, kind, &namespace, body, sealed).await?;
+                let change = change(EventType::Added, &stored, &namespace, false, None);
+                Ok((stored, vec![change]))
+            })
+        })
+        .await
     }
 
     /// Edits a stored object. `expect_uid` (when given) must be the object's uid, so an edit meant
@@ -112,106 +72,16 @@ impl Store {
         edit: F,
     ) -> Result<Written, StoreError>
     where
-        F: FnOnce(&mut Value, &mut Option<Sealed>) -> Result<(), Status>,
+        F: FnOnce(&mut Value, &mut Option<Sealed>) -> Result<(), Status> + Send + 'static,
     {
-        let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let row = sqlx::query(
-            "SELECT kind, body, resource_version, sealed, key_id FROM objects \
-             WHERE kind = ? AND namespace = ? AND name = ?",
-        )
-        .bind(kind.as_str())
-        .bind(namespace)
-        .bind(name)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let not_found = || StoreError::NotFound {
-            kind,
-            namespace: namespace.into(),
-            name: name.into(),
-        };
-        let current = row
-            .as_ref()
-            .map(decode)
-            .transpose()?
-            .ok_or_else(not_found)?;
-        if expect_uid.is_some_and(|uid| uid != current.uid()) {
-            return Err(not_found());
-        }
-        if let Some(expected) = precondition
-            && expected != current.resource_version.to_string()
-        {
-            return Err(StoreError::Conflict {
-                kind,
-                name: name.into(),
-                expected: expected.chars().take(32).collect(),
-                current: current.resource_version,
-            });
-        }
-        let mut body = current.body.clone();
-        let mut sealed = current.sealed.clone();
-        edit(&mut body, &mut sealed).map_err(StoreError::Refused)?;
-        // What the store owns, whatever the edit did.
-        body["apiVersion"] = json!(API_VERSION);
-        body["kind"] = json!(kind.as_str());
-        for field in ["name", "namespace", "uid", "creationTimestamp"] {
-            body["metadata"][field] = current.body["metadata"][field].clone();
-        }
-        if current.body["metadata"].get("deletionTimestamp").is_some() {
-            body["metadata"]["deletionTimestamp"] =
-                current.body["metadata"]["deletionTimestamp"].clone();
-        }
-        body["metadata"]["generation"] = current.body["metadata"]["generation"].clone();
-        body["metadata"]["resourceVersion"] = current.body["metadata"]["resourceVersion"].clone();
-        if body == current.body && sealed == current.sealed {
-            tx.rollback().await?;
-            return Ok(Written::Kept(current));
-        }
-        let status_only = sealed == current.sealed && same_but_status(&body, &current.body);
-        if spec_of(kind, &body) != spec_of(kind, &current.body) {
-            let generation = current.body["metadata"]["generation"].as_i64().unwrap_or(1);
-            body["metadata"]["generation"] = json!(generation + 1);
-        }
-        let version = next_version(&mut tx, namespace).await?;
-        body["metadata"]["resourceVersion"] = json!(version.to_string());
-        let deleting = body["metadata"].get("deletionTimestamp").is_some();
-        let held = body["metadata"]["finalizers"]
-            .as_array()
-            .is_some_and(|f| !f.is_empty());
-        let stored = Stored {
-            kind,
-            body,
-            resource_version: version,
-            sealed,
-        };
-        if deleting && !held {
-            remove_row(&mut tx, kind, namespace, name).await?;
-            tx.commit().await?;
-            self.publish(EventType::Deleted, &stored, namespace, false);
-            return Ok(Written::Removed(stored));
-        }
-        write_row(
-            &mut tx,
-            kind,
-            namespace,
-            &stored.body,
-            version,
-            stored.sealed.as_ref(),
-            false,
-        )
-        .await?;
-        tx.commit().await?;
-        let previous_labels = &current.body["metadata"]["labels"];
-        let relabelled = (*previous_labels != stored.body["metadata"]["labels"])
-            .then(|| previous_labels.clone());
-        self.publish_change(
-            EventType::Modified,
-            &stored,
-            namespace,
-            status_only,
-            relabelled,
-        );
-        Ok(Written::Kept(stored))
+        let target = Target::new(kind, namespace, name, expect_uid, precondition);
+        self.commit(move |conn| {
+            Box::pin(async move {
+                let (written, change) = update_in(conn, &target, Box::new(edit)).await?;
+                Ok((written, change.into_iter().collect()))
+            })
+        })
+        .await
     }
 
     /// Asks for an object's deletion: it goes now when no finalizer holds it, else it is marked
@@ -239,6 +109,215 @@ impl Store {
         )
         .await
     }
+}
+
+/// Which object an update is for, owned (it travels to the writer).
+pub(super) struct Target {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub expect_uid: Option<String>,
+    pub precondition: Option<String>,
+}
+
+impl Target {
+    pub(super) fn new(
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        expect_uid: Option<&str>,
+        precondition: Option<&str>,
+    ) -> Target {
+        Target {
+            kind,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            expect_uid: expect_uid.map(str::to_string),
+            precondition: precondition.map(str::to_string),
+        }
+    }
+}
+
+/// The change a write publishes.
+fn change(
+    event: EventType,
+    stored: &Stored,
+    namespace: &str,
+    status_only: bool,
+    previous_labels: Option<Value>,
+) -> Change {
+    Change {
+        event,
+        kind: stored.kind,
+        scope: namespace.to_string(),
+        resource_version: stored.resource_version,
+        object: stored.body.clone(),
+        status_only,
+        previous_labels,
+    }
+}
+
+/// [`Store::create`]'s work on the writing connection.
+async fn create_in(
+    conn: &mut SqliteConnection,
+    kind: Kind,
+    namespace: &str,
+    mut body: Value,
+    sealed: Option<Sealed>,
+) -> Result<Stored, StoreError> {
+    let name = body["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let taken: Option<i64> =
+        sqlx::query_scalar("SELECT 1 FROM objects WHERE kind = ? AND namespace = ? AND name = ?")
+            .bind(kind.as_str())
+            .bind(namespace)
+            .bind(&name)
+            .fetch_optional(&mut *conn)
+            .await?;
+    if taken.is_some() {
+        return Err(StoreError::Exists {
+            kind,
+            namespace: namespace.into(),
+            name,
+        });
+    }
+    let version = next_version(conn, namespace).await?;
+    body["apiVersion"] = json!(API_VERSION);
+    body["kind"] = json!(kind.as_str());
+    let meta = &mut body["metadata"];
+    meta["namespace"] = json!(namespace);
+    // A uid chosen by the API (a secret's, which its sealing is bound to) is kept.
+    if meta["uid"].as_str().is_none_or(str::is_empty) {
+        meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
+    }
+    meta["creationTimestamp"] = json!(now());
+    meta["generation"] = json!(1);
+    meta["resourceVersion"] = json!(version.to_string());
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("deletionTimestamp");
+    }
+    write_row(conn, kind, namespace, &body, version, sealed.as_ref(), true).await?;
+    Ok(Stored {
+        kind,
+        body,
+        resource_version: version,
+        sealed,
+    })
+}
+
+/// [`Store::update`]'s work on the writing connection: the object as written and the change to
+/// publish (none when the edit changed nothing).
+pub(super) async fn update_in(
+    conn: &mut SqliteConnection,
+    target: &Target,
+    edit: Edit,
+) -> Result<(Written, Option<Change>), StoreError> {
+    let Target {
+        kind,
+        namespace,
+        name,
+        expect_uid,
+        precondition,
+    } = target;
+    let kind = *kind;
+    let row = sqlx::query(
+        "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+         WHERE kind = ? AND namespace = ? AND name = ?",
+    )
+    .bind(kind.as_str())
+    .bind(namespace)
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let not_found = || StoreError::NotFound {
+        kind,
+        namespace: namespace.clone(),
+        name: name.clone(),
+    };
+    let current = row
+        .as_ref()
+        .map(decode)
+        .transpose()?
+        .ok_or_else(not_found)?;
+    if expect_uid
+        .as_deref()
+        .is_some_and(|uid| uid != current.uid())
+    {
+        return Err(not_found());
+    }
+    if let Some(expected) = precondition
+        && *expected != current.resource_version.to_string()
+    {
+        return Err(StoreError::Conflict {
+            kind,
+            name: name.clone(),
+            expected: expected.chars().take(32).collect(),
+            current: current.resource_version,
+        });
+    }
+    let mut body = current.body.clone();
+    let mut sealed = current.sealed.clone();
+    edit(&mut body, &mut sealed).map_err(StoreError::Refused)?;
+    // What the store owns, whatever the edit did.
+    body["apiVersion"] = json!(API_VERSION);
+    body["kind"] = json!(kind.as_str());
+    for field in ["name", "namespace", "uid", "creationTimestamp"] {
+        body["metadata"][field] = current.body["metadata"][field].clone();
+    }
+    if current.body["metadata"].get("deletionTimestamp").is_some() {
+        body["metadata"]["deletionTimestamp"] =
+            current.body["metadata"]["deletionTimestamp"].clone();
+    }
+    body["metadata"]["generation"] = current.body["metadata"]["generation"].clone();
+    body["metadata"]["resourceVersion"] = current.body["metadata"]["resourceVersion"].clone();
+    if body == current.body && sealed == current.sealed {
+        return Ok((Written::Kept(current), None));
+    }
+    let status_only = sealed == current.sealed && same_but_status(&body, &current.body);
+    if spec_of(kind, &body) != spec_of(kind, &current.body) {
+        let generation = current.body["metadata"]["generation"].as_i64().unwrap_or(1);
+        body["metadata"]["generation"] = json!(generation + 1);
+    }
+    let version = next_version(conn, namespace).await?;
+    body["metadata"]["resourceVersion"] = json!(version.to_string());
+    let deleting = body["metadata"].get("deletionTimestamp").is_some();
+    let held = body["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty());
+    let stored = Stored {
+        kind,
+        body,
+        resource_version: version,
+        sealed,
+    };
+    if deleting && !held {
+        remove_row(conn, kind, namespace, name).await?;
+        let change = change(EventType::Deleted, &stored, namespace, false, None);
+        return Ok((Written::Removed(stored), Some(change)));
+    }
+    write_row(
+        conn,
+        kind,
+        namespace,
+        &stored.body,
+        version,
+        stored.sealed.as_ref(),
+        false,
+    )
+    .await?;
+    let previous_labels = &current.body["metadata"]["labels"];
+    let relabelled =
+        (*previous_labels != stored.body["metadata"]["labels"]).then(|| previous_labels.clone());
+    let change = change(
+        EventType::Modified,
+        &stored,
+        namespace,
+        status_only,
+        relabelled,
+    );
+    Ok((Written::Kept(stored), Some(change)))
 }
 
 /// Whether two objects differ in `status` at most (compared field by field, without copies: this
@@ -274,17 +353,14 @@ fn spec_of(kind: Kind, body: &Value) -> Value {
 /// The next resourceVersion of `namespace`'s own sequence, which starts above the store's floor
 /// (every version issued before namespaces had sequences of their own): one sequence for all let
 /// a tenant learn from its own versions how much the others wrote.
-async fn next_version(
-    tx: &mut SqliteTransaction<'static>,
-    namespace: &str,
-) -> Result<u64, StoreError> {
+async fn next_version(conn: &mut SqliteConnection, namespace: &str) -> Result<u64, StoreError> {
     let v: i64 = sqlx::query_scalar(
         "INSERT INTO namespace_versions (namespace, version) \
          VALUES (?, (SELECT value FROM controller_meta WHERE key = 'resource_version') + 1) \
          ON CONFLICT (namespace) DO UPDATE SET version = version + 1 RETURNING version",
     )
     .bind(namespace)
-    .fetch_one(&mut **tx)
+    .fetch_one(&mut *conn)
     .await?;
     Ok(v as u64)
 }

@@ -354,6 +354,38 @@ fn interactions(pact: &mut PactBuilder) {
         }));
         i
     });
+    pact.interaction(
+        "initialize a machine whose VM is not running yet",
+        "",
+        |mut i| {
+            i.given(format!("machine {M1} has a stopped VM"));
+            // M1 and M3 both meet this answer in the consumer's run.
+            let mut body = machine_request(M1, Named::WithProviderId);
+            if let JsonPattern::Object(fields) = &mut body
+                && let Some(JsonPattern::Object(machine)) = fields.get_mut("machine")
+                && let Some(JsonPattern::Object(meta)) = machine.get_mut("metadata")
+            {
+                meta.insert("name".into(), term!("^contract-m[13]$", M1).into());
+            }
+            i.request
+                .post()
+                .path("/v1/machines:initialize")
+                .header("authorization", internal_credential())
+                .header("content-type", "application/json")
+                .json_body(body);
+            with_provider_id(&mut i.request);
+            i.response
+                .status(409)
+                .content_type("application/problem+json")
+                .json_body(problem(
+                    409,
+                    "Uninitialized",
+                    17,
+                    like!("ECS instance i-uf69zddmom11ci7est12 was Stopped and is starting; initialization completes once it is Running").into(),
+                ));
+            i
+        },
+    );
     pact.interaction("list the machines of a class", "", |mut i| {
         i.given(format!("machine {M1} has a VM"));
         i.request
@@ -507,36 +539,50 @@ async fn consumer_machine_controller_drives_the_driver() {
             assert_eq!(status, 201, "{body}");
         }
 
-        // M1: Creating (no call), CreateMachine, GetMachineStatus → Running with the VM's fields.
-        for name in [M1, M2, M3] {
-            assert_eq!(step(&controller, name).await, Some(Duration::ZERO));
+        // One step each, as MCM's creation flow: Creating (with the made-machines record, in one
+        // commit), CreateMachine, then at once InitializeMachine.
+        // M2: initialised at once → Running with the VM's fields.
+        assert_eq!(
+            step(&controller, M2).await,
+            Some(Settings::default().resync)
+        );
+        let m2 = api.machine(M2).await;
+        assert_eq!(m2["status"]["phase"], "Running", "{m2}");
+        assert_eq!(m2["status"]["lastOperation"]["type"], "Initialize", "{m2}");
+        assert_eq!(m2["status"]["lastOperation"]["state"], "Successful", "{m2}");
+        assert_eq!(m2["status"]["providerID"], PROVIDER_ID, "{m2}");
+        assert_eq!(m2["status"]["nodeName"], NODE_NAME, "{m2}");
+        // M1 and M3: the VM is not running yet (Uninitialized): Creating, with the fields
+        // CreateMachine gave, looked at again after the backoff.
+        for name in [M1, M3] {
             assert_eq!(
-                api.machine(name).await["status"]["phase"],
-                "Creating",
+                step(&controller, name).await,
+                Some(Settings::default().backoff_base),
                 "{name}"
             );
-            assert_eq!(step(&controller, name).await, Some(Duration::ZERO));
             let made = api.machine(name).await;
+            assert_eq!(made["status"]["phase"], "Creating", "{made}");
             assert_eq!(made["status"]["providerID"], PROVIDER_ID, "{made}");
             assert_eq!(made["status"]["nodeName"], NODE_NAME, "{made}");
             assert_eq!(made["status"]["addresses"][0]["address"], ADDRESS, "{made}");
+            assert_eq!(
+                made["status"]["lastOperation"]["errorCode"], "Uninitialized",
+                "{made}"
+            );
         }
+        // M1: GetMachineStatus says it runs and is initialised → Running with its conditions.
         step(&controller, M1).await;
         let m1 = api.machine(M1).await;
         assert_eq!(m1["status"]["phase"], "Running", "{m1}");
         assert_eq!(m1["status"]["conditions"][0]["type"], "Initialized", "{m1}");
         assert_eq!(m1["status"]["conditions"][0]["status"], "True", "{m1}");
 
-        // M2: GetMachineStatus says Uninitialized with the VM; InitializeMachine; Running.
+        // M2's health check: GetMachineStatus says Uninitialized (the VM was stopped behind
+        // Berth's back), with the VM: a Running machine whose VM does not run is Unknown.
         step(&controller, M2).await;
         let m2 = api.machine(M2).await;
-        assert_eq!(m2["status"]["phase"], "Running", "{m2}");
-        assert_eq!(m2["status"]["lastOperation"]["type"], "Initialize", "{m2}");
-        assert_eq!(m2["status"]["lastOperation"]["state"], "Successful", "{m2}");
-        // The VM's fields come from the Uninitialized answer, which carried them.
-        assert_eq!(m2["status"]["providerID"], PROVIDER_ID, "{m2}");
-        assert_eq!(m2["status"]["nodeName"], NODE_NAME, "{m2}");
-        assert_eq!(m2["status"]["conditions"][0]["status"], "False", "{m2}");
+        assert_eq!(m2["status"]["phase"], "Unknown", "{m2}");
+        assert_eq!(m2["status"]["lastOperation"]["type"], "HealthCheck", "{m2}");
 
         // M3: GetMachineStatus says NotFound while Creating: the VM is to be made again.
         assert_eq!(step(&controller, M3).await, Some(Duration::ZERO));
@@ -641,13 +687,15 @@ async fn provider_machine_driver_honours_the_controller_pact() {
             let m1_has_vm = format!("machine {M1} has a VM");
             let m2_has_vm = format!("machine {M2} has a VM");
             let m2_stopped = format!("machine {M2} has a stopped VM");
+            let m1_stopped = format!("machine {M1} has a stopped VM");
             let m3_has_none = format!("no VM backs machine {M3}");
             if name == m1_has_vm {
                 Ok(with_provider_id(create(&url, M1).await?))
             } else if name == m2_has_vm {
                 Ok(with_provider_id(running_vm(&url, M2).await?))
-            } else if name == m2_stopped {
-                let provider_id = create(&url, M2).await?;
+            } else if name == m2_stopped || name == m1_stopped {
+                let machine = if name == m1_stopped { M1 } else { M2 };
+                let provider_id = create(&url, machine).await?;
                 let id = provider_id
                     .split_once('.')
                     .map(|(_, id)| id.to_string())
