@@ -167,7 +167,19 @@ impl Process {
     }
 }
 
+/// A port free now, below Linux's ephemeral range (32768–60999 by default). A port the OS picks
+/// for `:0` comes from that range, which every outgoing connection also draws from, so one could
+/// take it between this check and the service's start, or while a killed service restarts (a
+/// crash round once lost the driver's port so). Below the range only another listener can.
 fn free_port() -> Result<u16, String> {
+    use rand::Rng as _;
+    let mut rng = rand::rng();
+    for _ in 0..200 {
+        let port = rng.random_range(20_000..32_768);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
