@@ -485,7 +485,15 @@ impl Step<'_> {
                     ));
                 })
                 .await?;
-                Ok(Some(settings.resync))
+                // InitializeMachine says nothing of the VM's conditions: the first health check
+                // (GetMachineStatus) comes soon, not a whole resync later, so a machine read just
+                // after it runs shows them within a second or so.
+                let first_check = if vm.conditions.is_none() {
+                    settings.backoff_base
+                } else {
+                    settings.resync
+                };
+                Ok(Some(first_check.min(settings.resync)))
             }
             Err(e) if e.code() == Code::Unimplemented => {
                 self.status(|s| {

@@ -541,10 +541,11 @@ async fn consumer_machine_controller_drives_the_driver() {
 
         // One step each, as MCM's creation flow: Creating (with the made-machines record, in one
         // commit), CreateMachine, then at once InitializeMachine.
-        // M2: initialised at once → Running with the VM's fields.
+        // M2: initialised at once → Running with the VM's fields; its conditions come from the
+        // first health check, soon after.
         assert_eq!(
             step(&controller, M2).await,
-            Some(Settings::default().resync)
+            Some(Settings::default().backoff_base)
         );
         let m2 = api.machine(M2).await;
         assert_eq!(m2["status"]["phase"], "Running", "{m2}");
