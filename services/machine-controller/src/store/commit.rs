@@ -1,5 +1,6 @@
-//! Group commit: every write the store makes runs on one writing connection, in a task of its own,
-//! and the writes that queue while one commit is on its way to the disk share the next commit.
+//! Group commit: every write the store makes runs on one writing connection, driven by a thread of
+//! its own, and the writes that queue while one commit is on its way to the disk share the next
+//! commit.
 //!
 //! Why: each write must be durable before it is answered (`synchronous = FULL`; a machine recorded
 //! as Creating is what keeps a VM from being made twice or forgotten), and on this kind of disk a
@@ -8,17 +9,33 @@
 //! other (BENCHMARKS.md, "Machine controller"). Here a batch of up to [`MAX_BATCH`] writes is one
 //! `BEGIN IMMEDIATE … COMMIT`, so one fsync; storage-ops' writer does the same for volumes.
 //!
-//! Each write runs inside its own savepoint, so a write that fails (a name taken, a stale
-//! resourceVersion, a database error in one statement) is undone alone and the others of its batch
-//! still commit. Every write is answered only after the batch's `COMMIT`, and its changes reach
-//! the feed then, in the order the writes ran, so watches still see versions in order. Reads do not
-//! come here: they use the pool's other connections and see what is committed.
+//! Once commits were shared, the writer itself was the bottleneck: it is one sequence, and each
+//! statement is a trip to the connection's thread and back. So the writer spends as few trips as a
+//! write needs ([`Session`]):
+//! - it runs on a thread of its own, not as a task among the reconcilers', so each trip's answer is
+//!   taken up at once rather than after whatever task a runtime worker is busy with;
+//! - it knows the rows it has read or written (every write goes through it, so what it knows is
+//!   what the database holds), and an edit starts from that instead of reading the row again;
+//! - it hands out each namespace's resourceVersions from memory and stores where each sequence is
+//!   once per batch, in that batch;
+//! - a write of one statement needs no savepoint: SQLite undoes a failed statement alone.
+//!
+//! A write of several statements runs inside its own savepoint, so a write that fails (a name
+//! taken, a stale resourceVersion, a database error in one statement) is undone alone and the
+//! others of its batch still commit. Every write is answered only after the batch's `COMMIT`, and
+//! its changes reach the feed then, in the order the writes ran, so watches still see versions in
+//! order. Reads do not come here: they use the pool's other connections and see what is
+//! committed.
+//!
+//! This holds while this process is the database's only writer: the controller runs as one replica
+//! (one StatefulSet pod; `berth up` locks its data directory).
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
-use sqlx::{Connection as _, SqliteConnection};
+use sqlx::SqliteConnection;
 use tokio::sync::{mpsc, oneshot};
 
 use service_kit::watch::Feed;
@@ -26,19 +43,158 @@ use service_kit::watch::Feed;
 use domain::resources::Kind;
 
 use super::feed::Change;
-use super::{Store, StoreError};
+use super::rows::decode;
+use super::{Store, StoreError, Stored};
 
 /// The most writes one transaction carries: enough that a burst shares few fsyncs, few enough
 /// that the first of them is not kept long from its answer.
 pub(super) const MAX_BATCH: usize = 128;
 
+/// The most rows the writer keeps in memory; past it, it forgets the oldest half and reads them
+/// again when they are next written.
+const KNOWN_ROWS: usize = 8192;
+
 /// What a write does on the writing connection: its result and the changes it publishes.
 type Work<T> = Result<(T, Vec<Change>), StoreError>;
 
+/// An object's place: kind, namespace, name.
+type RowKey = (Kind, String, String);
+
+/// The writing connection and what the writer knows beside it.
+pub(super) struct Session {
+    /// The writing connection, inside the batch's transaction while a write runs.
+    pub conn: SqliteConnection,
+    /// Committed rows, as the writer last read or wrote them; `None`: known absent.
+    known: HashMap<RowKey, Option<Stored>>,
+    /// In the order they were inserted, to forget the oldest first.
+    known_order: std::collections::VecDeque<RowKey>,
+    /// This batch's rows, newest last: what `known` becomes if the batch commits.
+    staged: Vec<(RowKey, Option<Stored>)>,
+    /// Where each namespace's sequence is, this batch's versions included.
+    versions: HashMap<String, u64>,
+    /// Where every sequence starts above (versions issued before namespaces had their own).
+    floor: u64,
+    /// The namespaces whose sequence this batch moved.
+    moved: BTreeSet<String>,
+}
+
+impl Session {
+    /// The object at `(kind, namespace, name)` as this batch sees it: from memory, else read.
+    pub(super) async fn current(
+        &mut self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Stored>, StoreError> {
+        if let Some(row) = self.remembered(kind, namespace, name) {
+            return Ok(row.cloned());
+        }
+        let key = (kind, namespace.to_string(), name.to_string());
+        let row = sqlx::query(
+            "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+             WHERE kind = ? AND namespace = ? AND name = ?",
+        )
+        .bind(kind.as_str())
+        .bind(namespace)
+        .bind(name)
+        .fetch_optional(&mut self.conn)
+        .await?;
+        let row = row.as_ref().map(decode).transpose()?;
+        // Read inside the batch, so possibly this batch's: staged, known only once committed.
+        self.staged.push((key, row.clone()));
+        Ok(row)
+    }
+
+    /// What the writer remembers of the object, without reading: `None` when it does not know,
+    /// `Some(None)` when it knows it absent.
+    pub(super) fn remembered(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Option<&Stored>> {
+        let key = (kind, namespace.to_string(), name.to_string());
+        match self.staged.iter().rev().find(|(k, _)| *k == key) {
+            Some((_, row)) => Some(row.as_ref()),
+            None => self.known.get(&key).map(Option::as_ref),
+        }
+    }
+
+    /// Records what this batch wrote at `(kind, namespace, name)` (`None`: removed).
+    pub(super) fn stage(&mut self, kind: Kind, namespace: &str, name: &str, row: Option<Stored>) {
+        let key = (kind, namespace.to_string(), name.to_string());
+        self.staged.push((key, row));
+    }
+
+    /// Forgets every row: a write changed rows in a way the writer does not follow (a reseal).
+    pub(super) fn forget_rows(&mut self) {
+        self.known.clear();
+        self.known_order.clear();
+        self.staged.clear();
+    }
+
+    /// The next resourceVersion of `namespace`'s own sequence, which starts above the store's
+    /// floor (one sequence for all let a tenant learn from its own versions how much the others
+    /// wrote). A version handed to a write that is then undone is never used again: a gap, which
+    /// a resourceVersion may have.
+    pub(super) fn next_version(&mut self, namespace: &str) -> u64 {
+        let floor = self.floor;
+        let v = self.versions.entry(namespace.to_string()).or_insert(floor);
+        *v += 1;
+        self.moved.insert(namespace.to_string());
+        *v
+    }
+
+    /// Stores where the sequences this batch moved are, in the batch.
+    async fn store_versions(&mut self) -> Result<(), StoreError> {
+        for namespace in std::mem::take(&mut self.moved) {
+            let version = self.versions.get(&namespace).copied().unwrap_or(self.floor);
+            sqlx::query(
+                "INSERT INTO namespace_versions (namespace, version) VALUES (?, ?) \
+                 ON CONFLICT (namespace) DO UPDATE SET version = excluded.version",
+            )
+            .bind(&namespace)
+            .bind(version as i64)
+            .execute(&mut self.conn)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The batch committed: what it wrote is what the database holds.
+    fn committed(&mut self) {
+        for (key, row) in std::mem::take(&mut self.staged) {
+            if self.known.insert(key.clone(), row).is_none() {
+                self.known_order.push_back(key);
+            }
+        }
+        if self.known.len() > KNOWN_ROWS {
+            while self.known.len() > KNOWN_ROWS / 2 {
+                let Some(oldest) = self.known_order.pop_front() else {
+                    break;
+                };
+                self.known.remove(&oldest);
+            }
+        }
+    }
+
+    /// The batch did not commit: nothing it wrote holds.
+    fn undone(&mut self) {
+        self.staged.clear();
+        self.moved.clear();
+    }
+
+    async fn run(&mut self, sql: &'static str) -> Result<(), StoreError> {
+        sqlx::query(sql).execute(&mut self.conn).await?;
+        Ok(())
+    }
+}
+
 /// A queued write: run in the next batch, or refused when that batch cannot begin.
 pub(super) trait Job: Send {
-    /// Runs the write inside its own savepoint; says what to do after `COMMIT`.
-    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran>;
+    /// Runs the write (inside its own savepoint when it has several statements); says what to
+    /// do after `COMMIT`.
+    fn run<'c>(self: Box<Self>, session: &'c mut Session) -> BoxFuture<'c, Ran>;
     /// Answers the caller with the batch's failure, unrun.
     fn refuse(self: Box<Self>, error: Arc<StoreError>);
 }
@@ -53,37 +209,59 @@ pub(super) struct Ran {
 /// The sending end of the writer's queue.
 pub(super) type Jobs = mpsc::Sender<Box<dyn Job>>;
 
-/// Starts the writer task on `conn`; it ends when every [`Store`] clone is gone.
-pub(super) fn spawn(conn: SqliteConnection, feed: Arc<Feed<Kind>>) -> Jobs {
+/// Starts the writer on `conn`, its sequences where `versions` (by namespace) and `floor` say; it
+/// ends when every [`Store`] clone is gone.
+pub(super) fn spawn(
+    conn: SqliteConnection,
+    versions: HashMap<String, u64>,
+    floor: u64,
+    feed: Arc<Feed<Kind>>,
+) -> Result<Jobs, std::io::Error> {
     let (jobs, queue) = mpsc::channel(MAX_BATCH * 4);
-    tokio::spawn(write_loop(conn, queue, feed));
-    jobs
+    let session = Session {
+        conn,
+        known: HashMap::new(),
+        known_order: Default::default(),
+        staged: Vec::new(),
+        versions,
+        floor,
+        moved: BTreeSet::new(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    std::thread::Builder::new()
+        .name("store-writer".into())
+        .spawn(move || runtime.block_on(write_loop(session, queue, feed)))?;
+    Ok(jobs)
 }
 
 async fn write_loop(
-    mut conn: SqliteConnection,
+    mut session: Session,
     mut queue: mpsc::Receiver<Box<dyn Job>>,
     feed: Arc<Feed<Kind>>,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let mut tx = match conn.begin_with("BEGIN IMMEDIATE").await {
-            Ok(tx) => tx,
-            Err(e) => {
-                let e = Arc::new(StoreError::from(e));
-                tracing::warn!(error = %e, writes = batch.len(), "a batch of writes could not begin");
-                for job in batch.drain(..) {
-                    job.refuse(e.clone());
-                }
-                continue;
+        if let Err(e) = session.run("BEGIN IMMEDIATE").await {
+            let e = Arc::new(e);
+            tracing::warn!(error = %e, writes = batch.len(), "a batch of writes could not begin");
+            for job in batch.drain(..) {
+                job.refuse(e.clone());
             }
-        };
+            continue;
+        }
         let mut ran = Vec::with_capacity(batch.len());
         for job in batch.drain(..) {
-            ran.push(job.run(&mut tx).await);
+            ran.push(job.run(&mut session).await);
         }
-        match tx.commit().await {
+        let committed = match session.store_versions().await {
+            Ok(()) => session.run("COMMIT").await,
+            Err(e) => Err(e),
+        };
+        match committed {
             Ok(()) => {
+                session.committed();
                 for r in ran {
                     for change in r.changes {
                         feed.publish(change);
@@ -92,7 +270,10 @@ async fn write_loop(
                 }
             }
             Err(e) => {
-                let e = Arc::new(StoreError::from(e));
+                // Whatever is left of the transaction goes; an error here means none is left.
+                let _ = session.run("ROLLBACK").await;
+                session.undone();
+                let e = Arc::new(e);
                 tracing::warn!(error = %e, writes = ran.len(), "a batch of writes did not commit");
                 for r in ran {
                     (r.answer)(Err(e.clone()));
@@ -105,22 +286,33 @@ async fn write_loop(
 /// One caller's write and where its answer goes.
 struct Pending<T, F> {
     work: F,
+    /// Whether the write has several statements, so needs a savepoint to be undone alone.
+    savepoint: bool,
     reply: oneshot::Sender<Result<T, StoreError>>,
 }
 
 impl<T, F> Job for Pending<T, F>
 where
     T: Send + 'static,
-    F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Work<T>> + Send + 'static,
+    F: for<'c> FnOnce(&'c mut Session) -> BoxFuture<'c, Work<T>> + Send + 'static,
 {
-    fn run<'c>(self: Box<Self>, conn: &'c mut SqliteConnection) -> BoxFuture<'c, Ran> {
-        let Pending { work, reply } = *self;
+    fn run<'c>(self: Box<Self>, session: &'c mut Session) -> BoxFuture<'c, Ran> {
+        let Pending {
+            work,
+            savepoint,
+            reply,
+        } = *self;
         Box::pin(async move {
-            let done = match conn.begin().await {
-                Ok(mut savepoint) => {
+            let mark = session.staged.len();
+            let done = match savepoint {
+                true => session.run("SAVEPOINT write").await,
+                false => Ok(()),
+            };
+            let done = match done {
+                Ok(()) => {
                     // A panic in a write (an edit closure's) must not end the writer, which every
                     // later write waits on: it fails that write alone.
-                    let outcome = std::panic::AssertUnwindSafe(work(&mut savepoint))
+                    let outcome = std::panic::AssertUnwindSafe(work(session))
                         .catch_unwind()
                         .await
                         .unwrap_or_else(|_| {
@@ -129,16 +321,21 @@ where
                                 why: "it panicked; it was undone".into(),
                             })
                         });
-                    match outcome {
-                        Ok(done) => savepoint.commit().await.map(|()| done).map_err(Into::into),
-                        Err(e) => {
-                            // Undone alone; a failure to undo it fails the whole batch at COMMIT.
-                            let _ = savepoint.rollback().await;
+                    match (outcome, savepoint) {
+                        (Ok(done), true) => session.run("RELEASE write").await.map(|()| done),
+                        (Ok(done), false) => Ok(done),
+                        (Err(e), with_savepoint) => {
+                            session.staged.truncate(mark);
+                            if with_savepoint {
+                                // Undone alone; a failure to undo it fails the batch at COMMIT.
+                                let _ = session.run("ROLLBACK TO write").await;
+                                let _ = session.run("RELEASE write").await;
+                            }
                             Err(e)
                         }
                     }
                 }
-                Err(e) => Err(e.into()),
+                Err(e) => Err(e),
             };
             match done {
                 Ok((value, changes)) => Ran {
@@ -170,10 +367,32 @@ impl Store {
     pub(super) async fn commit<T, F>(&self, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: for<'c> FnOnce(&'c mut SqliteConnection) -> BoxFuture<'c, Work<T>> + Send + 'static,
+        F: for<'c> FnOnce(&'c mut Session) -> BoxFuture<'c, Work<T>> + Send + 'static,
+    {
+        self.queue(work, true).await
+    }
+
+    /// [`Store::commit`] for a write that changes the database in at most one statement, which
+    /// needs no savepoint to be undone alone.
+    pub(super) async fn commit_one_statement<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut Session) -> BoxFuture<'c, Work<T>> + Send + 'static,
+    {
+        self.queue(work, false).await
+    }
+
+    async fn queue<T, F>(&self, work: F, savepoint: bool) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut Session) -> BoxFuture<'c, Work<T>> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job: Box<dyn Job> = Box::new(Pending { work, reply });
+        let job: Box<dyn Job> = Box::new(Pending {
+            work,
+            savepoint,
+            reply,
+        });
         self.jobs
             .send(job)
             .await

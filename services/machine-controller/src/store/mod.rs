@@ -3,7 +3,7 @@
 //!
 //! Objects are kept as the JSON a read answers (a secret's values apart, sealed in their own
 //! column), keyed by (kind, namespace, name). Every write runs on one writing connection, in a
-//! savepoint of a batch that shares one `BEGIN IMMEDIATE … COMMIT` (group commit, `commit`), and
+//! batch that shares one `BEGIN IMMEDIATE … COMMIT` (group commit, `commit`), and
 //! publishes its change to the [`Feed`] once committed, in the order the writes ran, so watchers
 //! see changes in version order. A write that changes nothing writes nothing: a reconcile that
 //! finds all as it was makes no version and no event.
@@ -18,7 +18,8 @@
 //! This file holds [`Store`] itself and the clock the objects are stamped with; its methods are
 //! spread over a file per concern:
 //! - `open`: opening the database, its migrations, readiness.
-//! - `commit`: the writer, which runs every write and commits them in batches.
+//! - `commit`: the writer, which runs every write and commits them in batches, and what it keeps in
+//!   memory so a write costs few trips to the database (the rows it wrote, the sequences).
 //! - `rows`: [`Stored`] and [`Sealed`], and how a row of `objects` is written, removed and decoded.
 //! - `reads`: `get`, `list`, `owned`.
 //! - `writes`: `create`, `update`, `delete`, and what decides a new generation.
@@ -42,6 +43,8 @@ mod orphans;
 mod reads;
 mod rows;
 mod secrets;
+#[cfg(test)]
+mod tests;
 mod writes;
 
 pub use error::StoreError;

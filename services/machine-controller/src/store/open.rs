@@ -34,6 +34,9 @@ impl Store {
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
+            // A connection to a local file does not go stale the way a network one does; testing
+            // it before every read was one more trip to its thread per read.
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await
             .map_err(|e| format!("cannot open the database {}: {e}", path.display()))?;
@@ -50,18 +53,24 @@ impl Store {
             sqlx::query_as("SELECT namespace, version FROM namespace_versions")
                 .fetch_all(&pool)
                 .await?;
-        let scopes = namespaces.into_iter().map(|(ns, v)| (ns, v.max(0) as u64));
-        let feed = Feed::new(FEED_CAPACITY, current as u64, scopes);
+        let versions: std::collections::HashMap<String, u64> = namespaces
+            .into_iter()
+            .map(|(ns, v)| (ns, v.max(0) as u64))
+            .collect();
+        let floor = current.max(0) as u64;
+        let feed = Feed::new(
+            FEED_CAPACITY,
+            floor,
+            versions.iter().map(|(ns, v)| (ns.clone(), *v)),
+        );
         // The one connection that writes (the pool's only read), so writes can share commits.
         let writing = options
             .connect()
             .await
             .map_err(|e| format!("cannot open the database {}: {e}", path.display()))?;
-        Ok(Store {
-            pool,
-            jobs: super::commit::spawn(writing, feed.clone()),
-            feed,
-        })
+        let jobs = super::commit::spawn(writing, versions, floor, feed.clone())
+            .map_err(|e| format!("cannot start the store's writer: {e}"))?;
+        Ok(Store { pool, jobs, feed })
     }
 
     /// `SELECT 1`, for readiness.

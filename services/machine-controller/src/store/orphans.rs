@@ -19,9 +19,9 @@ impl Store {
         class_name: &str,
     ) -> Result<(), StoreError> {
         let made = Made::new(namespace, name, uid, class_name);
-        self.commit(move |conn| {
+        self.commit(move |session| {
             Box::pin(async move {
-                made.record(conn).await?;
+                made.record(&mut session.conn).await?;
                 Ok(((), Vec::new()))
             })
         })
@@ -41,10 +41,10 @@ impl Store {
     ) -> Result<Written, StoreError> {
         let made = Made::new(namespace, name, uid, class_name);
         let target = Target::new(Kind::Machine, namespace, name, Some(uid), None);
-        self.commit(move |conn| {
+        self.commit(move |session| {
             Box::pin(async move {
-                let (written, change) = update_in(conn, &target, edit).await?;
-                made.record(conn).await?;
+                let (written, change) = update_in(session, &target, edit).await?;
+                made.record(&mut session.conn).await?;
                 Ok((written, change.into_iter().collect()))
             })
         })
@@ -72,12 +72,12 @@ impl Store {
     /// Forgets that machine `name` in `namespace` was made (its VM is known gone).
     pub async fn forget_made(&self, namespace: &str, name: &str) -> Result<(), StoreError> {
         let (namespace, name) = (namespace.to_string(), name.to_string());
-        self.commit(move |conn| {
+        self.commit(move |session| {
             Box::pin(async move {
                 sqlx::query("DELETE FROM made_machines WHERE namespace = ? AND name = ?")
                     .bind(&namespace)
                     .bind(&name)
-                    .execute(&mut *conn)
+                    .execute(&mut session.conn)
                     .await?;
                 Ok(((), Vec::new()))
             })
@@ -88,11 +88,11 @@ impl Store {
     /// Forgets the sighting of `provider_id`.
     pub async fn forget_orphan(&self, provider_id: &str) -> Result<(), StoreError> {
         let provider_id = provider_id.to_string();
-        self.commit(move |conn| {
+        self.commit(move |session| {
             Box::pin(async move {
                 sqlx::query("DELETE FROM orphan_sightings WHERE provider_id = ?")
                     .bind(&provider_id)
-                    .execute(&mut *conn)
+                    .execute(&mut session.conn)
                     .await?;
                 Ok(((), Vec::new()))
             })
@@ -111,7 +111,7 @@ impl Store {
         machine: &str,
     ) -> Result<(u32, String), StoreError> {
         let fields = [provider_id, namespace, class_name, machine].map(str::to_string);
-        self.commit(move |conn| {
+        self.commit(move |session| {
             Box::pin(async move {
                 let [provider_id, namespace, class_name, machine] = &fields;
                 let row = sqlx::query(
@@ -126,7 +126,7 @@ impl Store {
                 .bind(class_name)
                 .bind(machine)
                 .bind(now())
-                .fetch_one(&mut *conn)
+                .fetch_one(&mut session.conn)
                 .await?;
                 let sightings: i64 = row.try_get("sightings")?;
                 Ok(((sightings as u32, row.try_get("first_seen")?), Vec::new()))
@@ -145,19 +145,19 @@ impl Store {
     ) -> Result<(), StoreError> {
         let (namespace, class_name) = (namespace.to_string(), class_name.to_string());
         let still_orphaned = still_orphaned.to_vec();
-        self.commit(move |conn| {
+        self.commit(move |session| {
             Box::pin(async move {
                 let ids: Vec<String> = sqlx::query_scalar(
                     "SELECT provider_id FROM orphan_sightings WHERE namespace = ? AND class_name = ?",
                 )
                 .bind(&namespace)
                 .bind(&class_name)
-                .fetch_all(&mut *conn)
+                .fetch_all(&mut session.conn)
                 .await?;
                 for id in ids.iter().filter(|id| !still_orphaned.contains(id)) {
                     sqlx::query("DELETE FROM orphan_sightings WHERE provider_id = ?")
                         .bind(id)
-                        .execute(&mut *conn)
+                        .execute(&mut session.conn)
                         .await?;
                 }
                 Ok(((), Vec::new()))

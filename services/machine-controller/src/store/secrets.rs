@@ -37,7 +37,7 @@ impl Store {
     /// a read answers does not change.
     pub async fn reseal(&self, uid: &str, old: &Sealed, new: &Sealed) -> Result<bool, StoreError> {
         let (uid, old, new) = (uid.to_string(), old.clone(), new.clone());
-        self.commit(move |conn| {
+        self.commit_one_statement(move |session| {
             Box::pin(async move {
                 let done = sqlx::query(
                     "UPDATE objects SET sealed = ?, key_id = ? \
@@ -48,8 +48,10 @@ impl Store {
                 .bind(&uid)
                 .bind(&old.bytes)
                 .bind(&old.key_id)
-                .execute(&mut *conn)
+                .execute(&mut session.conn)
                 .await?;
+                // The writer follows rows by what it writes through them; this one it did not.
+                session.forget_rows();
                 Ok((done.rows_affected() == 1, Vec::new()))
             })
         })

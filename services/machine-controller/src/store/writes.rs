@@ -6,12 +6,12 @@
 use domain::Status;
 use domain::resources::{API_VERSION, Kind};
 use serde_json::{Value, json};
-use sqlx::SqliteConnection;
 
 use service_kit::watch::EventType;
 
+use super::commit::Session;
 use super::feed::Change;
-use super::rows::{decode, remove_row, write_row};
+use super::rows::{remove_row, write_row};
 use super::{Sealed, Store, StoreError, Stored, now};
 
 /// What a write did.
@@ -47,9 +47,9 @@ impl Store {
         sealed: Option<Sealed>,
     ) -> Result<Stored, StoreError> {
         let namespace = namespace.to_string();
-        self.commit(move |conn| {
+        self.commit_one_statement(move |session| {
             Box::pin(async move {
-                let stored = create_in(conn, kind, &namespace, body, sealed).await?;
+                let stored = create_in(session, kind, &namespace, body, sealed).await?;
                 let change = change(EventType::Added, &stored, &namespace, false, None);
                 Ok((stored, vec![change]))
             })
@@ -75,9 +75,9 @@ impl Store {
         F: FnOnce(&mut Value, &mut Option<Sealed>) -> Result<(), Status> + Send + 'static,
     {
         let target = Target::new(kind, namespace, name, expect_uid, precondition);
-        self.commit(move |conn| {
+        self.commit_one_statement(move |session| {
             Box::pin(async move {
-                let (written, change) = update_in(conn, &target, Box::new(edit)).await?;
+                let (written, change) = update_in(session, &target, Box::new(edit)).await?;
                 Ok((written, change.into_iter().collect()))
             })
         })
@@ -157,9 +157,10 @@ fn change(
     }
 }
 
-/// [`Store::create`]'s work on the writing connection.
+/// [`Store::create`]'s work on the writing connection: one statement, the insert, which the
+/// table's key refuses when the name is taken.
 async fn create_in(
-    conn: &mut SqliteConnection,
+    session: &mut Session,
     kind: Kind,
     namespace: &str,
     mut body: Value,
@@ -169,21 +170,18 @@ async fn create_in(
         .as_str()
         .unwrap_or_default()
         .to_string();
-    let taken: Option<i64> =
-        sqlx::query_scalar("SELECT 1 FROM objects WHERE kind = ? AND namespace = ? AND name = ?")
-            .bind(kind.as_str())
-            .bind(namespace)
-            .bind(&name)
-            .fetch_optional(&mut *conn)
-            .await?;
-    if taken.is_some() {
-        return Err(StoreError::Exists {
-            kind,
-            namespace: namespace.into(),
-            name,
-        });
+    let exists = || StoreError::Exists {
+        kind,
+        namespace: namespace.into(),
+        name: name.clone(),
+    };
+    if session
+        .remembered(kind, namespace, &name)
+        .is_some_and(|row| row.is_some())
+    {
+        return Err(exists());
     }
-    let version = next_version(conn, namespace).await?;
+    let version = session.next_version(namespace);
     body["apiVersion"] = json!(API_VERSION);
     body["kind"] = json!(kind.as_str());
     let meta = &mut body["metadata"];
@@ -198,19 +196,38 @@ async fn create_in(
     if let Some(m) = meta.as_object_mut() {
         m.remove("deletionTimestamp");
     }
-    write_row(conn, kind, namespace, &body, version, sealed.as_ref(), true).await?;
-    Ok(Stored {
+    let inserted = write_row(
+        &mut session.conn,
+        kind,
+        namespace,
+        &body,
+        version,
+        sealed.as_ref(),
+        true,
+    )
+    .await;
+    match inserted {
+        Err(StoreError::Db(sqlx::Error::Database(e)))
+            if e.is_unique_violation() && !e.message().contains("objects.uid") =>
+        {
+            return Err(exists());
+        }
+        other => other?,
+    }
+    let stored = Stored {
         kind,
         body,
         resource_version: version,
         sealed,
-    })
+    };
+    session.stage(kind, namespace, &name, Some(stored.clone()));
+    Ok(stored)
 }
 
 /// [`Store::update`]'s work on the writing connection: the object as written and the change to
 /// publish (none when the edit changed nothing).
 pub(super) async fn update_in(
-    conn: &mut SqliteConnection,
+    session: &mut Session,
     target: &Target,
     edit: Edit,
 ) -> Result<(Written, Option<Change>), StoreError> {
@@ -222,24 +239,14 @@ pub(super) async fn update_in(
         precondition,
     } = target;
     let kind = *kind;
-    let row = sqlx::query(
-        "SELECT kind, body, resource_version, sealed, key_id FROM objects \
-         WHERE kind = ? AND namespace = ? AND name = ?",
-    )
-    .bind(kind.as_str())
-    .bind(namespace)
-    .bind(name)
-    .fetch_optional(&mut *conn)
-    .await?;
     let not_found = || StoreError::NotFound {
         kind,
         namespace: namespace.clone(),
         name: name.clone(),
     };
-    let current = row
-        .as_ref()
-        .map(decode)
-        .transpose()?
+    let current = session
+        .current(kind, namespace, name)
+        .await?
         .ok_or_else(not_found)?;
     if expect_uid
         .as_deref()
@@ -280,7 +287,7 @@ pub(super) async fn update_in(
         let generation = current.body["metadata"]["generation"].as_i64().unwrap_or(1);
         body["metadata"]["generation"] = json!(generation + 1);
     }
-    let version = next_version(conn, namespace).await?;
+    let version = session.next_version(namespace);
     body["metadata"]["resourceVersion"] = json!(version.to_string());
     let deleting = body["metadata"].get("deletionTimestamp").is_some();
     let held = body["metadata"]["finalizers"]
@@ -293,12 +300,13 @@ pub(super) async fn update_in(
         sealed,
     };
     if deleting && !held {
-        remove_row(conn, kind, namespace, name).await?;
+        remove_row(&mut session.conn, kind, namespace, name).await?;
+        session.stage(kind, namespace, name, None);
         let change = change(EventType::Deleted, &stored, namespace, false, None);
         return Ok((Written::Removed(stored), Some(change)));
     }
     write_row(
-        conn,
+        &mut session.conn,
         kind,
         namespace,
         &stored.body,
@@ -307,6 +315,7 @@ pub(super) async fn update_in(
         false,
     )
     .await?;
+    session.stage(kind, namespace, name, Some(stored.clone()));
     let previous_labels = &current.body["metadata"]["labels"];
     let relabelled =
         (*previous_labels != stored.body["metadata"]["labels"]).then(|| previous_labels.clone());
@@ -348,19 +357,4 @@ fn spec_of(kind: Kind, body: &Value) -> Value {
             rest
         }
     }
-}
-
-/// The next resourceVersion of `namespace`'s own sequence, which starts above the store's floor
-/// (every version issued before namespaces had sequences of their own): one sequence for all let
-/// a tenant learn from its own versions how much the others wrote.
-async fn next_version(conn: &mut SqliteConnection, namespace: &str) -> Result<u64, StoreError> {
-    let v: i64 = sqlx::query_scalar(
-        "INSERT INTO namespace_versions (namespace, version) \
-         VALUES (?, (SELECT value FROM controller_meta WHERE key = 'resource_version') + 1) \
-         ON CONFLICT (namespace) DO UPDATE SET version = version + 1 RETURNING version",
-    )
-    .bind(namespace)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(v as u64)
 }
