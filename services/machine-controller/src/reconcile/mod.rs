@@ -166,14 +166,15 @@ impl Controller {
             .await;
     }
 
-    /// Runs the reconcilers until the process ends.
+    /// Runs the reconcilers until the process ends. Its tasks end with it: dropped (a test's
+    /// abort), it leaves nothing running that holds the store.
     pub async fn run(self: Arc<Self>) {
         let mut changes = self.writer.store.feed().subscribe_now();
         self.resync().await;
-        let mut workers = Vec::new();
+        let mut tasks = tokio::task::JoinSet::new();
         for _ in 0..self.settings.workers.max(1) {
             let me = self.clone();
-            workers.push(tokio::spawn(async move {
+            tasks.spawn(async move {
                 loop {
                     let key = me.queue.take().await;
                     let again = me.reconcile(&key).await;
@@ -182,28 +183,24 @@ impl Controller {
                         me.queue.add_after(key, delay);
                     }
                 }
-            }));
+            });
         }
-        let orphans = {
-            let me = self.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(me.settings.orphan_interval).await;
-                    if let Err(e) = orphans::collect(&me).await {
-                        tracing::warn!(error = %e, "orphans: the collection failed");
-                    }
+        let me = self.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::time::sleep(me.settings.orphan_interval).await;
+                if let Err(e) = orphans::collect(&me).await {
+                    tracing::warn!(error = %e, "orphans: the collection failed");
                 }
-            })
-        };
-        let resync = {
-            let me = self.clone();
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(me.settings.resync).await;
-                    me.resync().await;
-                }
-            })
-        };
+            }
+        });
+        let me = self.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::time::sleep(me.settings.resync).await;
+                me.resync().await;
+            }
+        });
         loop {
             match changes.recv().await {
                 Ok(change) => self.queue_change(&change).await,
@@ -211,11 +208,7 @@ impl Controller {
                 Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
             }
         }
-        resync.abort();
-        orphans.abort();
-        for w in workers {
-            w.abort();
-        }
+        tasks.abort_all();
     }
 
     /// Queues every machine, set and deployment; counts the machines for `/metrics`.

@@ -27,15 +27,16 @@
 //! order. Reads do not come here: they use the pool's other connections and see what is
 //! committed.
 //!
-//! This holds while this process is the database's only writer: the controller runs as one replica
-//! (one StatefulSet pod; `berth up` locks its data directory).
+//! This holds while this writer is the database's only one: the controller runs as one replica (one
+//! StatefulSet pod), and the store takes a lock beside the database (`open`) that a second writer,
+//! in this process or another, waits for or is refused by.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use futures::FutureExt as _;
 use futures::future::BoxFuture;
-use sqlx::SqliteConnection;
+use sqlx::{Connection as _, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use service_kit::watch::Feed;
@@ -76,6 +77,9 @@ pub(super) struct Session {
     floor: u64,
     /// The namespaces whose sequence this batch moved.
     moved: BTreeSet<String>,
+    /// Set when a write failed in a way that may have ended the batch's transaction (see
+    /// [`ends_transaction`]): the batch runs nothing more and is undone whole.
+    broken: Option<Arc<StoreError>>,
 }
 
 impl Session {
@@ -184,6 +188,18 @@ impl Session {
         self.moved.clear();
     }
 
+    /// Marks the batch as one to undo whole, for `e`; the error its writes are answered with.
+    fn break_batch(&mut self, e: StoreError) -> StoreError {
+        let shared = Arc::new(e);
+        self.broken = Some(shared.clone());
+        StoreError::Batch(shared)
+    }
+
+    /// Undoes the write in progress back to its savepoint; false when that failed.
+    async fn roll_back_write(&mut self) -> bool {
+        self.run("ROLLBACK TO write").await.is_ok() && self.run("RELEASE write").await.is_ok()
+    }
+
     async fn run(&mut self, sql: &'static str) -> Result<(), StoreError> {
         sqlx::query(sql).execute(&mut self.conn).await?;
         Ok(())
@@ -209,10 +225,12 @@ pub(super) struct Ran {
 /// The sending end of the writer's queue.
 pub(super) type Jobs = mpsc::Sender<Box<dyn Job>>;
 
-/// Starts the writer on `conn`, its sequences where `versions` (by namespace) and `floor` say; it
-/// ends when every [`Store`] clone is gone.
+/// Starts the writer on `conn`, its sequences where `versions` (by namespace) and `floor` say,
+/// holding `lock` (the database's writer lock) while it runs; it ends when every [`Store`] clone is
+/// gone and the writes queued before are done.
 pub(super) fn spawn(
     conn: SqliteConnection,
+    lock: std::fs::File,
     versions: HashMap<String, u64>,
     floor: u64,
     feed: Arc<Feed<Kind>>,
@@ -226,13 +244,18 @@ pub(super) fn spawn(
         versions,
         floor,
         moved: BTreeSet::new(),
+        broken: None,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     std::thread::Builder::new()
         .name("store-writer".into())
-        .spawn(move || runtime.block_on(write_loop(session, queue, feed)))?;
+        .spawn(move || {
+            runtime.block_on(write_loop(session, queue, feed));
+            // Only once the connection is closed may another writer start.
+            drop(lock);
+        })?;
     Ok(jobs)
 }
 
@@ -252,12 +275,25 @@ async fn write_loop(
             continue;
         }
         let mut ran = Vec::with_capacity(batch.len());
-        for job in batch.drain(..) {
+        let mut jobs = batch.drain(..);
+        for job in jobs.by_ref() {
             ran.push(job.run(&mut session).await);
+            if session.broken.is_some() {
+                break;
+            }
         }
-        let committed = match session.store_versions().await {
-            Ok(()) => session.run("COMMIT").await,
-            Err(e) => Err(e),
+        let unrun: Vec<_> = jobs.collect();
+        let committed = match session.broken.take() {
+            Some(e) => {
+                for job in unrun {
+                    job.refuse(e.clone());
+                }
+                Err(e)
+            }
+            None => match session.store_versions().await {
+                Ok(()) => session.run("COMMIT").await.map_err(Arc::new),
+                Err(e) => Err(Arc::new(e)),
+            },
         };
         match committed {
             Ok(()) => {
@@ -273,13 +309,41 @@ async fn write_loop(
                 // Whatever is left of the transaction goes; an error here means none is left.
                 let _ = session.run("ROLLBACK").await;
                 session.undone();
-                let e = Arc::new(e);
                 tracing::warn!(error = %e, writes = ran.len(), "a batch of writes did not commit");
                 for r in ran {
                     (r.answer)(Err(e.clone()));
                 }
             }
         }
+    }
+    // Closed before the writer lock goes (`spawn`), so the next writer never overlaps this one.
+    let _ = session.conn.close().await;
+}
+
+/// Whether a write's failure may have ended the batch's whole transaction, not only its own
+/// statement. SQLite may roll a transaction back by itself on a full disk, an I/O error, running
+/// out of memory or a busy lock; after that, later statements would each commit on their own and
+/// the batch's `COMMIT` would fail, so writes that landed would be answered as failed and the
+/// writer's memory would no longer be what the database holds. A failure of the connection itself
+/// counts too. What cannot end it: a constraint, a refusal, a missing object, a stale version.
+fn ends_transaction(e: &StoreError) -> bool {
+    match e {
+        StoreError::Busy(_) | StoreError::WriterGone => true,
+        StoreError::Db(sqlx::Error::Database(db)) => {
+            let primary = db
+                .code()
+                .and_then(|c| c.parse::<u32>().ok())
+                .map(|c| c & 0xff);
+            // SQLITE_NOMEM, SQLITE_INTERRUPT, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL; unknown.
+            primary.is_none_or(|c| matches!(c, 7 | 9 | 10 | 11 | 13))
+        }
+        StoreError::Db(_) => true,
+        StoreError::Batch(inner) => ends_transaction(inner),
+        StoreError::Refused(_)
+        | StoreError::NotFound { .. }
+        | StoreError::Exists { .. }
+        | StoreError::Conflict { .. }
+        | StoreError::Corrupt { .. } => false,
     }
 }
 
@@ -303,40 +367,7 @@ where
             reply,
         } = *self;
         Box::pin(async move {
-            let mark = session.staged.len();
-            let done = match savepoint {
-                true => session.run("SAVEPOINT write").await,
-                false => Ok(()),
-            };
-            let done = match done {
-                Ok(()) => {
-                    // A panic in a write (an edit closure's) must not end the writer, which every
-                    // later write waits on: it fails that write alone.
-                    let outcome = std::panic::AssertUnwindSafe(work(session))
-                        .catch_unwind()
-                        .await
-                        .unwrap_or_else(|_| {
-                            Err(StoreError::Corrupt {
-                                what: "a write".into(),
-                                why: "it panicked; it was undone".into(),
-                            })
-                        });
-                    match (outcome, savepoint) {
-                        (Ok(done), true) => session.run("RELEASE write").await.map(|()| done),
-                        (Ok(done), false) => Ok(done),
-                        (Err(e), with_savepoint) => {
-                            session.staged.truncate(mark);
-                            if with_savepoint {
-                                // Undone alone; a failure to undo it fails the batch at COMMIT.
-                                let _ = session.run("ROLLBACK TO write").await;
-                                let _ = session.run("RELEASE write").await;
-                            }
-                            Err(e)
-                        }
-                    }
-                }
-                Err(e) => Err(e),
-            };
+            let done = run_write(session, work, savepoint).await;
             match done {
                 Ok((value, changes)) => Ran {
                     changes,
@@ -359,6 +390,53 @@ where
     fn refuse(self: Box<Self>, error: Arc<StoreError>) {
         let _ = self.reply.send(Err(StoreError::Batch(error)));
     }
+}
+
+/// Runs one write; a write that fails is undone alone when it can be, else with its whole batch
+/// (`session.broken`).
+async fn run_write<T, F>(session: &mut Session, work: F, savepoint: bool) -> Work<T>
+where
+    F: for<'c> FnOnce(&'c mut Session) -> BoxFuture<'c, Work<T>>,
+{
+    let mark = session.staged.len();
+    if savepoint && let Err(e) = session.run("SAVEPOINT write").await {
+        return Err(session.break_batch(e));
+    }
+    // A panic in a write (an edit closure's) must not end the writer, which every later write
+    // waits on.
+    let outcome = std::panic::AssertUnwindSafe(work(session))
+        .catch_unwind()
+        .await;
+    let failure = match outcome {
+        Ok(Ok(done)) if !savepoint => return Ok(done),
+        Ok(Ok(done)) => {
+            return match session.run("RELEASE write").await {
+                Ok(()) => Ok(done),
+                Err(e) => Err(session.break_batch(e)),
+            };
+        }
+        Ok(Err(e)) => e,
+        Err(_) => {
+            session.staged.truncate(mark);
+            let e = StoreError::Corrupt {
+                what: "a write".into(),
+                why: "it panicked; it was undone".into(),
+            };
+            // Without a savepoint its statement may have run: only undoing the batch undoes it.
+            return Err(if savepoint && session.roll_back_write().await {
+                e
+            } else {
+                session.break_batch(e)
+            });
+        }
+    };
+    session.staged.truncate(mark);
+    // A one-statement write that failed was undone by SQLite, unless the failure took the
+    // transaction with it.
+    if ends_transaction(&failure) || (savepoint && !session.roll_back_write().await) {
+        return Err(session.break_batch(failure));
+    }
+    Err(failure)
 }
 
 impl Store {

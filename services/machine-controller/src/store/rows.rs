@@ -87,7 +87,7 @@ pub(super) async fn write_row(
     version: u64,
     sealed: Option<&Sealed>,
     insert: bool,
-) -> Result<(), StoreError> {
+) -> Result<u64, StoreError> {
     let name = body["metadata"]["name"].as_str().unwrap_or_default();
     let uid = body["metadata"]["uid"].as_str().unwrap_or_default();
     let owner = controlling_owner(body);
@@ -98,7 +98,7 @@ pub(super) async fn write_row(
         "UPDATE objects SET body = ?, resource_version = ?, sealed = ?, key_id = ?, owner_uid = ? \
          WHERE uid = ? AND kind = ? AND namespace = ? AND name = ?"
     };
-    sqlx::query(sql)
+    let done = sqlx::query(sql)
         .bind(body.to_string())
         .bind(version as i64)
         .bind(sealed.map(|s| s.bytes.clone()))
@@ -110,7 +110,7 @@ pub(super) async fn write_row(
         .bind(name)
         .execute(&mut *conn)
         .await?;
-    Ok(())
+    Ok(done.rows_affected())
 }
 
 pub(super) async fn remove_row(

@@ -2,6 +2,8 @@
 //! (a writer that has read nothing), after a refused or panicking edit, and after a reseal it did
 //! not write through `update`.
 
+use std::time::Duration;
+
 use domain::Status;
 use domain::resources::Kind;
 use serde_json::json;
@@ -123,4 +125,127 @@ async fn an_edit_after_a_reseal_keeps_the_new_sealing() {
         .unwrap();
     assert_eq!(read.sealed, Some(new));
     assert_eq!(read.body["metadata"]["labels"]["rotated"], "yes");
+}
+
+/// Queues a write that holds the writer for `hold` (after telling the test it started), so the
+/// writes queued meanwhile share the next batch; it first runs `pragma` on the writing connection,
+/// with `{pages}` replaced by the database's size in pages (a "disk" as full as it is now).
+async fn hold_writer(store: &Store, hold: Duration, pragma: Option<&'static str>) {
+    let (started, running) = tokio::sync::oneshot::channel::<()>();
+    let store = store.clone();
+    tokio::spawn(async move {
+        store
+            .commit(move |session| {
+                Box::pin(async move {
+                    if let Some(pragma) = pragma {
+                        let pages: i64 = sqlx::query_scalar("PRAGMA page_count")
+                            .fetch_one(&mut session.conn)
+                            .await?;
+                        let pragma = pragma.replace("{pages}", &pages.to_string());
+                        sqlx::query(sqlx::AssertSqlSafe(pragma))
+                            .execute(&mut session.conn)
+                            .await?;
+                    }
+                    let _ = started.send(());
+                    tokio::time::sleep(hold).await;
+                    Ok(((), Vec::new()))
+                })
+            })
+            .await
+            .expect("the holding write");
+    });
+    running.await.expect("the holding write started");
+}
+
+/// SQLite may roll a whole transaction back on a full disk. The batch that met it is undone whole
+/// and every write in it answered as failed, none published; the writer's memory still matches
+/// the database, so once there is room again the object is edited, not re-made.
+#[tokio::test]
+async fn a_full_disk_undoes_the_whole_batch_and_the_writer_still_knows_what_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir).await;
+    store
+        .create(Kind::Machine, "ns", machine("kept"), None)
+        .await
+        .unwrap();
+    let mut feed = store.feed().subscribe_now();
+    hold_writer(
+        &store,
+        Duration::from_millis(300),
+        Some("PRAGMA max_page_count = {pages}"),
+    )
+    .await;
+    let mut big = machine("big");
+    big["spec"]["blob"] = json!("x".repeat(200_000));
+    let (created, deleted) = tokio::join!(
+        store.create(Kind::Machine, "ns", big, None),
+        store.delete(Kind::Machine, "ns", "kept", None, None),
+    );
+    assert!(created.is_err(), "{created:?}");
+    assert!(matches!(deleted, Err(StoreError::Batch(_))), "{deleted:?}");
+    let kept = store.get(Kind::Machine, "ns", "kept").await.unwrap();
+    assert!(
+        kept.is_some(),
+        "a write answered as failed must not have happened"
+    );
+    assert!(
+        feed.try_recv().is_err(),
+        "nothing of the batch is published"
+    );
+    hold_writer(
+        &store,
+        Duration::ZERO,
+        Some("PRAGMA max_page_count = 1073741823"),
+    )
+    .await;
+    let again = store
+        .create(Kind::Machine, "ns", machine("kept"), None)
+        .await;
+    assert!(matches!(again, Err(StoreError::Exists { .. })), "{again:?}");
+    let edited = store
+        .update(Kind::Machine, "ns", "kept", None, None, |body, _| {
+            body["metadata"]["labels"] = json!({"after": "full"});
+            Ok(())
+        })
+        .await
+        .unwrap();
+    let read = store
+        .get(Kind::Machine, "ns", "kept")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(read.body, edited.object().body);
+}
+
+/// A store dropped while writes are queued finishes them; a store opened meanwhile on the same
+/// database waits for that writer to end, so no resourceVersion is handed out twice.
+#[tokio::test]
+async fn a_store_opened_again_waits_for_the_last_writer_so_versions_never_repeat() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = open(&dir).await;
+    old.create(Kind::Machine, "ns", machine("first"), None)
+        .await
+        .unwrap();
+    hold_writer(&old, Duration::from_millis(500), None).await;
+    let queued = {
+        let old = old.clone();
+        tokio::spawn(async move {
+            old.create(Kind::Machine, "ns", machine("queued"), None)
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Its caller gone, the write still stands.
+    queued.abort();
+    drop(old);
+    let new = open(&dir).await;
+    new.create(Kind::Machine, "ns", machine("after"), None)
+        .await
+        .unwrap();
+    let (machines, _) = new.list(Kind::Machine, Some("ns")).await.unwrap();
+    let mut versions: Vec<u64> = machines.iter().map(|m| m.resource_version).collect();
+    assert_eq!(machines.len(), 3, "{machines:?}");
+    versions.sort();
+    versions.dedup();
+    assert_eq!(versions.len(), 3, "a resourceVersion repeats: {machines:?}");
 }

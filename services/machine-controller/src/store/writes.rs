@@ -212,7 +212,9 @@ async fn create_in(
         {
             return Err(exists());
         }
-        other => other?,
+        other => {
+            other?;
+        }
     }
     let stored = Stored {
         kind,
@@ -305,7 +307,7 @@ pub(super) async fn update_in(
         let change = change(EventType::Deleted, &stored, namespace, false, None);
         return Ok((Written::Removed(stored), Some(change)));
     }
-    write_row(
+    let updated = write_row(
         &mut session.conn,
         kind,
         namespace,
@@ -315,6 +317,16 @@ pub(super) async fn update_in(
         false,
     )
     .await?;
+    if updated != 1 {
+        // The writer's memory of the row was not what the database holds. It cannot be, while
+        // this process is the only writer; if it ever is, it is forgotten, and the edit retried
+        // starts from the row as stored.
+        session.forget_rows();
+        return Err(StoreError::Corrupt {
+            what: format!("{kind} {name:?} in namespace {namespace:?}"),
+            why: "its row was not as the store's writer knew it; retry".into(),
+        });
+    }
     session.stage(kind, namespace, name, Some(stored.clone()));
     let previous_labels = &current.body["metadata"]["labels"];
     let relabelled =

@@ -70,7 +70,7 @@ async fn a_watch_streams_changes_after_the_lists_version() {
 
 #[tokio::test]
 async fn a_version_older_than_the_feed_is_gone() {
-    let app = spawn_app(quick()).await;
+    let mut app = spawn_app(quick()).await;
     for n in 0..3 {
         app.post(
             "secrets",
@@ -78,9 +78,11 @@ async fn a_version_older_than_the_feed_is_gone() {
         )
         .await;
     }
-    // A second controller on the same database starts its feed at the current version.
-    let (second, _reconcilers) =
-        spawn_controller(app.dir.path(), "http://127.0.0.1:9", quick()).await;
+    // The controller restarted on the same database starts its feed at the current version. (One
+    // controller per database: the second waits for the first's writer to end.)
+    let dir = std::mem::replace(&mut app.dir, tempfile::tempdir().unwrap());
+    drop(app);
+    let (second, _reconcilers) = spawn_controller(dir.path(), "http://127.0.0.1:9", quick()).await;
     let response = reqwest::get(format!(
         "{}/v1/namespaces/{NS}/secrets?watch=true&resourceVersion=1",
         second.url
