@@ -345,8 +345,9 @@ pub struct Application {
     pub router: Router,
     /// The bound listener.
     pub listener: TcpListener,
-    /// Work that runs beside the server (reconcilers, refreshers); aborted when serving ends.
-    pub background: Vec<tokio::task::JoinHandle<()>>,
+    /// Work that runs beside the server (reconcilers, refreshers); aborted when serving ends, or
+    /// when the application is dropped unserved.
+    pub background: Background,
     /// Serves in place of [`serve`] when set.
     pub engine: Option<Engine>,
     /// How long [`serve`] lets a connection take to send a request head (`BERTH_IDLE_TIMEOUT`).
@@ -362,7 +363,7 @@ impl Application {
         Application {
             router,
             listener,
-            background: Vec::new(),
+            background: Background::default(),
             engine: None,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_connections: None,
@@ -397,10 +398,29 @@ impl Application {
                 serve_limited(self.router, self.listener, shutdown, limits).await
             }
         };
-        for task in self.background {
+        drop(self.background);
+        result
+    }
+}
+
+/// Tasks that run beside a server and end with it: each is aborted when this is dropped. (A
+/// `JoinHandle` dropped only detaches its task, which would then keep what it holds, such as a
+/// store whose writer must end before the database is opened again.)
+#[derive(Debug, Default)]
+pub struct Background(Vec<tokio::task::JoinHandle<()>>);
+
+impl Background {
+    /// Adds a task.
+    pub fn push(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.0.push(task);
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        for task in &self.0 {
             task.abort();
         }
-        result
     }
 }
 
