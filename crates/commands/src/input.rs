@@ -37,13 +37,94 @@ pub fn read_structured(path: &Path) -> Result<Vec<serde_json::Value>, CliError> 
 pub fn parse_structured(source: &str, text: &str) -> Result<Vec<serde_json::Value>, CliError> {
     let mut docs = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = <serde_json::Value as serde::Deserialize>::deserialize(doc)
+        let Document(value) = <Document as serde::Deserialize>::deserialize(doc)
             .map_err(|e| CliError::Usage(format!("{source}: not YAML or JSON: {e}")))?;
         if !value.is_null() {
             docs.push(value);
         }
     }
     Ok(docs)
+}
+
+/// A document's value, read as `serde_json::Value` reads one except that a mapping with the same
+/// key twice is refused, as kubectl refuses it: the last one silently winning hides a typo, or
+/// a field pasted twice with two values.
+struct Document(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Document {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(DocumentVisitor).map(Document)
+    }
+}
+
+struct DocumentVisitor;
+
+impl<'de> serde::de::Visitor<'de> for DocumentVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a YAML or JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        // As serde_json reads one: a number JSON cannot hold (NaN, infinities) is null.
+        Ok(serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, Into::into))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        <Document as serde::Deserialize>::deserialize(d).map(|Document(v)| v)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Document(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(items.into())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let Document(value) = map.next_value()?;
+            if fields.contains_key(&key) {
+                // The key is the caller's field name, not a value: naming it says what to fix.
+                return Err(serde::de::Error::custom(format!(
+                    "the key {key:?} appears twice in one mapping"
+                )));
+            }
+            fields.insert(key, value);
+        }
+        Ok(fields.into())
+    }
 }
 
 /// Decodes one document; the error names what it should have been and the field, never a value.
@@ -72,6 +153,36 @@ pub fn decode<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_twice_in_one_mapping_is_refused_and_named() {
+        for text in [
+            "kind: Machine\nkind: MachineSet\n",
+            "spec:\n  replicas: 1\n  replicas: 3\n",
+            r#"{"metadata": {"name": "a", "name": "b"}}"#,
+        ] {
+            let Err(CliError::Usage(e)) = parse_structured("f.yaml", text) else {
+                panic!("{text}: not refused as a usage error");
+            };
+            assert!(e.contains("appears twice"), "{text}: {e}");
+            assert!(
+                !e.contains("MachineSet") && !e.contains("\"b\""),
+                "no value in: {e}"
+            );
+        }
+        // The same key in two mappings, or in two documents, is no repeat.
+        let docs = parse_structured(
+            "f.yaml",
+            "a: {name: x, n: 1.5, on: true, none: ~, list: [1, -2]}\nb: {name: y}\n---\na: 2\n",
+        )
+        .unwrap();
+        assert_eq!(docs.len(), 2);
+        assert_eq!(
+            docs[0],
+            serde_json::json!({"a": {"name": "x", "n": 1.5, "on": true, "none": null, "list": [1, -2]}, "b": {"name": "y"}})
+        );
+        assert_eq!(docs[1], serde_json::json!({"a": 2}));
+    }
 
     #[test]
     fn a_namespace_in_the_name_and_a_different_flag_are_refused() {
