@@ -44,7 +44,7 @@ use service_kit::watch::Feed;
 use domain::resources::Kind;
 
 use super::feed::Change;
-use super::rows::decode;
+use super::rows::fetch_object;
 use super::{Store, StoreError, Stored};
 
 /// The most writes one transaction carries: enough that a burst shares few fsyncs, few enough
@@ -94,16 +94,7 @@ impl Session {
             return Ok(row.cloned());
         }
         let key = (kind, namespace.to_string(), name.to_string());
-        let row = sqlx::query(
-            "SELECT kind, body, resource_version, sealed, key_id FROM objects \
-             WHERE kind = ? AND namespace = ? AND name = ?",
-        )
-        .bind(kind.as_str())
-        .bind(namespace)
-        .bind(name)
-        .fetch_optional(&mut self.conn)
-        .await?;
-        let row = row.as_ref().map(decode).transpose()?;
+        let row = fetch_object(&mut self.conn, kind, namespace, name).await?;
         // Read inside the batch, so possibly this batch's: staged, known only once committed.
         self.staged.push((key, row.clone()));
         Ok(row)

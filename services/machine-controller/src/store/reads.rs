@@ -4,7 +4,7 @@
 use domain::resources::Kind;
 use sqlx::SqliteTransaction;
 
-use super::rows::decode;
+use super::rows::{decode, fetch_object};
 use super::{Store, StoreError, Stored};
 
 impl Store {
@@ -15,16 +15,7 @@ impl Store {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Stored>, StoreError> {
-        let row = sqlx::query(
-            "SELECT kind, body, resource_version, sealed, key_id FROM objects \
-             WHERE kind = ? AND namespace = ? AND name = ?",
-        )
-        .bind(kind.as_str())
-        .bind(namespace)
-        .bind(name)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.as_ref().map(decode).transpose()
+        fetch_object(&self.pool, kind, namespace, name).await
     }
 
     /// Every object of `kind` in `namespace` (every namespace when `None`), by namespace and name,

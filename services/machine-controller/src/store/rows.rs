@@ -128,6 +128,26 @@ pub(super) async fn remove_row(
     Ok(())
 }
 
+/// The object at `(kind, namespace, name)` as `executor` sees it: the pool's committed state for a
+/// read, the batch's own for the writer.
+pub(super) async fn fetch_object<'e>(
+    executor: impl sqlx::SqliteExecutor<'e>,
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Stored>, StoreError> {
+    let row = sqlx::query(
+        "SELECT kind, body, resource_version, sealed, key_id FROM objects \
+         WHERE kind = ? AND namespace = ? AND name = ?",
+    )
+    .bind(kind.as_str())
+    .bind(namespace)
+    .bind(name)
+    .fetch_optional(executor)
+    .await?;
+    row.as_ref().map(decode).transpose()
+}
+
 pub(super) fn decode(row: &SqliteRow) -> Result<Stored, StoreError> {
     let kind_text: String = row.try_get("kind")?;
     let kind = Kind::parse(&kind_text).ok_or_else(|| StoreError::Corrupt {
