@@ -59,7 +59,7 @@ fn refused(tokens: &ContinueTokens, token: &str, list: &str) {
     assert_eq!(e.code, Code::InvalidArgument);
     assert_eq!(
         e.message,
-        "continue: is not a token this service issued; start again without it"
+        "query parameter continue: is not a token this service issued; start again without it"
     );
 }
 
@@ -83,7 +83,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(e.code, Code::InvalidArgument);
     assert!(
         e.message
-            .starts_with("continue: was issued for another list"),
+            .starts_with("query parameter continue: was issued for another list"),
         "{}",
         e.message
     );

@@ -1,7 +1,8 @@
-//! Label selectors (`domain::selector`): any text parses or is refused naming `labelSelector`,
-//! never a panic. A parsed selector prints in a form that parses back to the same requirements and
-//! is a fixed point; matching any label set never panics and agrees with the requirements' meaning
-//! in Kubernetes, evaluated here independently (and the empty selector matches everything).
+//! Label selectors (`domain::selector`): any text parses or is refused with a message that starts
+//! `query parameter labelSelector: ` and says the rule, never a panic. A parsed selector prints in a
+//! form that parses back to the same requirements and is a fixed point; matching any label set never
+//! panics and agrees with the requirements' meaning in Kubernetes, evaluated here independently (and
+//! the empty selector matches everything).
 #![no_main]
 
 use domain::selector::Requirement;
@@ -70,7 +71,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(s) => s,
         Err(e) => {
             assert_eq!(e.code, Code::InvalidArgument);
-            assert!(e.message.starts_with("labelSelector"), "{}", e.message);
+            assert!(
+                e.message.starts_with("query parameter labelSelector: "),
+                "{}",
+                e.message
+            );
             return;
         }
     };

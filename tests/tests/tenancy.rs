@@ -206,11 +206,15 @@ fn machine_probes() -> Vec<Probe> {
             Some(at("{ns}", "{ns}")),
             Body(200, nothing.clone()),
         ),
+        // Except a create, which names the namespace itself: refused for it, saying no more.
         probe(
             "POST",
             "/v1/machines:create",
             Some(at("{ns}", "{ns}")),
-            Detail(404, missing),
+            Detail(
+                403,
+                "machine.metadata.namespace: the token may not act in namespace \"{ns}\"",
+            ),
         ),
         // In the intruder's own namespace, of the owner's cluster (its class's cluster tag): the
         // owner's VM of that name is another tenant's, so it is missing. Of the intruder's own
@@ -326,7 +330,10 @@ fn machine_probes() -> Vec<Probe> {
             "POST",
             "/v1/machines:create",
             Some(known("{ns}", true)),
-            Detail(404, missing),
+            Detail(
+                403,
+                "machine.metadata.namespace: the token may not act in namespace \"{ns}\"",
+            ),
         ),
         // (Creating the name in the intruder's own cluster is no clash, names being one per
         // cluster: the test does it after the walk, as it makes a VM.)

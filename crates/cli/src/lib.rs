@@ -16,19 +16,78 @@ use clap::{CommandFactory, Parser};
 
 pub use berth_commands::{EXIT_FAILED, EXIT_REFUSED, EXIT_USAGE};
 
-/// Parses `argv` and runs the command.
+/// Parses `argv` and runs the command (`berth get md,ms`: one per kind, in turn, every one parsed
+/// before any runs).
 pub async fn run(argv: impl IntoIterator<Item = OsString>) -> ExitCode {
-    let cli = match args::Cli::try_parse_from(args::options_anywhere(argv)) {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return if e.use_stderr() {
-                ExitCode::from(EXIT_USAGE)
-            } else {
-                ExitCode::SUCCESS
-            };
+    let commands = match args::per_kind(args::options_anywhere(argv)) {
+        Ok(commands) => commands,
+        Err(usage) => {
+            eprintln!("error: {usage}");
+            return ExitCode::from(EXIT_USAGE);
         }
     };
+    if commands.len() == 1 {
+        return run_one(commands.into_iter().next().unwrap_or_default()).await;
+    }
+    let mut parsed = Vec::new();
+    for argv in commands {
+        match args::Cli::try_parse_from(argv) {
+            Ok(cli) => parsed.push(cli),
+            Err(e) => return clap_said(&e),
+        }
+    }
+    let shape = match &parsed[0].command {
+        Command::Get(group) if group.command.watches() => {
+            // As kubectl: one watch follows one kind's stream, and the first would never end.
+            eprintln!("error: --watch follows one kind at a time; give one kind, not several");
+            return ExitCode::from(EXIT_USAGE);
+        }
+        Command::Get(group) => group.format.output(),
+        _ => args::Output::TABLE,
+    };
+    let each = async {
+        for (i, cli) in parsed.into_iter().enumerate() {
+            // Tables stand apart after a blank line, as kubectl's do; names simply follow.
+            if i > 0 && shape.is_table() {
+                let _ = berth_commands::output::write_stdout("\n");
+            }
+            let code = run_parsed(cli).await;
+            if code != ExitCode::SUCCESS {
+                return code;
+            }
+        }
+        ExitCode::SUCCESS
+    };
+    if matches!(
+        shape.shape,
+        args::Shape::Table | args::Shape::Wide | args::Shape::Name
+    ) {
+        each.await
+    } else {
+        berth_commands::output::gather(shape, each).await
+    }
+}
+
+/// What clap said of a command line it refused (or of `--help`), and the exit code.
+fn clap_said(e: &clap::Error) -> ExitCode {
+    let _ = e.print();
+    if e.use_stderr() {
+        ExitCode::from(EXIT_USAGE)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Parses one command line and runs it.
+async fn run_one(argv: Vec<OsString>) -> ExitCode {
+    match args::Cli::try_parse_from(argv) {
+        Ok(cli) => run_parsed(cli).await,
+        Err(e) => clap_said(&e),
+    }
+}
+
+/// Runs a parsed command line.
+async fn run_parsed(cli: args::Cli) -> ExitCode {
     let mut context = HintContext::default();
     let result = match &cli.command {
         Command::Up(up_args) => {

@@ -85,6 +85,51 @@ fn a_machine_deployment_through_the_cli() {
     let one: serde_json::Value =
         serde_json::from_str(&ok(&stack, &["machine", "get", &first[0], "-o", "json"])).unwrap();
     assert_eq!(one["status"]["phase"], "Running", "{one}");
+    // kubectl's forms: KIND/NAME, and several kinds at once.
+    let slashed: serde_json::Value = serde_json::from_str(&ok(
+        &stack,
+        &["get", &format!("machine/{}", first[0]), "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(slashed["metadata"]["uid"], one["metadata"]["uid"]);
+    let both = ok(&stack, &["get", "md,mcc", "-o", "name"]);
+    assert_eq!(
+        both.lines().collect::<Vec<_>>(),
+        ["machinedeployment/workers", "machineclass/demo-class"],
+        "{both}"
+    );
+    let watched = stack.berth(&["get", "md,mcc", "--watch"]);
+    assert_eq!(watched.status.code(), Some(2), "{}", stderr(&watched));
+    assert!(stderr(&watched).contains("one kind at a time"));
+    // Several kinds as JSON: one List, which applies back.
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&stack, &["get", "md,mcc", "-o", "json"])).unwrap();
+    assert_eq!(listed["kind"], "List", "{listed}");
+    let kinds: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["MachineDeployment", "MachineClass"]);
+    // The part after `/` is a name, never an option: the token goes nowhere else.
+    let sneaky = stack.berth(&["get", "md/--server=http://127.0.0.1:9"]);
+    assert_eq!(sneaky.status.code(), Some(2), "{}", stderr(&sneaky));
+    assert!(stderr(&sneaky).contains("does not start with `-`"));
+    // Every kind is checked before any prints.
+    let half = stack.berth(&["get", "md,nosuchkind"]);
+    assert_eq!(half.status.code(), Some(2));
+    assert_eq!(stdout(&half), "", "nothing printed before the refusal");
+    let tables = ok(&stack, &["get", "md,mcc"]);
+    assert_eq!(
+        tables.lines().filter(|l| l.starts_with("NAME")).count(),
+        2,
+        "{tables}"
+    );
+    assert!(
+        tables.contains("\n\nNAME"),
+        "a blank line between: {tables}"
+    );
     assert!(
         one["status"]["providerID"]
             .as_str()
@@ -94,6 +139,38 @@ fn a_machine_deployment_through_the_cli() {
     // The same file again changes nothing.
     let again = ok(&stack, &["apply", "-f", f]);
     assert!(again.lines().all(|l| l.ends_with("unchanged")), "{again}");
+    // With -o, the objects as written: a List of several, which applies back as it is.
+    let written: serde_json::Value =
+        serde_json::from_str(&ok(&stack, &["apply", "-f", f, "-o", "json"])).unwrap();
+    assert_eq!(written["kind"], "List", "{written}");
+    let kinds: Vec<&str> = written["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["kind"].as_str().unwrap())
+        .collect();
+    // A class that exists goes after the deployments it rolls (their strategy first).
+    assert_eq!(kinds, ["Secret", "MachineDeployment", "MachineClass"]);
+    assert!(
+        written["items"][0].get("data").is_none(),
+        "values are never shown"
+    );
+    assert_eq!(
+        ok(&stack, &["apply", "-f", f, "-o", "name"])
+            .lines()
+            .collect::<Vec<_>>(),
+        [
+            "secret/demo-cloud",
+            "machinedeployment/workers",
+            "machineclass/demo-class"
+        ]
+    );
+    let scaled: serde_json::Value = serde_json::from_str(&ok(
+        &stack,
+        &["scale", "md/workers", "--replicas", "2", "-o", "json"],
+    ))
+    .unwrap();
+    assert_eq!(scaled["spec"]["replicas"], 2, "{scaled}");
     // Scale down.
     assert_eq!(
         ok(&stack, &["scale", "md", "workers", "--replicas", "1"]).trim(),
@@ -108,9 +185,14 @@ fn a_machine_deployment_through_the_cli() {
         .replace("ecs.g6.large", "ecs.g6.xlarge");
     std::fs::write(&file, changed).unwrap();
     let applied = ok(&stack, &["apply", "-f", f]);
-    assert!(
-        applied.contains("machineclass/demo-class configured"),
-        "{applied}"
+    assert_eq!(
+        applied.lines().collect::<Vec<_>>(),
+        [
+            "secret/demo-cloud unchanged",
+            "machinedeployment/workers configured",
+            "machineclass/demo-class configured"
+        ],
+        "the deployment (its replicas, its strategy) before the class whose change rolls it"
     );
     ok(
         &stack,
@@ -144,6 +226,42 @@ fn a_machine_deployment_through_the_cli() {
     std::fs::write(&printed_file, printed).unwrap();
     let again = ok(&stack, &["apply", "-f", printed_file.to_str().unwrap()]);
     assert_eq!(again.trim(), "machinedeployment/workers unchanged");
+    // A misspelt field reaches the server, which refuses it by name (apply dropped a misspelt
+    // metadata field, and said "unchanged" of a secret's `stringdata`: a break-it finding).
+    let typo = printed_file.with_file_name("typo.yaml");
+    let printed_secret = ok(&stack, &["get", "secret", "demo-cloud", "-o", "yaml"]);
+    for (file, body, field) in [
+        (
+            "md",
+            ok(&stack, &["get", "md", "workers", "-o", "yaml"]).replacen(
+                "replicas:",
+                "replcas:",
+                1,
+            ),
+            "spec.replcas: not a field it has; did you mean replicas?",
+        ),
+        (
+            "secret",
+            format!("{printed_secret}stringdata:\n  alicloudAccessKeyID: x\n"),
+            "stringdata: not a field it has; did you mean stringData?",
+        ),
+        (
+            "secret metadata",
+            printed_secret.replacen("metadata:\n", "metadata:\n  labells:\n    a: b\n", 1),
+            "metadata.labells: not a field it has",
+        ),
+        (
+            "new secret",
+            printed_secret.replacen("name: demo-cloud", "name: another-cloud", 1)
+                + "stringDatta:\n  alicloudAccessKeyID: x\n",
+            "stringDatta: not a field it has; did you mean stringData?",
+        ),
+    ] {
+        std::fs::write(&typo, body).unwrap();
+        let out = stack.berth(&["apply", "-f", typo.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{file}: {}", stderr(&out));
+        assert!(stderr(&out).contains(field), "{file}: {}", stderr(&out));
+    }
     // Mistakes: a missing object is refused (1), a wrong kind is usage (2).
     assert_eq!(
         stack.berth(&["machine", "get", "absent"]).status.code(),

@@ -223,11 +223,21 @@ pub fn pooled_http_client_for(base_url: &str, timeout: Duration) -> reqwest::Cli
     }
 }
 
+/// How long a pooled connection may sit idle before the client closes it: well below the 30 s after
+/// which Berth's servers close an idle one (`BERTH_IDLE_TIMEOUT`). Kept longer than the server
+/// keeps it, a connection was closed by the server just as the next request went out on it, and
+/// that request failed though nothing was wrong: the machine controller's health checks, 30 s
+/// apart, marked healthy machines Failed "call to … failed" (a break-it finding).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
 fn pooled_builder(timeout: Duration) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(5)))
-        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+        // No Berth service redirects. Following one would send the body (a secret's values, a
+        // cloud key in a driver request) to wherever the answer pointed (a break-it finding).
+        .redirect(reqwest::redirect::Policy::none())
 }
 
 /// The shared client of one service.

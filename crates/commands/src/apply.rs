@@ -22,7 +22,8 @@ use domain::resources::Kind;
 use domain::{Code, Status};
 use serde_json::{Value, json};
 
-use crate::args::ApplyArgs;
+use crate::args::{ApplyArgs, Output};
+use crate::output::{Printable, print};
 use crate::{CliError, Ctx};
 
 /// The fields a Volume document may carry, at each level (what `get volume -o yaml` prints).
@@ -101,8 +102,9 @@ impl Planned {
     }
 }
 
-/// `berth apply -f FILE…`.
-pub async fn apply(ctx: &Ctx, args: &ApplyArgs) -> Result<(), CliError> {
+/// `berth apply -f FILE…`: a line an object (`machineset/pool configured`), or with `-o`, the
+/// objects as written (one, or a `List` of several, which applies back as it is).
+pub async fn apply(ctx: &Ctx, output: Output, args: &ApplyArgs) -> Result<(), CliError> {
     let mut plan = Vec::new();
     for path in &args.files {
         for (n, doc) in read_documents(path)?.into_iter().enumerate() {
@@ -130,10 +132,16 @@ pub async fn apply(ctx: &Ctx, args: &ApplyArgs) -> Result<(), CliError> {
     }
     // Stable: objects of one rank keep the files' order.
     plan.sort_by_key(|(_, p)| p.rank());
+    classes_after_what_they_roll(ctx, &mut plan).await;
+    let mut written = Vec::new();
     for (i, (at, step)) in plan.iter().enumerate() {
         match write(ctx, step).await {
-            Ok(outcome) => println!("{} {outcome}", step.shown()),
+            Ok((outcome, _)) if output.is_table() => println!("{} {outcome}", step.shown()),
+            Ok((_, object)) => written.push((step.shown(), object)),
             Err(e) => {
+                // What was written before the refusal is printed still: a script reads what
+                // happened from stdout, the refusal from stderr.
+                print_written(written, output);
                 let before: Vec<String> = plan[..i].iter().map(|(_, p)| p.shown()).collect();
                 let after: Vec<String> = plan[i + 1..].iter().map(|(_, p)| p.shown()).collect();
                 let list = |v: &[String]| {
@@ -153,7 +161,72 @@ pub async fn apply(ctx: &Ctx, args: &ApplyArgs) -> Result<(), CliError> {
             }
         }
     }
+    print_written(written, output);
     Ok(())
+}
+
+/// The objects apply wrote, in a form other than the table: one as itself, several as a `List`.
+fn print_written(written: Vec<(String, Value)>, output: Output) {
+    if written.is_empty() {
+        return;
+    }
+    let names = written.iter().map(|(shown, _)| shown.clone()).collect();
+    let mut objects: Vec<Value> = written.into_iter().map(|(_, object)| object).collect();
+    let value = if objects.len() == 1 {
+        objects.remove(0)
+    } else {
+        json!({"apiVersion": "v1", "kind": "List", "items": objects})
+    };
+    let mut printable = Printable::new(&value, Vec::new(), Vec::new());
+    printable.names = names;
+    print(&printable, output);
+}
+
+/// Moves the classes of `plan` that exist already after its machine sets and deployments. A class
+/// change rolls the sets and deployments using it at once, under their strategy as stored: when the
+/// same file also changes a deployment's `maxSurge`/`maxUnavailable`, the class written first
+/// started the roll under the strategy the file was leaving (a break-it finding). A new class
+/// stays first: what refers to it needs it there.
+async fn classes_after_what_they_roll(ctx: &Ctx, plan: &mut Vec<(String, Planned)>) {
+    let rolls = |p: &Planned| {
+        matches!(
+            p,
+            Planned::Object {
+                kind: Kind::MachineSet | Kind::MachineDeployment,
+                ..
+            }
+        )
+    };
+    if !plan.iter().any(|(_, p)| rolls(p)) {
+        return;
+    }
+    let client = Client::new(ctx.client());
+    let mut existing = Vec::new();
+    let mut i = 0;
+    while i < plan.len() {
+        let stored = match &plan[i].1 {
+            Planned::Object {
+                kind: Kind::MachineClass,
+                namespace,
+                name,
+                ..
+            } => client
+                .get(Kind::MachineClass, namespace, name)
+                .await
+                .is_ok(),
+            _ => false,
+        };
+        if stored {
+            existing.push(plan.remove(i));
+        } else {
+            i += 1;
+        }
+    }
+    let after = plan
+        .iter()
+        .rposition(|(_, p)| rolls(p))
+        .map_or(plan.len(), |last| last + 1);
+    plan.splice(after..after, existing);
 }
 
 fn shown_path(path: &Path) -> String {
@@ -247,6 +320,44 @@ fn planned(at: &str, doc: &Value, namespace_flag: Option<&String>) -> Result<Pla
             "{at}: kind {kind_text:?} is not one apply writes: Volume, Secret, MachineClass, Machine, MachineSet, MachineDeployment, or an orchestrator ({{name, kind: local|docker|kubernetes, config}})"
         ))
     })?;
+    // Checked here as the server checks it, so a file is not half-applied for it. Required, as
+    // kubectl requires it (and apply requires it of a Volume): a file says what it was written
+    // for, so one written for another API is refused rather than read as ours.
+    match doc.get("apiVersion") {
+        None => {
+            return Err(refused(
+                at,
+                "apiVersion",
+                format!(
+                    "is missing: a {} is {}",
+                    kind.as_str(),
+                    domain::resources::API_VERSION
+                ),
+            ));
+        }
+        Some(Value::String(v)) if v == domain::resources::API_VERSION => {}
+        Some(Value::String(v)) if v.starts_with("machine.sapcloud.io/") => {
+            return Err(refused(
+                at,
+                "apiVersion",
+                format!(
+                    "{v} is MCM's, a driver request's (`berth machine create -f` takes those); apply's objects are {}",
+                    domain::resources::API_VERSION
+                ),
+            ));
+        }
+        Some(other) => {
+            return Err(refused(
+                at,
+                "apiVersion",
+                format!(
+                    "must be {} for a {}, not {other}",
+                    domain::resources::API_VERSION,
+                    kind.as_str()
+                ),
+            ));
+        }
+    }
     let name = text(doc, "/metadata/name").to_string();
     if name.is_empty() {
         return Err(refused(at, "metadata.name", "is missing"));
@@ -373,19 +484,28 @@ fn writable(doc: &Value) -> Value {
         m.remove("status");
         m.remove("keys");
     }
-    let meta = &doc["metadata"];
-    let mut kept = serde_json::Map::new();
-    for field in ["name", "labels", "annotations", "resourceVersion"] {
-        if let Some(v) = meta.get(field) {
-            kept.insert(field.into(), v.clone());
+    // What the server keeps of its own goes; everything else is sent, a misspelt field included,
+    // for the server to refuse by name (keeping only the fields apply knew dropped a `labells`
+    // without a word: a break-it finding).
+    if let Some(meta) = body["metadata"].as_object_mut() {
+        for owned in [
+            // The route names it (and apply has checked it agrees).
+            "namespace",
+            "uid",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "finalizers",
+            "ownerReferences",
+        ] {
+            meta.remove(owned);
         }
     }
-    body["metadata"] = Value::Object(kept);
     body
 }
 
-/// Writes one planned object; what happened (`created`, `configured`, `unchanged`).
-async fn write(ctx: &Ctx, step: &Planned) -> Result<&'static str, CliError> {
+/// Writes one planned object: what happened (`created`, `configured`, `unchanged`) and the object after.
+async fn write(ctx: &Ctx, step: &Planned) -> Result<(&'static str, Value), CliError> {
     match step {
         Planned::Object {
             kind,
@@ -412,7 +532,7 @@ async fn write_object(
     namespace: &str,
     name: &str,
     body: &Value,
-) -> Result<&'static str, CliError> {
+) -> Result<(&'static str, Value), CliError> {
     let client = Client::new(ctx.client());
     let before = match client.get(kind, namespace, name).await {
         Ok(v) => Some(text(&v, "/metadata/resourceVersion").to_string()),
@@ -420,16 +540,21 @@ async fn write_object(
         Err(e) => return Err(e.into()),
     };
     let values_given = body.get("data").is_some() || body.get("stringData").is_some();
-    if kind == Kind::Secret && !values_given {
-        if before.is_some() {
-            return Ok(
-                "unchanged (its values are write-only: give data or stringData to change them)",
-            );
-        }
-        return Err(CliError::Local(Status::invalid(
-            &format!("secret/{name}: data"),
-            "a new secret needs its values in data (base64) or stringData",
-        )));
+    // A new secret without values is sent as it is: the server refuses it, naming a misspelt
+    // values field (`stringDatta`) where there is one rather than saying only that none came.
+    if kind == Kind::Secret
+        && !values_given
+        && let Some(before) = before
+    {
+        // Its values stay as stored; the rest of the file (labels, annotations, and any field a
+        // secret does not have, which the server refuses by name) is merged in.
+        let after = client.patch(kind, namespace, name, body).await?;
+        let outcome = if before.as_str() == text(&after, "/metadata/resourceVersion") {
+            "unchanged (its values are write-only: give data or stringData to change them)"
+        } else {
+            "configured (its values kept: give data or stringData to change them)"
+        };
+        return Ok((outcome, after));
     }
     // A file's version names the object it was read from; one that is gone is made anew.
     let mut body = body.clone();
@@ -439,13 +564,14 @@ async fn write_object(
         meta.remove("resourceVersion");
     }
     let (after, created) = client.put(kind, namespace, name, &body).await?;
-    Ok(if created {
+    let outcome = if created {
         "created"
     } else if before.as_deref() == Some(text(&after, "/metadata/resourceVersion")) {
         "unchanged"
     } else {
         "configured"
-    })
+    };
+    Ok((outcome, after))
 }
 
 /// A volume: made when it is not there; otherwise patched to the document (labels as the module
@@ -456,7 +582,7 @@ async fn write_volume(
     namespace: &str,
     name: &str,
     doc: &Value,
-) -> Result<&'static str, CliError> {
+) -> Result<(&'static str, Value), CliError> {
     let storage = client::storage::Client::new(ctx.client());
     let labels: BTreeMap<String, String> =
         serde_json::from_value(doc["metadata"]["labels"].clone()).unwrap_or_default();
@@ -490,8 +616,8 @@ async fn write_volume(
                     ))
                 })?,
         };
-        storage.add(&profile).await?;
-        return Ok("created");
+        let (made, _) = storage.add(&profile).await?;
+        return Ok(("created", to_value(&made)));
     };
     let precondition = doc.pointer("/metadata/resourceVersion").cloned();
     let mut label_patch: serde_json::Map<String, Value> = serde_json::Map::new();
@@ -515,13 +641,12 @@ async fn write_volume(
     }
     let patch = json!({ "metadata": metadata, "spec": doc["spec"].clone() });
     let after = storage.patch(namespace, name, &patch).await?;
-    Ok(
-        if after.metadata.resource_version == current.metadata.resource_version {
-            "unchanged"
-        } else {
-            "configured"
-        },
-    )
+    let outcome = if after.metadata.resource_version == current.metadata.resource_version {
+        "unchanged"
+    } else {
+        "configured"
+    };
+    Ok((outcome, to_value(&after)))
 }
 
 /// An orchestrator: registered (PUT makes or replaces it; the same registration again changes
@@ -531,7 +656,7 @@ async fn write_orchestrator(
     name: &str,
     doc: &Value,
     precondition: Option<u64>,
-) -> Result<&'static str, CliError> {
+) -> Result<(&'static str, Value), CliError> {
     let registry = client::registry::Client::new(ctx.client());
     let kind = domain::OrchestratorKind::parse_field("kind", text(doc, "/kind"))
         .map_err(CliError::Local)?;
@@ -559,11 +684,16 @@ async fn write_orchestrator(
         ..domain::orchestrator::RegisterOrchestrator::new(kind)
     };
     let after = registry.register(name, &request).await?;
-    Ok(match before {
+    let outcome = match before {
         None => "created",
         Some(v) if v == after.resource_version => "unchanged",
         Some(_) => "configured",
-    })
+    };
+    Ok((outcome, to_value(&after)))
+}
+
+fn to_value(object: &impl serde::Serialize) -> Value {
+    serde_json::to_value(object).unwrap_or_default()
 }
 
 #[cfg(test)]
@@ -575,14 +705,15 @@ mod tests {
         let printed = json!({
             "apiVersion": "berth.io/v1", "kind": "MachineSet",
             "metadata": {"name": "s", "namespace": "default", "uid": "u", "resourceVersion": "9",
-                         "labels": {"a": "b"}, "finalizers": ["berth.io/owned"]},
+                         "labels": {"a": "b"}, "finalizers": ["berth.io/owned"], "labells": {}},
             "spec": {"replicas": 2}, "status": {"replicas": 2}
         });
         let body = writable(&printed);
-        // The version stays: it is the precondition of the PUT.
+        // The version stays: it is the precondition of the PUT. A field the object does not have
+        // stays too, for the server to refuse by name.
         assert_eq!(
             body["metadata"],
-            json!({"name": "s", "labels": {"a": "b"}, "resourceVersion": "9"})
+            json!({"name": "s", "labels": {"a": "b"}, "resourceVersion": "9", "labells": {}})
         );
         assert!(body.get("status").is_none());
         assert_eq!(body["spec"]["replicas"], 2);
@@ -617,6 +748,28 @@ mod tests {
             Err(CliError::Usage(m)) => m,
             Err(e) => panic!("{e:?}"),
         }
+    }
+
+    #[test]
+    fn a_controller_object_of_another_api_version_is_refused_before_anything_is_sent() {
+        let class = |version: Value| {
+            json!({"apiVersion": version, "kind": "MachineClass", "metadata": {"name": "c"},
+                   "provider": "Alicloud", "providerSpec": {}, "secretRef": {"name": "s"}})
+        };
+        assert!(planned("f", &class(json!("berth.io/v1")), None).is_ok());
+        assert!(refusal(class(json!("berth.io/v2"))).contains("apiVersion: must be berth.io/v1"));
+        assert!(refusal(class(json!(1))).contains("apiVersion: must be berth.io/v1"));
+        let mut without = class(json!(""));
+        without.as_object_mut().unwrap().remove("apiVersion");
+        let said = refusal(without);
+        assert!(
+            said.contains("apiVersion: is missing: a MachineClass is berth.io/v1"),
+            "{said}"
+        );
+        assert!(
+            refusal(class(json!("machine.sapcloud.io/v1alpha1")))
+                .contains("berth machine create -f")
+        );
     }
 
     #[test]

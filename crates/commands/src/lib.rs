@@ -80,7 +80,7 @@ pub async fn run(command: &Command, context: &mut HintContext) -> Result<(), Cli
         }
         Command::Apply(group) => {
             connected(&group.connection, context, |ctx| async move {
-                crate::apply::apply(&ctx, &group.command).await
+                crate::apply::apply(&ctx, group.format.output(), &group.command).await
             })
             .await
         }

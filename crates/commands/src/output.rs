@@ -250,9 +250,43 @@ pub fn render(p: &Printable, format: Output) -> String {
     }
 }
 
-/// Prints `p` in the chosen format. A reader that went away (`| head`) is not an error.
+/// Prints `p` in the chosen format. A reader that went away (`| head`) is not an error. While
+/// [`gather`] gathers, `p`'s value is kept instead, to be printed with the others as one.
 pub fn print(p: &Printable, format: Output) {
+    if let Some(gathered) = GATHERED.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+        gathered.push(p.value.clone());
+        return;
+    }
     let _ = write_stdout(&render(p, format));
+}
+
+/// What [`print`] keeps while gathering.
+static GATHERED: std::sync::Mutex<Option<Vec<serde_json::Value>>> = std::sync::Mutex::new(None);
+
+/// Runs the commands `run` runs, keeping what they print, then prints it as one `List` in
+/// `format` (the items of each list, and each single object), as kubectl prints `get md,ms -o
+/// json`: one document a reader (or `berth apply -f -`) takes whole. Gives `run`'s outcome.
+pub async fn gather<T>(format: Output, run: impl Future<Output = T>) -> T {
+    *GATHERED.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    let outcome = run.await;
+    let gathered = GATHERED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+        .unwrap_or_default();
+    let mut items = Vec::new();
+    for value in gathered {
+        match value.get("items").and_then(serde_json::Value::as_array) {
+            Some(listed) => items.extend(listed.iter().cloned()),
+            None => items.push(value),
+        }
+    }
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+    let _ = write_stdout(&render(
+        &Printable::new(&list, Vec::new(), Vec::new()),
+        format,
+    ));
+    outcome
 }
 
 /// Prints a list; an empty one, in a table format, is one line on stderr (`No volumes found in

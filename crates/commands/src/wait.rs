@@ -27,9 +27,12 @@ pub enum Step<T> {
 }
 
 /// A failed look as a [`Step`]: a 503 or 429 (the server saying "not now") is pending for as long as
-/// its `Retry-After` asks; any other failure ends the wait.
+/// its `Retry-After` asks, and so is no answer at all or a gateway's 502 or 504 (a restart, a
+/// service briefly gone: the wait is bounded by its timeout, and what it waits for goes on at the
+/// server); any other failure ends the wait.
 pub fn not_now<T>(e: ClientError) -> Result<Step<T>, CliError> {
-    if matches!(e.http_status, Some(429 | 503)) {
+    let unanswered = e.http_status.is_none() && e.code() != domain::Code::Internal;
+    if unanswered || matches!(e.http_status, Some(429 | 502 | 503 | 504)) {
         Ok(Step::Pending {
             after: e.retry_after.unwrap_or(POLL),
             state: e.status.message,
@@ -80,5 +83,40 @@ fn humanise(d: Duration) -> String {
         format!("{secs}s")
     } else {
         format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use client::ClientError;
+    use domain::{Code, Status};
+
+    use super::*;
+
+    fn failed(code: Code, http_status: Option<u16>) -> ClientError {
+        ClientError {
+            status: Status::new(code, "what happened"),
+            http_status,
+            request_id: None,
+            retry_after: None,
+        }
+    }
+
+    /// A wait goes on through what passes (a restart, a service briefly gone) and ends on an
+    /// answer that will not change by waiting.
+    #[test]
+    fn a_wait_goes_on_through_a_gateway_briefly_gone() {
+        let pending = |e| matches!(not_now::<()>(e), Ok(Step::Pending { .. }));
+        assert!(pending(failed(Code::Unavailable, None)), "no answer");
+        assert!(pending(failed(Code::DeadlineExceeded, None)), "timed out");
+        for status in [429, 502, 503, 504] {
+            assert!(pending(failed(Code::Unavailable, Some(status))), "{status}");
+        }
+        assert!(
+            !pending(failed(Code::Internal, None)),
+            "a body that does not decode"
+        );
+        assert!(!pending(failed(Code::PermissionDenied, Some(403))));
+        assert!(!pending(failed(Code::NotFound, Some(404))));
     }
 }

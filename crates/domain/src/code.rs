@@ -204,6 +204,14 @@ impl Status {
         Status::new(Code::InvalidArgument, format!("{field}: {rule}"))
     }
 
+    /// An [`Code::InvalidArgument`] naming a query parameter and the rule it broke
+    /// (`query parameter limit: must be a whole number`): said so, because a body may have a
+    /// field of the same name, and every refusal of a query parameter reads alike whether the
+    /// decoder or a handler made it.
+    pub fn invalid_query(name: &str, rule: impl fmt::Display) -> Self {
+        Status::invalid(&format!("query parameter {name}"), rule)
+    }
+
     /// A [`Code::NotFound`].
     pub fn not_found(message: impl Into<String>) -> Self {
         Status::new(Code::NotFound, message)

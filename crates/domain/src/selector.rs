@@ -8,7 +8,8 @@ use std::str::FromStr;
 use crate::code::Status;
 use crate::names::{Labels, validate_label_key, validate_label_value};
 
-const FIELD: &str = "labelSelector";
+/// How a refusal names the selector: it only ever comes as the `labelSelector` query parameter.
+const FIELD: &str = "query parameter labelSelector";
 
 /// One requirement of a selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,7 +93,9 @@ fn split_top_level(s: &str) -> Result<Vec<&str>, Status> {
 }
 
 fn key(k: &str) -> Result<String, Status> {
-    validate_label_key(FIELD, k)?;
+    // The key check names a bad prefix as `<field> prefix`; nested under "key" here, so every
+    // refusal of a selector starts `query parameter labelSelector: `, as the fuzz target holds it to.
+    validate_label_key("key", k).map_err(|e| Status::invalid(FIELD, e.message))?;
     Ok(k.to_string())
 }
 
@@ -298,12 +301,18 @@ mod tests {
             ("-a=b", "not a valid label key"),
             ("a=-b", "not a valid label value"),
             ("a in ()", "needs at least one value"),
+            // The prefix of a key is checked apart from its name; its refusal is the selector's
+            // too (found by the fuzz target).
+            (
+                ".io/role=x",
+                "key prefix: \".io\" must be a DNS-1123 subdomain",
+            ),
         ];
         for (text, rule) in cases {
             let e = text.parse::<Selector>().unwrap_err();
             assert_eq!(e.code, Code::InvalidArgument);
             assert!(
-                e.message.starts_with("labelSelector"),
+                e.message.starts_with("query parameter labelSelector: "),
                 "{text}: {}",
                 e.message
             );

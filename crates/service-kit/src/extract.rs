@@ -10,7 +10,7 @@
 //! to a JSON value a handler decodes itself.
 
 use axum::body::Bytes;
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -205,6 +205,149 @@ pub fn decode_value<T: DeserializeOwned>(value: &Value) -> Result<T, (String, St
     })
 }
 
+/// [`decode_value`], refusing a field `T` does not have: the first one the decode skipped is
+/// named (`spec.replica: not a field it has; did you mean replicas?`, the near miss taken from the
+/// fields `T` has at that place, or else those its OpenAPI schema gives there), where a plain
+/// decode would drop it and the caller's typo would silently do nothing, or scale a set to 0. `T`
+/// is serialised again only to find what it has.
+pub fn decode_value_strict<T: DeserializeOwned + serde::Serialize + utoipa::ToSchema>(
+    value: &Value,
+) -> Result<T, (String, String)> {
+    let mut skipped: Option<String> = None;
+    let decoded: T = {
+        let mut note = |path: serde_ignored::Path<'_>| {
+            // serde_ignored writes an `Option`'s `Some` as a `?` segment; a caller's path has none.
+            skipped.get_or_insert_with(|| {
+                let text = path.to_string();
+                text.split('.')
+                    .filter(|segment| *segment != "?")
+                    .collect::<Vec<_>>()
+                    .join(".")
+            });
+        };
+        let deserializer = serde_ignored::Deserializer::new(value, &mut note);
+        let decoded = serde_path_to_error::deserialize(deserializer);
+        match (decoded, &skipped) {
+            (Ok(decoded), _) => decoded,
+            // A required field missing beside one the type does not have: the caller misspelt it.
+            (Err(e), Some(path)) if e.inner().to_string().starts_with("missing field") => {
+                let missing = e.inner().to_string();
+                let meant = missing.split('`').nth(1).unwrap_or_default();
+                let key = path.rsplit('.').next().unwrap_or(path);
+                let rule = match domain::names::near_miss(key, std::iter::once(meant)) {
+                    Some(meant) => format!("not a field it has; did you mean {meant}?"),
+                    None => "not a field it has".to_string(),
+                };
+                return Err((path.clone(), rule));
+            }
+            (Err(e), _) => {
+                let path = e.path().to_string();
+                let rule = describe(&path, e.inner(), || Some(value.clone()));
+                return Err((path, rule));
+            }
+        }
+    };
+    let Some(path) = skipped else {
+        return Ok(decoded);
+    };
+    let (parent, key) = match path.rsplit_once('.') {
+        Some((parent, key)) => (Some(parent), key),
+        None => (None, path.as_str()),
+    };
+    let again = serde_json::to_value(&decoded).unwrap_or_default();
+    let mut at = &again;
+    for segment in parent.into_iter().flat_map(|p| p.split('.')) {
+        at = match at {
+            Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
+            _ => at.get(segment),
+        }
+        .unwrap_or(&Value::Null);
+    }
+    let has = at.as_object().map(|m| m.keys().map(String::as_str));
+    // What it holds, then what its schema says it may hold: a field left empty is not
+    // serialised (`metadata.labells` on an object without labels).
+    let meant = has
+        .and_then(|keys| domain::names::near_miss(key, keys))
+        .map(str::to_string)
+        .or_else(|| {
+            let fields = schema_fields::<T>(parent.unwrap_or_default());
+            domain::names::near_miss(key, fields.iter().map(String::as_str)).map(str::to_string)
+        });
+    let rule = match meant {
+        Some(meant) => format!("not a field it has; did you mean {meant}?"),
+        None => "not a field it has".to_string(),
+    };
+    Err((path, rule))
+}
+
+/// The fields `T`'s OpenAPI schema gives the object at `path` (`spec.template.metadata`; `a.0.b`
+/// through a list), following references and every branch of a `oneOf`/`allOf`/`anyOf`.
+fn schema_fields<T: utoipa::ToSchema>(path: &str) -> Vec<String> {
+    let mut components = Vec::new();
+    T::schemas(&mut components);
+    let named: Named = components
+        .into_iter()
+        .filter_map(|(name, schema)| Some((name, serde_json::to_value(schema).ok()?)))
+        .collect();
+    let Ok(root) = serde_json::to_value(T::schema()) else {
+        return Vec::new();
+    };
+    let mut at = vec![&root];
+    for segment in path.split('.').filter(|s| !s.is_empty()) {
+        at = at
+            .into_iter()
+            .flat_map(|schema| expand(&named, schema))
+            .filter_map(|schema| match schema["properties"].get(segment) {
+                Some(field) => Some(field),
+                None if segment.parse::<usize>().is_ok() => schema.get("items"),
+                None => None,
+            })
+            .collect();
+    }
+    let mut fields: Vec<String> = at
+        .into_iter()
+        .flat_map(|schema| expand(&named, schema))
+        .filter_map(|schema| schema["properties"].as_object())
+        .flat_map(|properties| properties.keys().cloned())
+        .collect();
+    fields.sort();
+    fields.dedup();
+    fields
+}
+
+type Named = std::collections::HashMap<String, Value>;
+
+/// The schema a reference names (a bounded number of times: a schema may refer to itself).
+fn resolve<'a>(named: &'a Named, mut schema: &'a Value) -> &'a Value {
+    for _ in 0..16 {
+        let Some(name) = schema["$ref"].as_str() else {
+            break;
+        };
+        match named.get(name.trim_start_matches("#/components/schemas/")) {
+            Some(target) => schema = target,
+            None => break,
+        }
+    }
+    schema
+}
+
+/// A schema with its composite branches (`oneOf`, `allOf`, `anyOf`), references followed.
+fn expand<'a>(named: &'a Named, schema: &'a Value) -> Vec<&'a Value> {
+    let mut all = Vec::new();
+    let mut pending = vec![schema];
+    while let Some(next) = pending.pop() {
+        if all.len() > 64 {
+            break;
+        }
+        let next = resolve(named, next);
+        all.push(next);
+        for composite in ["oneOf", "allOf", "anyOf"] {
+            pending.extend(next[composite].as_array().into_iter().flatten());
+        }
+    }
+    all
+}
+
 /// The refusal of a body that is not an object: where its syntax broke, or what it is instead.
 fn not_an_object(bytes: &[u8], first: Option<u8>) -> Status {
     const RULE: &str = "must be a JSON object";
@@ -276,6 +419,12 @@ fn describe(path: &str, error: &serde_json::Error, body: impl FnOnce() -> Option
             })
             .unwrap_or((rest.trim_end_matches('`'), String::new()));
         let printable = name.chars().count() <= 64 && !name.chars().any(char::is_control);
+        // serde lists the fields it has in backticks: a near miss among them is named, as the
+        // strict decode names it.
+        let has = tail.split('`').skip(1).step_by(2);
+        if printable && let Some(meant) = domain::names::near_miss(name, has) {
+            return format!("not a field it has; did you mean {meant}?");
+        }
         return if printable {
             format!("unknown field `{name}`{tail}")
         } else {
@@ -354,10 +503,52 @@ fn truncate(text: &str, max_chars: usize) -> String {
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct Path<T>(pub T);
 
-/// Query parameters (`axum::extract::Query` with problem+json rejections).
-#[derive(Debug, Clone, Copy, Default, FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
+/// Query parameters, refused as a body's fields are: naming the parameter and the rule in our words
+/// (`query parameter limit: must be a whole number`), never the value given.
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, ApiError> {
+        decode_query(parts.uri.query().unwrap_or_default())
+            .map(Query)
+            .map_err(ApiError::from)
+    }
+}
+
+/// Decodes a query string (`limit=5&watch=true`) into `T`, refusing it naming the parameter.
+pub fn decode_query<T: DeserializeOwned>(query: &str) -> Result<T, Status> {
+    let pairs = serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+    serde_path_to_error::deserialize(pairs).map_err(|e| {
+        let message = e.inner().to_string();
+        // serde names the parameter itself where the path cannot (it is not there, or twice).
+        let quoted = ["missing field `", "duplicate field `"]
+            .iter()
+            .find_map(|prefix| message.strip_prefix(prefix))
+            .and_then(|rest| rest.split('`').next());
+        let name = quoted.map_or_else(|| e.path().to_string(), str::to_string);
+        let rule = match message.as_str() {
+            "provided string was not `true` or `false`" => "must be true or false".to_string(),
+            "invalid digit found in string" | "cannot parse integer from empty string" => {
+                "must be a whole number".to_string()
+            }
+            "number too large to fit in target type" => "is too large a number".to_string(),
+            _ if message.starts_with("missing field") => "is required".to_string(),
+            _ if message.starts_with("duplicate field") => "is given more than once".to_string(),
+            _ => describe(&name, &serde::de::Error::custom(&message), || None),
+        };
+        Status::invalid_query(&name, rule)
+    })
+}
 
 impl From<PathRejection> for ApiError {
     fn from(rejection: PathRejection) -> Self {
@@ -368,20 +559,154 @@ impl From<PathRejection> for ApiError {
     }
 }
 
-impl From<QueryRejection> for ApiError {
-    fn from(rejection: QueryRejection) -> Self {
-        ApiError::from_code(
-            Code::InvalidArgument,
-            format!("query: {}", rejection.body_text()),
-        )
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde::Deserialize;
     use serde_json::json;
+
+    /// A query string is refused naming the parameter and the rule, never the value given.
+    #[test]
+    fn a_query_parameter_is_refused_by_name_in_our_words() {
+        #[derive(Debug, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        #[allow(dead_code)]
+        struct List {
+            limit: Option<u32>,
+            watch: Option<bool>,
+            resource_version: Option<String>,
+            kind: Option<Mode>,
+        }
+        #[derive(Debug, Deserialize)]
+        enum Mode {
+            Delete,
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct Needs {
+            name: String,
+        }
+        let refused = |query: &str| decode_query::<List>(query).unwrap_err().message;
+        assert_eq!(
+            refused("limit=abc"),
+            "query parameter limit: must be a whole number"
+        );
+        assert_eq!(
+            refused("limit="),
+            "query parameter limit: must be a whole number"
+        );
+        assert_eq!(
+            refused("limit=99999999999"),
+            "query parameter limit: is too large a number"
+        );
+        assert_eq!(
+            refused("watch=yes"),
+            "query parameter watch: must be true or false"
+        );
+        assert_eq!(
+            refused("limit=1&limit=2"),
+            "query parameter limit: is given more than once"
+        );
+        let variant = refused("kind=secret%20value");
+        assert!(
+            variant.starts_with("query parameter kind: unknown variant")
+                && !variant.contains("secret"),
+            "{variant}"
+        );
+        assert_eq!(
+            decode_query::<Needs>("").unwrap_err().message,
+            "query parameter name: is required"
+        );
+        let fine: List = decode_query("limit=5&watch=true&resourceVersion=7&other=x").unwrap();
+        assert_eq!((fine.limit, fine.watch), (Some(5), Some(true)));
+    }
+
+    /// A strict decode names the first field its type does not have, with the near miss among
+    /// the fields it has there (inside an `Option` and a list too), and takes free-form maps whole.
+    #[test]
+    fn a_strict_decode_refuses_a_field_by_name() {
+        #[derive(Debug, Deserialize, serde::Serialize, utoipa::ToSchema)]
+        #[serde(rename_all = "camelCase")]
+        struct Rolling {
+            max_surge: u32,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            max_unavailable: Option<u32>,
+        }
+        #[derive(Debug, Deserialize, serde::Serialize, utoipa::ToSchema)]
+        #[serde(rename_all = "camelCase")]
+        struct Spec {
+            replicas: u32,
+            rolling_update: Option<Rolling>,
+            items: Vec<Rolling>,
+            labels: std::collections::BTreeMap<String, String>,
+            #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+            annotations: std::collections::BTreeMap<String, String>,
+        }
+        #[derive(Debug, Deserialize, serde::Serialize, utoipa::ToSchema)]
+        struct Object {
+            spec: Spec,
+        }
+        let ok = json!({"spec": {"replicas": 1, "rollingUpdate": {"maxSurge": 1},
+            "items": [{"maxSurge": 2}], "labels": {"anything": "goes"}}});
+        let read: Object = decode_value_strict(&ok).unwrap();
+        assert_eq!(read.spec.labels["anything"], "goes");
+        let refused = |value: Value| decode_value_strict::<Object>(&value).unwrap_err();
+        // Required, and misspelt: the misspelling is what is said.
+        assert_eq!(
+            refused(json!({"spec": {"replica": 1, "items": [], "labels": {}}})),
+            (
+                "spec.replica".to_string(),
+                "not a field it has; did you mean replicas?".to_string()
+            )
+        );
+        assert_eq!(
+            refused(json!({"spec": {"replicas": 1, "items": [], "labels": {}, "extra": 1}})),
+            ("spec.extra".to_string(), "not a field it has".to_string())
+        );
+        assert_eq!(
+            refused(
+                json!({"spec": {"replicas": 1, "rollingUpdate": {"maxSurg": 1, "maxSurge": 1},
+                "items": [], "labels": {}}})
+            ),
+            (
+                "spec.rollingUpdate.maxSurg".to_string(),
+                "not a field it has; did you mean maxSurge?".to_string()
+            )
+        );
+        assert_eq!(
+            refused(
+                json!({"spec": {"replicas": 1, "items": [{"maxSurge": 1, "other": 2}],
+                "labels": {}}})
+            ),
+            (
+                "spec.items.0.other".to_string(),
+                "not a field it has".to_string()
+            )
+        );
+        // The field meant is empty, so not serialised again: its schema names it.
+        assert_eq!(
+            refused(json!({"spec": {"replicas": 1, "items": [], "labels": {}, "annotaions": {}}})),
+            (
+                "spec.annotaions".to_string(),
+                "not a field it has; did you mean annotations?".to_string()
+            )
+        );
+        assert_eq!(
+            refused(
+                json!({"spec": {"replicas": 1, "items": [{"maxSurge": 1, "maxUnavailabe": 2}],
+                "labels": {}}})
+            ),
+            (
+                "spec.items.0.maxUnavailabe".to_string(),
+                "not a field it has; did you mean maxUnavailable?".to_string()
+            )
+        );
+        // A type error is still the type error, as decode_value gives it.
+        assert_eq!(
+            refused(json!({"spec": {"replicas": "one", "items": [], "labels": {}}})).0,
+            "spec.replicas"
+        );
+    }
 
     /// A float in a body reads back exactly as it was written, however often it goes round
     /// (serde_json's `float_roundtrip`, set in the workspace: without it about three in ten

@@ -174,6 +174,18 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// What ends a stream `request` opens: its token's grant ending ([`TokenStore::grant_ends`]).
+    pub(crate) fn grant_ends(&self, request: &Request) -> Option<crate::auth::GrantEnds> {
+        let value = request
+            .headers()
+            .get(header::AUTHORIZATION)?
+            .to_str()
+            .ok()?;
+        Some(self.tokens.grant_ends(bearer_token(value)?))
+    }
+}
+
 /// The token of an `Authorization: Bearer <token>` value; the scheme is case-insensitive (RFC 9110
 /// §11.1).
 fn bearer_token(value: &str) -> Option<&str> {

@@ -12,6 +12,8 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota};
 use service_kit::metrics::{Counter, Family, Gauge};
 
+use crate::auth::GrantEnds;
+
 /// Token-bucket settings: `rps` sustained, `burst` at once.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RateLimit {
@@ -117,30 +119,35 @@ impl Drop for InFlightCall {
     }
 }
 
-/// A watch's `response`, streamed until `stopping` is cancelled: a watch would otherwise hold the
-/// gateway's drain for as long as it was asked to last (the client watches again, elsewhere or
-/// after the restart). `call`, when the token's calls in flight are capped, stays counted until the
-/// body has been sent whole (or dropped), so a token's open watches are bounded by the same cap as
-/// its other calls.
+/// A watch's `response`, streamed until `stopping` is cancelled or the token's grant ends
+/// (`grant_ends`: revoked, changed or expired). A watch would otherwise hold the gateway's drain for
+/// as long as it was asked to last (the client watches again, elsewhere or after the restart), and
+/// outlive its token by as long. `call`, when the token's calls in flight are capped, stays counted
+/// until the body has been sent whole (or dropped), so a token's open watches are bounded by the
+/// same cap as its other calls.
 pub(crate) fn streamed_until_stopping(
     response: axum::response::Response,
     call: Option<InFlightCall>,
     stopping: tokio_util::sync::CancellationToken,
+    grant_ends: GrantEnds,
 ) -> axum::response::Response {
     response.map(|body| {
         axum::body::Body::new(Holding {
             inner: body,
             _call: call,
             stopping: Box::pin(stopping.cancelled_owned()),
+            grant_ends,
         })
     })
 }
 
-/// A watch's body, ended by the gateway's drain, keeping its call counted while it streams.
+/// A watch's body, ended by the gateway's drain or its token's end, keeping its call counted while
+/// it streams.
 struct Holding {
     inner: axum::body::Body,
     _call: Option<InFlightCall>,
     stopping: std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+    grant_ends: GrantEnds,
 }
 
 impl hyper::body::Body for Holding {
@@ -152,7 +159,9 @@ impl hyper::body::Body for Holding {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
-        if this.stopping.as_mut().poll(cx).is_ready() {
+        if this.stopping.as_mut().poll(cx).is_ready()
+            || this.grant_ends.as_mut().poll(cx).is_ready()
+        {
             return std::task::Poll::Ready(None);
         }
         std::pin::Pin::new(&mut this.inner).poll_frame(cx)

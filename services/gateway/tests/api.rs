@@ -694,23 +694,7 @@ async fn a_connection_stalled_mid_head_does_not_hold_up_shutdown() {
 /// drain for as long as the upstream would stream (`berth up`'s Ctrl-C waited 30 s for them).
 #[tokio::test]
 async fn a_drain_ends_the_watches_it_proxies() {
-    // A storage-ops that streams a bookmark every 100 ms and never ends by itself.
-    let streaming = axum::Router::new().fallback(any(|| async {
-        let lines = futures::stream::unfold((), |()| async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            Some((
-                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from_static(
-                    b"{\"type\":\"BOOKMARK\",\"object\":{}}\n",
-                )),
-                (),
-            ))
-        });
-        (
-            [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
-            axum::body::Body::from_stream(lines),
-        )
-    }));
-    let upstream = service_kit::testing::spawn(streaming).await;
+    let upstream = streaming_upstream().await;
     // With the token's calls in flight capped (the default), and with the cap off: the watch
     // ends either way.
     for in_flight_cap in ["64", "0"] {
@@ -756,4 +740,82 @@ async fn a_drain_ends_the_watches_it_proxies() {
             started.elapsed()
         );
     }
+}
+
+/// A watch does not outlive its token: revoking the token, or its expiry, ends the stream the
+/// gateway proxies (the client's next call, a watch again, is then refused). Tokens that stay
+/// are untouched by the reload.
+#[tokio::test]
+async fn a_revoked_or_expired_token_ends_its_watches() {
+    use gateway::auth::{LineFields, tokens_file_line_with};
+    let upstream = streaming_upstream().await;
+    let expires = chrono::Utc::now() + chrono::Duration::seconds(3);
+    let short = tokens_file_line_with(
+        "short",
+        "tok-short",
+        &[Scope::VolumesRead],
+        &LineFields {
+            expires: Some(expires),
+            ..LineFields::default()
+        },
+    );
+    let h = spawn_gateway_with(&[], &[short], Some(upstream.url.clone())).await;
+    let watch = |token: &'static str| {
+        reqwest::Client::new()
+            .get(format!(
+                "{}/v1/volumes?namespace=default&watch=true&timeoutSeconds=600",
+                h.url
+            ))
+            .bearer_auth(token)
+            .send()
+    };
+    // Whether a stream ends within `within` (it streams a bookmark every 100 ms until then).
+    async fn ends(response: &mut reqwest::Response, within: Duration) -> bool {
+        tokio::time::timeout(within, async {
+            while response.chunk().await.ok().flatten().is_some() {}
+        })
+        .await
+        .is_ok()
+    }
+    let mut revoked = watch("tok-reader").await.unwrap();
+    let mut kept = watch("tok-volumes-only").await.unwrap();
+    let mut expiring = watch("tok-short").await.unwrap();
+    for response in [&revoked, &kept, &expiring] {
+        assert_eq!(response.status(), 200);
+    }
+    assert!(!ends(&mut revoked, Duration::from_millis(500)).await);
+    assert!(gateway::auth::revoke_token(&h.dir.path().join("tokens"), "reader").unwrap());
+    assert!(
+        ends(&mut revoked, Duration::from_secs(5)).await,
+        "the revoked token's watch still streams"
+    );
+    assert_eq!(watch("tok-reader").await.unwrap().status(), 401);
+    assert!(
+        ends(&mut expiring, Duration::from_secs(6)).await,
+        "the expired token's watch still streams"
+    );
+    assert!(
+        !ends(&mut kept, Duration::from_millis(500)).await,
+        "a token the reload kept lost its watch"
+    );
+}
+
+/// A storage-ops that streams a bookmark every 100 ms and never ends by itself.
+async fn streaming_upstream() -> service_kit::testing::TestServer {
+    let streaming = axum::Router::new().fallback(any(|| async {
+        let lines = futures::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Some((
+                Ok::<_, std::convert::Infallible>(axum::body::Bytes::from_static(
+                    b"{\"type\":\"BOOKMARK\",\"object\":{}}\n",
+                )),
+                (),
+            ))
+        });
+        (
+            [(axum::http::header::CONTENT_TYPE, "application/x-ndjson")],
+            axum::body::Body::from_stream(lines),
+        )
+    }));
+    service_kit::testing::spawn(streaming).await
 }

@@ -42,8 +42,10 @@ pub struct Prepared {
     pub values: Option<SecretValues>,
 }
 
-fn decode<T: serde::de::DeserializeOwned>(raw: &Value) -> Result<T, ApiError> {
-    service_kit::extract::decode_value(raw).map_err(|(path, rule)| {
+fn decode<T: serde::de::DeserializeOwned + serde::Serialize + utoipa::ToSchema>(
+    raw: &Value,
+) -> Result<T, ApiError> {
+    service_kit::extract::decode_value_strict(raw).map_err(|(path, rule)| {
         let field = if path == "." {
             "body".to_string()
         } else {

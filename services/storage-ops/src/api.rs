@@ -240,16 +240,11 @@ async fn list_storage(
     }
     let selector = match q.label_selector.as_deref().filter(|s| !s.trim().is_empty()) {
         None => None,
-        Some(s) => Some(s.parse::<Selector>().map_err(|e| {
-            ApiError::new(Status::invalid(
-                "labelSelector",
-                e.message.trim_start_matches("labelSelector: "),
-            ))
-        })?),
+        Some(s) => Some(s.parse::<Selector>().map_err(ApiError::new)?),
     };
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT);
     if !(1..=MAX_LIMIT).contains(&limit) {
-        return Err(Status::invalid(
+        return Err(Status::invalid_query(
             "limit",
             format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
         )

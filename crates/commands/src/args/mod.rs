@@ -167,6 +167,11 @@ pub enum Command {
     Orchestrator(Group<OrchestratorCommand>),
     /// Show volumes, orchestrators, or what the machine controller keeps (machines, machine sets and
     /// deployments, classes, secrets), kubectl-style: `berth get volumes`, `berth get machine w-1`.
+    #[command(
+        after_help = "kubectl's forms work too: `berth get machine/w-1` (a volume's \
+                      `volume/NAMESPACE/NAME`), and several kinds at once, `berth get md,ms`: \
+                      tables one after the other, or one List with -o json, yaml or jsonpath."
+    )]
     Get(Group<GetCommand>),
     /// Make or update Volumes, orchestrators and machine-controller objects from YAML or JSON files
     /// (what `get -o yaml` prints), all checked before any is written.
@@ -239,15 +244,16 @@ pub struct Group<C: Subcommand> {
 /// its own arguments.
 #[derive(Debug, clap::Args)]
 pub struct Call<A: clap::Args> {
+    /// Its arguments. First: the connection's help heading holds for every argument after it, so
+    /// these would be listed under "Connection options", positionals last and out of order.
+    #[command(flatten)]
+    pub command: A,
     /// How to reach the gateway.
     #[command(flatten)]
     pub connection: Connection,
     /// How to print.
     #[command(flatten)]
     pub format: Format,
-    /// Its arguments.
-    #[command(flatten)]
-    pub command: A,
 }
 
 /// Waiting for an operation to finish.
@@ -306,6 +312,91 @@ pub fn options_anywhere(argv: impl IntoIterator<Item = OsString>) -> Vec<OsStrin
     out
 }
 
+/// `berth get`'s kubectl forms, as argument lists clap parses: `get machine/w-1` is `get machine
+/// w-1`, and `get md,ms` is two commands, `get md` then `get ms` (each element one command line to
+/// run in turn; a kind named twice runs once). Any other command line is returned as it is, alone.
+/// A form that is malformed is refused here, saying why; in particular the part after `/` is
+/// always a name, never an option (`get 'md/--server=…'` would otherwise send the token elsewhere).
+pub fn per_kind(argv: Vec<OsString>) -> Result<Vec<Vec<OsString>>, String> {
+    if argv.get(1).is_none_or(|a| a != "get") {
+        return Ok(vec![argv]);
+    }
+    // The kind is the first argument after `get` that is neither an option nor an option's value.
+    let mut at = 2;
+    while let Some(arg) = argv.get(at) {
+        let text = arg.to_string_lossy();
+        if text == "--" || !text.starts_with('-') {
+            break;
+        }
+        at += if OPTIONS_WITH_VALUE.contains(&text.as_ref()) {
+            2
+        } else {
+            1
+        };
+    }
+    let Some(target) = argv.get(at).and_then(|a| a.to_str()) else {
+        return Ok(vec![argv]);
+    };
+    if !target.contains([',', '/']) {
+        return Ok(vec![argv]);
+    }
+    let mut seen = Vec::new();
+    for piece in target.split(',') {
+        if piece.is_empty() {
+            return Err(format!("{target:?}: a kind is missing between the commas"));
+        }
+        let (kind, name) = match piece.split_once('/') {
+            None => (piece, None),
+            Some(("", _)) => return Err(format!("{piece:?}: the kind is missing before the `/`")),
+            Some((_, "")) => return Err(format!("{piece:?}: the name is missing after the `/`")),
+            Some((kind, name)) => (kind, Some(name)),
+        };
+        if let Some(name) = name {
+            if name.starts_with('-') {
+                return Err(format!(
+                    "{piece:?}: the part after the `/` is a name, and a name does not start with `-`"
+                ));
+            }
+            // A volume's name may carry its namespace (`volume/team-a/data`); nothing else has one.
+            let volume = matches!(kind, "volume" | "volumes" | "vol");
+            if name.matches('/').count() > usize::from(volume) {
+                return Err(format!(
+                    "{piece:?}: `KIND/NAME` has one `/` (a volume's `volume/NAMESPACE/NAME` two)"
+                ));
+            }
+        }
+        // A kind named twice, by any of its names (`md,machinedeployment`), is shown once.
+        let canonical = get_kind_name(kind);
+        if !seen
+            .iter()
+            .any(|&(k, n): &(&str, Option<&str>)| get_kind_name(k) == canonical && n == name)
+        {
+            seen.push((kind, name));
+        }
+    }
+    Ok(seen
+        .into_iter()
+        .map(|(kind, name)| {
+            let mut one = argv[..at].to_vec();
+            one.push(OsString::from(kind));
+            one.extend(name.map(OsString::from));
+            one.extend(argv[at + 1..].iter().cloned());
+            one
+        })
+        .collect())
+}
+
+/// The name of `get`'s subcommand that `kind` names (any alias, any case kubectl takes), or `kind`
+/// itself when none does (clap refuses it later, naming it).
+fn get_kind_name(kind: &str) -> String {
+    use clap::CommandFactory;
+    let lower = kind.to_ascii_lowercase();
+    Cli::command()
+        .find_subcommand("get")
+        .and_then(|get| get.find_subcommand(&lower))
+        .map_or(lower, |sub| sub.get_name().to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -319,6 +410,24 @@ mod tests {
             all.extend(every_command(sub));
         }
         all
+    }
+
+    #[test]
+    fn only_connection_and_output_options_are_under_their_heading() {
+        let mut cli = Cli::command();
+        cli.build();
+        let connection = ["server", "token", "request_timeout", "shape", "no_headers"];
+        for cmd in every_command(&cli) {
+            for arg in cmd.get_arguments() {
+                let under = arg.get_help_heading() == Some("Connection options");
+                let id = arg.get_id().as_str();
+                assert!(
+                    !under || connection.contains(&id),
+                    "{}: {id} is listed under \"Connection options\"",
+                    cmd.get_name()
+                );
+            }
+        }
     }
 
     #[test]
@@ -407,5 +516,60 @@ mod tests {
         // A command that takes none of them still gets them, to refuse.
         assert_eq!(moved("berth --server x up"), "berth up --server x");
         assert_eq!(moved("berth --version"), "berth --version");
+    }
+
+    fn split(line: &str) -> Vec<String> {
+        let argv = line.split(' ').map(OsString::from).collect();
+        per_kind(argv)
+            .unwrap()
+            .into_iter()
+            .map(|one| {
+                one.iter()
+                    .map(|a| a.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    }
+
+    #[test]
+    fn get_takes_kind_slash_name_and_several_kinds_as_kubectl_does() {
+        assert_eq!(
+            split("berth get machine/w-1 -o json"),
+            ["berth get machine w-1 -o json"]
+        );
+        assert_eq!(
+            split("berth get -o name md,ms -n x"),
+            ["berth get -o name md -n x", "berth get -o name ms -n x"]
+        );
+        assert_eq!(
+            split("berth get --server h volume/ns/v"),
+            ["berth get --server h volume ns/v"]
+        );
+        assert_eq!(split("berth get md,md"), ["berth get md"]);
+        assert_eq!(
+            split("berth get md,machinedeployment,ms"),
+            ["berth get md", "berth get ms"]
+        );
+        assert_eq!(
+            split("berth get md/w,machinedeployments/w,md/x"),
+            ["berth get md w", "berth get md x"]
+        );
+        // Anything else as it is.
+        for line in ["berth volume get a/b", "berth get", "berth get md -o name"] {
+            assert_eq!(split(line), [line]);
+        }
+        // Malformed forms are refused before anything runs; a name is never an option.
+        let refused =
+            |line: &str| per_kind(line.split(' ').map(OsString::from).collect()).unwrap_err();
+        assert!(refused("berth get md,").contains("a kind is missing"));
+        assert!(refused("berth get machine/").contains("the name is missing"));
+        assert!(refused("berth get md/workers,/x").contains("the kind is missing"));
+        assert!(
+            refused("berth get md/--server=http://elsewhere").contains("does not start with `-`")
+        );
+        assert!(refused("berth get md,ms/-o").contains("does not start with `-`"));
+        assert!(refused("berth get md/default/workers").contains("has one `/`"));
+        assert!(refused("berth get volume/a/b/c").contains("has one `/`"));
     }
 }

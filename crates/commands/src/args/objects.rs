@@ -79,6 +79,21 @@ pub enum GetCommand {
     },
 }
 
+impl GetCommand {
+    /// Whether it follows changes (`--watch`) rather than showing once.
+    pub fn watches(&self) -> bool {
+        match self {
+            GetCommand::Volumes { query, .. } => query.watch,
+            GetCommand::Orchestrators { watch, .. } => *watch,
+            GetCommand::Machines { query, .. }
+            | GetCommand::Machinesets { query, .. }
+            | GetCommand::Machinedeployments { query, .. }
+            | GetCommand::Machineclasses { query, .. }
+            | GetCommand::Secrets { query, .. } => query.watch,
+        }
+    }
+}
+
 /// Which machine-controller objects, and where.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ObjectQuery {

@@ -8,8 +8,10 @@ use domain::Code;
 use domain::resources::Kind;
 use serde_json::json;
 
+use super::table::printable;
 use super::{lower, resolve};
 use crate::args::{DeleteArgs, ObjectRef, Output, Shape};
+use crate::output::print;
 use crate::{CliError, Ctx};
 
 /// `berth delete KIND NAME`.
@@ -72,7 +74,7 @@ pub async fn scale(
         )));
     }
     let client = Client::new(ctx.client());
-    client
+    let scaled = client
         .patch(
             kind,
             &namespace,
@@ -80,6 +82,12 @@ pub async fn scale(
             &json!({"spec": {"replicas": replicas}}),
         )
         .await?;
-    say(output, &format!("{}/{name} scaled", lower(kind)));
+    if matches!(output.shape, Shape::Json | Shape::Yaml | Shape::JsonPath(_)) {
+        // As kubectl's `scale -o yaml`: the object as it is now.
+        let one = std::slice::from_ref(&scaled);
+        print(&printable(kind, scaled.clone(), one, false), output);
+    } else {
+        say(output, &format!("{}/{name} scaled", lower(kind)));
+    }
     Ok(())
 }

@@ -25,6 +25,11 @@ pub async fn get(
     let namespace = namespace_of(query.namespace.as_ref());
     let wide = output.is_wide();
     let (items, version) = match name {
+        Some(_) if query.selector.is_some() => {
+            return Err(CliError::Usage(
+                "-l selects a list; with a NAME, give only -n".into(),
+            ));
+        }
         Some(name) => {
             let one = client.get(kind, &namespace, name).await?;
             let version = text(&one, "/metadata/resourceVersion").to_string();

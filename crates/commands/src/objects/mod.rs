@@ -69,6 +69,11 @@ fn resolve(object: &ObjectRef) -> Result<(Kind, String, String), CliError> {
             )));
         }
     };
+    if name.is_empty() || name.contains([',', '/']) || name == "." || name == ".." {
+        return Err(CliError::Usage(format!(
+            "{name:?} is not a name: `KIND/NAME` (or `KIND NAME`) names one object"
+        )));
+    }
     let kind = kind_named(&kind_text).ok_or_else(|| {
         CliError::Usage(format!(
             "{kind_text:?} is not a kind the machine controller keeps: machine, machineset (ms), machinedeployment (md), machineclass (mcc), secret"
@@ -91,6 +96,27 @@ fn number(value: &Value, pointer: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_names_one_object() {
+        let object = |target: &str, name: Option<&str>| ObjectRef {
+            target: target.to_string(),
+            name: name.map(str::to_string),
+            namespace: None,
+        };
+        assert!(resolve(&object("md/workers", None)).is_ok());
+        for (target, name) in [
+            ("md/a,ms/b", None),
+            ("md/a/b", None),
+            ("machine", Some("..")),
+            ("md", Some("x,y")),
+        ] {
+            assert!(
+                matches!(resolve(&object(target, name)), Err(CliError::Usage(_))),
+                "{target} {name:?}"
+            );
+        }
+    }
 
     #[test]
     fn kinds_are_named_as_kubectl_names_them() {

@@ -38,8 +38,10 @@ fn rollout_state(d: &Value, class_generation: Option<i64>) -> Result<(), String>
     let replicas = number(d, "/status/replicas");
     let available = number(d, "/status/availableReplicas");
     if updated < want {
+        // As kubectl says it: how many are of the new template yet, not how many are available
+        // (the available ones may all be old).
         return Err(format!(
-            "{updated} of {want} updated replicas are available"
+            "{updated} of {want} new replicas have been updated"
         ));
     }
     if replicas > updated {
@@ -247,10 +249,10 @@ mod tests {
                 .unwrap_err()
                 .contains("latest change")
         );
-        assert!(
-            rollout_state_of(&d(2, 2, 3, 4, 1, 3))
-                .unwrap_err()
-                .contains("1 of 3 updated")
+        // Three available, all old: what is said is how far the new template got.
+        assert_eq!(
+            rollout_state_of(&d(2, 2, 3, 4, 1, 3)).unwrap_err(),
+            "1 of 3 new replicas have been updated"
         );
         assert!(
             rollout_state_of(&d(2, 2, 3, 4, 3, 3))

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::rollout::DeploymentStrategy;
+use super::rollout::{DeploymentStrategy, StrategyType};
 use super::template::{LabelSelector, MachineTemplate, check_replicated};
 use crate::code::Status;
 use crate::machine::{Condition, ObjectMeta};
@@ -110,12 +110,26 @@ impl MachineDeployment {
             &self.spec.template,
         )?;
         if let Some(rolling) = &self.spec.strategy.rolling_update {
+            // Kubernetes' rules: a Recreate has no bounds to give, and with neither a machine
+            // above replicas nor one below, a roll could never begin.
+            if self.spec.strategy.strategy_type == StrategyType::Recreate {
+                return Err(Status::invalid(
+                    "spec.strategy.rollingUpdate",
+                    "may not be given when spec.strategy.type is Recreate",
+                ));
+            }
             rolling
                 .max_surge
                 .check("spec.strategy.rollingUpdate.maxSurge")?;
             rolling
                 .max_unavailable
                 .check("spec.strategy.rollingUpdate.maxUnavailable")?;
+            if rolling.max_surge.is_zero() && rolling.max_unavailable.is_zero() {
+                return Err(Status::invalid(
+                    "spec.strategy.rollingUpdate.maxUnavailable",
+                    "may not be 0 when maxSurge is 0: the roll could never begin",
+                ));
+            }
         }
         Ok(())
     }

@@ -42,6 +42,20 @@ impl MachinePhase {
             MachinePhase::Terminating => "Terminating",
         }
     }
+
+    /// The phase a name names, as [`MachinePhase::as_str`] writes it.
+    pub fn parse(name: &str) -> Option<MachinePhase> {
+        [
+            MachinePhase::Pending,
+            MachinePhase::Creating,
+            MachinePhase::Running,
+            MachinePhase::Unknown,
+            MachinePhase::Failed,
+            MachinePhase::Terminating,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == name)
+    }
 }
 
 impl fmt::Display for MachinePhase {

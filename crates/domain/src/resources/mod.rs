@@ -454,5 +454,51 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(parsed.bounds(4), (2, 1));
+        // Kubernetes' refusals: no bounds at all as written, or bounds for a Recreate.
+        for (surge, unavailable) in [
+            (IntOrPercent::Int(0), p("0%")),
+            (p("0%"), IntOrPercent::Int(0)),
+        ] {
+            d.spec.strategy.rolling_update = Some(RollingUpdate {
+                max_surge: surge,
+                max_unavailable: unavailable,
+            });
+            let e = d.check(10).unwrap_err();
+            assert_eq!(
+                e.message,
+                "spec.strategy.rollingUpdate.maxUnavailable: may not be 0 when maxSurge is 0: the roll could never begin"
+            );
+        }
+        d.spec.strategy = DeploymentStrategy {
+            strategy_type: StrategyType::Recreate,
+            rolling_update: Some(RollingUpdate::default()),
+        };
+        let e = d.check(10).unwrap_err();
+        assert!(
+            e.message
+                .starts_with("spec.strategy.rollingUpdate: may not be given"),
+            "{e}"
+        );
+        // A bad number says the rule, not serde's "did not match any variant".
+        for bad in [
+            serde_json::json!(-1),
+            serde_json::json!(1.5),
+            serde_json::json!(true),
+        ] {
+            let e = serde_json::from_value::<RollingUpdate>(serde_json::json!({"maxSurge": bad}))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("a whole number or a percentage from 0% to 100%")
+                    && !e.contains("variant")
+                    && !e.contains("expected must"),
+                "{bad}: {e}"
+            );
+        }
+        let round_trip: RollingUpdate =
+            serde_json::from_value(serde_json::json!({"maxSurge": 2, "maxUnavailable": "25%"}))
+                .unwrap();
+        assert_eq!(round_trip.max_surge, IntOrPercent::Int(2));
+        assert_eq!(round_trip.max_unavailable, p("25%"));
     }
 }

@@ -6,8 +6,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::code::Status;
 
+/// What a bad count or percentage is told (a negative or fractional number included, which
+/// serde's untagged enums answered with "did not match any variant").
+const INT_OR_PERCENT_RULE: &str = "must be a whole number or a percentage from 0% to 100%";
+
 /// A count or a percentage of the desired replicas (`maxSurge: 1`, `maxUnavailable: "25%"`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum IntOrPercent {
@@ -15,6 +19,37 @@ pub enum IntOrPercent {
     Int(u32),
     /// `N%`, 0 to 100.
     Percent(String),
+}
+
+impl<'de> Deserialize<'de> for IntOrPercent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = IntOrPercent;
+            // Read after serde's "invalid type: boolean `true`, expected ".
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a whole number or a percentage from 0% to 100%")
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<IntOrPercent, E> {
+                u32::try_from(n)
+                    .map(IntOrPercent::Int)
+                    .map_err(|_| E::custom(INT_OR_PERCENT_RULE))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<IntOrPercent, E> {
+                u64::try_from(n)
+                    .map_err(|_| E::custom(INT_OR_PERCENT_RULE))
+                    .and_then(|n| self.visit_u64(n))
+            }
+            fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<IntOrPercent, E> {
+                Err(E::custom(INT_OR_PERCENT_RULE))
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<IntOrPercent, E> {
+                // Checked with its field's name by `check`.
+                Ok(IntOrPercent::Percent(text.to_string()))
+            }
+        }
+        deserializer.deserialize_any(Visitor)
+    }
 }
 
 impl IntOrPercent {
@@ -36,15 +71,20 @@ impl IntOrPercent {
         }
     }
 
+    /// Whether this is zero as written (`0`, `"0%"`), whatever it is of.
+    pub fn is_zero(&self) -> bool {
+        match self {
+            IntOrPercent::Int(n) => *n == 0,
+            IntOrPercent::Percent(text) => parse_percent(text) == Some(0),
+        }
+    }
+
     pub(super) fn check(&self, field: &str) -> Result<(), Status> {
         match self {
             IntOrPercent::Int(_) => Ok(()),
-            IntOrPercent::Percent(text) => parse_percent(text).map(|_| ()).ok_or_else(|| {
-                Status::invalid(
-                    field,
-                    "must be a whole number or a percentage from 0% to 100%",
-                )
-            }),
+            IntOrPercent::Percent(text) => parse_percent(text)
+                .map(|_| ())
+                .ok_or_else(|| Status::invalid(field, INT_OR_PERCENT_RULE)),
         }
     }
 }

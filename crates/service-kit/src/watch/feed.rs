@@ -252,7 +252,7 @@ impl<K> Feed<K> {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= give_up {
-                return Err(ApiError::new(Status::invalid(
+                return Err(ApiError::new(Status::invalid_query(
                     "resourceVersion",
                     format!(
                         "{from} is newer than any version answered here (the newest is {current}): watch from a version a list or an event answered"

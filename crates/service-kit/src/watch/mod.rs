@@ -113,7 +113,7 @@ impl From<Gone> for ApiError {
         ApiError::new(Status::new(
             Code::OutOfRange,
             format!(
-                "resourceVersion: too old; the oldest a watch can resume from is {}: list again and watch from the list's version",
+                "query parameter resourceVersion: too old; the oldest a watch can resume from is {}: list again and watch from the list's version",
                 gone.oldest
             ),
         ))
@@ -251,7 +251,9 @@ mod tests {
             Ok(_) => panic!("a version past every answer was taken"),
         };
         assert!(
-            e.status().message.starts_with("resourceVersion: "),
+            e.status()
+                .message
+                .starts_with("query parameter resourceVersion: "),
             "{}",
             e.status().message
         );

@@ -9,7 +9,7 @@ use crate::ApiError;
 /// `timeoutSeconds`, checked on the list (1 to 1800, as the most a watch streams).
 pub fn check_timeout(timeout_seconds: Option<u64>) -> Result<(), ApiError> {
     if timeout_seconds.is_some_and(|t| !(1..=MAX_WATCH.as_secs()).contains(&t)) {
-        return Err(ApiError::new(Status::invalid(
+        return Err(ApiError::new(Status::invalid_query(
             "timeoutSeconds",
             "must be from 1 to 1800",
         )));
@@ -21,7 +21,7 @@ pub fn check_timeout(timeout_seconds: Option<u64>) -> Result<(), ApiError> {
 /// current object, else the version to stream changes after.
 pub fn parse_resource_version(text: Option<&str>) -> Result<Option<u64>, ApiError> {
     let refused = || {
-        ApiError::new(Status::invalid(
+        ApiError::new(Status::invalid_query(
             "resourceVersion",
             "must be a version a list or an event answered (digits, no leading zero)",
         ))

@@ -43,6 +43,7 @@ use sha2::{Digest, Sha256};
 use crate::routes::Scope;
 
 pub use self::last_used::{last_used_file, read_last_used};
+pub(crate) use self::store::GrantEnds;
 pub use self::store::{Remembered, TokenStore};
 pub use self::tokens_file::{
     LineFields, ParsedTokens, TOKENS_FILE_HEADER, TokenLineError, TokenLineProblem,
@@ -94,6 +95,13 @@ impl TokenEntry {
     /// The headers the services get for this token's calls.
     pub fn forwarded(&self) -> &Forwarded {
         &self.forwarded
+    }
+
+    /// Whether `other` grants the same: its scopes, namespaces and expiry.
+    pub fn same_grant(&self, other: &TokenEntry) -> bool {
+        self.scopes == other.scopes
+            && self.namespaces == other.namespaces
+            && self.expires == other.expires
     }
 
     /// Whether the token has expired at `now`.
@@ -239,11 +247,13 @@ mod tests {
     #[test]
     fn fields_after_the_scopes_give_namespaces_and_a_lifetime() {
         let hash = format!("sha256:{}", "0".repeat(64));
+        // Each line a token of its own: a hash given twice grants once.
+        let [h1, h2, h3] = ["1", "2", "3"].map(|d| format!("sha256:{}", d.repeat(64)));
         let entries = parse_tokens(&format!(
             "old {hash} volumes:read\n\
-             team {hash} volumes:read namespaces=b,a created=2026-01-02T03:04:05Z expires=2026-02-01T00:00:00+01:00\n\
-             wide {hash} volumes:read namespaces=*\n\
-             root {hash} admin namespaces=*\n"
+             team {h1} volumes:read namespaces=b,a created=2026-01-02T03:04:05Z expires=2026-02-01T00:00:00+01:00\n\
+             wide {h2} volumes:read namespaces=*\n\
+             root {h3} admin namespaces=*\n"
         ))
         .unwrap();
         assert_eq!(
@@ -317,6 +327,25 @@ mod tests {
         assert!(store.authenticate("first", |_| ()).is_some());
         assert!(store.authenticate("second", |_| ()).is_none());
         assert!(store.authenticate("third", |_| ()).is_some());
+        // One token on two lines under two names: the first line's grant, never the later one's.
+        std::fs::write(
+            &path,
+            format!(
+                "{}\n{}\n",
+                tokens_file_line("reader", "same", &[Scope::VolumesRead]),
+                tokens_file_line("admin", "same", &[Scope::Admin]),
+            ),
+        )
+        .unwrap();
+        let parsed = parse_token_lines(&std::fs::read_to_string(&path).unwrap());
+        assert_eq!(parsed.entries.len(), 1);
+        assert_eq!(
+            parsed.duplicates[0].to_string(),
+            "line 2: the hash is line 1's: one token, two grants; this line grants nothing"
+        );
+        let store = TokenStore::load(&path).unwrap();
+        let name = store.authenticate("same", |entry| entry.name.clone());
+        assert_eq!(name.as_deref(), Some("reader"));
     }
 
     #[test]

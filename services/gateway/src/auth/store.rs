@@ -32,7 +32,12 @@ pub struct TokenStore {
     /// Whether writing the last-used file has failed and been logged: a tokens file mounted read-only
     /// (a Kubernetes Secret) is a set-up, not an incident, and is said once.
     pub(super) last_used_failed: AtomicBool,
+    /// Told of every reload, for the watches a token holds open ([`TokenStore::grant_ends`]).
+    reloads: tokio::sync::watch::Sender<()>,
 }
+
+/// A future that completes when the grant a stream was admitted with ends.
+pub(crate) type GrantEnds = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// How often the file is checked for changes.
 const RELOAD_CHECK: Duration = Duration::from_secs(1);
@@ -48,7 +53,58 @@ impl TokenStore {
             modified: Mutex::new(modified),
             used: AtomicBool::new(false),
             last_used_failed: AtomicBool::new(false),
+            reloads: tokio::sync::watch::Sender::new(()),
         })
+    }
+
+    /// Completes when the grant `token` has now ends: it expires, or a reload of the file revokes
+    /// it or changes what it may do (its scopes, namespaces or expiry). A watch is admitted once
+    /// and then streams for up to half an hour; it must not outlive the token that opened it.
+    pub fn grant_ends(self: &Arc<Self>, token: &str) -> GrantEnds {
+        let hash = hash_token(token);
+        let granted = self.entry_of(&hash);
+        let mut reloads = self.reloads.subscribe();
+        // Not kept alive by a stream: a store that is gone ends it.
+        let store = Arc::downgrade(self);
+        Box::pin(async move {
+            let Some(granted) = granted else { return };
+            let expiry = async {
+                match granted.expires {
+                    Some(at) => {
+                        let left = (at - Utc::now()).to_std().unwrap_or_default();
+                        tokio::time::sleep(left).await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(expiry);
+            loop {
+                tokio::select! {
+                    () = &mut expiry => return,
+                    changed = reloads.changed() => {
+                        let Some(store) = changed.ok().and_then(|()| store.upgrade()) else {
+                            return;
+                        };
+                        match store.entry_of(&hash) {
+                            Some(now) if now.same_grant(&granted) => {}
+                            _ => return,
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    /// The entry whose hash is `hash`, compared in constant time.
+    fn entry_of(&self, hash: &[u8; 32]) -> Option<TokenEntry> {
+        let entries = self.entries.load();
+        let mut found = None;
+        for entry in entries.iter() {
+            if bool::from(entry.hash.ct_eq(hash)) {
+                found = Some(entry.clone());
+            }
+        }
+        found
     }
 
     /// Loads `path` and keeps the tokens in step with it: a thread checks the file once a second,
@@ -158,6 +214,7 @@ impl TokenStore {
         );
         self.entries.store(Arc::new(parsed.entries));
         *known = modified;
+        self.reloads.send_replace(());
     }
 }
 

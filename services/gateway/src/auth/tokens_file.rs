@@ -183,6 +183,13 @@ pub enum TokenLineProblem {
         /// The earlier line that holds it.
         first: usize,
     },
+    /// The hash is an earlier line's: one token would hold two grants, and which one a call got
+    /// would depend on the order of lines. The earlier line stands, as for a name.
+    #[error("the hash is line {first}'s: one token, two grants; this line grants nothing")]
+    SameToken {
+        /// The earlier line with the same hash.
+        first: usize,
+    },
 }
 
 /// Why the tokens file cannot be used. The file holds hashes only, so no message carries a token.
@@ -210,7 +217,7 @@ pub enum TokensFileError {
 }
 
 /// Parses a tokens file; the error names the first line that does not parse and what is wrong with it.
-/// A line whose name an earlier line holds is left out (see [`ParsedTokens::duplicates`]).
+/// A line whose name or hash an earlier line holds is left out (see [`ParsedTokens::duplicates`]).
 pub fn parse_tokens(text: &str) -> Result<Vec<TokenEntry>, TokenLineError> {
     let mut parsed = parse_token_lines(text);
     if parsed.malformed.is_empty() {
@@ -227,7 +234,7 @@ pub struct ParsedTokens {
     pub entries: Vec<TokenEntry>,
     /// The lines that do not parse, and why.
     pub malformed: Vec<TokenLineError>,
-    /// The lines that parse but whose name an earlier line holds: they grant nothing.
+    /// The lines that parse but whose name or hash an earlier line holds: they grant nothing.
     pub duplicates: Vec<TokenLineError>,
 }
 
@@ -236,25 +243,34 @@ pub struct ParsedTokens {
 pub fn parse_token_lines(text: &str) -> ParsedTokens {
     let mut parsed = ParsedTokens::default();
     let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    let mut hashes: BTreeMap<[u8; 32], usize> = BTreeMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.split('#').next().unwrap_or_default().trim();
         if line.is_empty() {
             continue;
         }
         match parse_token_line(line, i + 1) {
-            Ok(entry) => match names.get(&entry.name) {
-                Some(&first) => parsed.duplicates.push(TokenLineError {
-                    line: i + 1,
-                    problem: TokenLineProblem::Duplicate {
-                        name: entry.name,
+            Ok(entry) => {
+                let problem = match (names.get(&entry.name), hashes.get(&entry.hash)) {
+                    (Some(&first), _) => Some(TokenLineProblem::Duplicate {
+                        name: entry.name.clone(),
                         first,
-                    },
-                }),
-                None => {
-                    names.insert(entry.name.clone(), i + 1);
-                    parsed.entries.push(entry);
+                    }),
+                    (None, Some(&first)) => Some(TokenLineProblem::SameToken { first }),
+                    (None, None) => None,
+                };
+                match problem {
+                    Some(problem) => parsed.duplicates.push(TokenLineError {
+                        line: i + 1,
+                        problem,
+                    }),
+                    None => {
+                        names.insert(entry.name.clone(), i + 1);
+                        hashes.insert(entry.hash, i + 1);
+                        parsed.entries.push(entry);
+                    }
                 }
-            },
+            }
             Err(problem) => parsed.malformed.push(TokenLineError {
                 line: i + 1,
                 problem,

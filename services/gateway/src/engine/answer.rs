@@ -146,6 +146,13 @@ impl Worker {
                                 }
                                 Err(refusal) => return refusal.into_response(),
                             };
+                            // What ends an admitted watch when its token is revoked or expires:
+                            // known from the token the call was admitted with.
+                            let grant_ends = watching.then(|| {
+                                gateway
+                                    .grant_ends(&request)
+                                    .unwrap_or_else(|| Box::pin(std::future::pending()))
+                            });
                             // The connection's timer is taken for the call and put back after
                             // it; its calls come one at a time, so nobody waits for it.
                             let mut timer =
@@ -162,9 +169,11 @@ impl Worker {
                                 .await;
                             *caller.timer.lock().expect("timer lock") = timer;
                             match forwarded {
-                                Ok(response) if watching => crate::limits::streamed_until_stopping(
-                                    response, in_flight, stopping,
-                                ),
+                                Ok(response) if let Some(grant_ends) = grant_ends => {
+                                    crate::limits::streamed_until_stopping(
+                                        response, in_flight, stopping, grant_ends,
+                                    )
+                                }
                                 Ok(response) => response,
                                 Err(e) => e.into_response(),
                             }

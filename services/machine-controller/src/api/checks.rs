@@ -25,6 +25,24 @@ pub(super) fn not_found(kind: Kind, namespace: &str, name: &str) -> ApiError {
     )))
 }
 
+/// A write that names another tenant's namespace (a create, or a PUT that may create), refused
+/// before anything there is read: the caller named the namespace, so saying it may not act there
+/// tells it nothing new, while a check of the body against what the namespace holds (does its
+/// class exist? its secret?) would answer that question, and open the secret to do it. Reads of
+/// one object there are answered as a missing one is (`not_found`), as storage-ops answers them.
+pub(super) fn refuse_foreign_namespace(
+    caller: &service_kit::tenancy::Caller,
+    namespace: &str,
+) -> Result<(), ApiError> {
+    if caller.allows(namespace) {
+        return Ok(());
+    }
+    Err(ApiError::new(Status::new(
+        domain::Code::PermissionDenied,
+        format!("namespace: the token may not act in namespace {namespace:?}"),
+    )))
+}
+
 pub(super) fn answer(status: StatusCode, stored: &Stored) -> Response {
     let mut response = (status, Json(stored.body.clone())).into_response();
     if let Ok(tag) = HeaderValue::from_str(&format!("\"{}\"", stored.resource_version)) {

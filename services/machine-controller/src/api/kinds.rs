@@ -39,7 +39,7 @@ macro_rules! kind_routes {
                 responses(
                     (status = 201, description = "Made", body = $schema),
                     (status = 400, description = "A bad field (code 3), named", body = service_kit::error::Problem),
-                    (status = 404, description = "The caller may not act in the namespace (code 5)", body = service_kit::error::Problem),
+                    (status = 403, description = "The caller may not act in the namespace (code 7), answered before anything there is read", body = service_kit::error::Problem),
                     (status = 409, description = "The name is taken (code 6)", body = service_kit::error::Problem),
                     (status = 412, description = "What it refers to is missing, or the operator's ceilings refuse it (code 9)", body = service_kit::error::Problem),
                 ))]
@@ -66,7 +66,8 @@ macro_rules! kind_routes {
                     (status = 200, description = "Replaced", body = $schema),
                     (status = 201, description = "Made", body = $schema),
                     (status = 400, description = "A bad field (code 3), named", body = service_kit::error::Problem),
-                    (status = 404, description = "No such object to replace at that resourceVersion, or a namespace the caller may not act in (code 5)", body = service_kit::error::Problem),
+                    (status = 403, description = "The caller may not act in the namespace (code 7), answered before anything there is read", body = service_kit::error::Problem),
+                    (status = 404, description = "No such object to replace at that resourceVersion (code 5)", body = service_kit::error::Problem),
                     (status = 409, description = "resourceVersion is not the current one (code 10)", body = service_kit::error::Problem),
                     (status = 412, description = "It is being deleted, or what it refers to is missing (code 9)", body = service_kit::error::Problem),
                 ))]

@@ -10,7 +10,9 @@ use service_kit::ApiError;
 use service_kit::tenancy::Caller;
 
 use super::AppState;
-use super::checks::{answer, check_name, check_namespace, check_shape, not_found};
+use super::checks::{
+    answer, check_name, check_namespace, check_shape, not_found, refuse_foreign_namespace,
+};
 use super::reads::visible;
 use crate::objects::{merge_patch, replacement};
 use crate::store::{Stored, Written};
@@ -29,10 +31,8 @@ pub(crate) async fn create(
         .unwrap_or_default()
         .to_string();
     caller.audit_object(format!("{namespace}/{}/{name}", kind.plural()));
+    refuse_foreign_namespace(&caller, &namespace)?;
     let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
-    if !caller.allows(&namespace) {
-        return Err(not_found(kind, &namespace, &name));
-    }
     let stored = insert(
         &state,
         kind,
@@ -114,15 +114,19 @@ pub(crate) async fn put(
     }
     let mut raw = raw;
     raw["metadata"]["name"] = json!(name);
-    let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
-    if !caller.allows(&namespace) {
-        return Err(not_found(kind, &namespace, &name));
+    refuse_foreign_namespace(&caller, &namespace)?;
+    let current = state.writer.store.get(kind, &namespace, &name).await?;
+    // Said before the body is checked against the new provider's rules, which would only
+    // complain of the fields that provider does not know.
+    if let Some(current) = &current {
+        check_unchangeable(kind, &current.body, &raw).map_err(ApiError::new)?;
     }
+    let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
     let precondition = raw["metadata"]["resourceVersion"]
         .as_str()
         .filter(|v| !v.is_empty())
         .map(str::to_string);
-    let Some(current) = state.writer.store.get(kind, &namespace, &name).await? else {
+    let Some(current) = current else {
         if precondition.is_some() {
             return Err(not_found(kind, &namespace, &name));
         }
@@ -189,6 +193,7 @@ async fn replace(
             Some(&uid),
             precondition,
             move |stored, stored_sealed| {
+                check_unchangeable(kind, stored, &body)?;
                 let next = replacement(&body, stored);
                 *stored = next;
                 if let Some(sealed) = sealed {
@@ -199,6 +204,34 @@ async fn replace(
         )
         .await?;
     Ok(written)
+}
+
+/// Refuses changing what a VM was made from. A class's provider, or a machine's class, changed
+/// under a machine with a VM sent its status checks and its delete to the other provider, which
+/// could never find that VM: the machine was wedged in Terminating, its VM left running (a
+/// break-it finding). A new class, or a new machine, does what such a change meant; a deployment
+/// rolls its machines onto a changed template.
+fn check_unchangeable(kind: Kind, stored: &Value, next: &Value) -> Result<(), Status> {
+    let (field, before, after, rule) = match kind {
+        Kind::MachineClass => (
+            "provider",
+            &stored["provider"],
+            &next["provider"],
+            "cannot be changed: the class's machines were made by this provider; make a new class",
+        ),
+        Kind::Machine => (
+            "spec.class.name",
+            &stored["spec"]["class"]["name"],
+            &next["spec"]["class"]["name"],
+            "cannot be changed: a machine keeps the class its VM was made from; make a new machine, or change a MachineDeployment's template, which rolls its machines",
+        ),
+        _ => return Ok(()),
+    };
+    // Absent: the body's own checks say it is required.
+    if before == after || after.is_null() {
+        return Ok(());
+    }
+    Err(Status::invalid(field, rule))
 }
 
 /// Changes an object by a JSON merge patch (RFC 7386) of what a read answers. A secret's values
@@ -233,10 +266,22 @@ pub(crate) async fn patch(
     }
     merge_patch(&mut merged, &patch);
     check_shape(&merged)?;
+    check_unchangeable(kind, &current.body, &merged).map_err(ApiError::new)?;
     if merged["metadata"]["name"] != json!(name) {
         return Err(ApiError::new(Status::invalid(
             "metadata.name",
             "cannot be changed",
+        )));
+    }
+    // Said as a PUT says it: the patch's namespace is dropped below, and must not be in silence.
+    if let Some(asked) = patch["metadata"].get("namespace")
+        && !asked.is_null()
+        && asked.as_str() != Some(namespace.as_str())
+        && asked.as_str() != Some("")
+    {
+        return Err(ApiError::new(Status::invalid(
+            "metadata.namespace",
+            "must be the namespace of the route (or absent)",
         )));
     }
     let precondition = patch["metadata"]["resourceVersion"]

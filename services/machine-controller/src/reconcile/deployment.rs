@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use domain::machine::{Condition, OwnerReference};
 use domain::resources::{
-    API_VERSION, Kind, MachineDeployment, MachinePhase, MachineResource, MachineSet,
-    OWNER_FINALIZER, StrategyType, TEMPLATE_HASH_LABEL,
+    API_VERSION, Kind, MachineDeployment, MachinePhase, MachineSet, OWNER_FINALIZER, StrategyType,
+    TEMPLATE_HASH_LABEL,
 };
 use serde_json::{Value, json};
 use sha2::Digest as _;
@@ -92,11 +92,10 @@ pub async fn reconcile(
         let mut elsewhere = 0u32;
         for set in &sets {
             let (mut active, mut deleting, mut failed) = (0u32, 0u32, 0u32);
-            for stored in store.owned(Kind::Machine, &set.metadata.uid).await? {
-                let machine: MachineResource = stored.decode()?;
-                if machine.metadata.deletion_timestamp.is_some() {
+            for machine in store.owned_machines(&set.metadata.uid).await? {
+                if machine.deleting {
                     deleting += 1;
-                } else if machine.status.phase == MachinePhase::Failed {
+                } else if machine.phase == MachinePhase::Failed {
                     failed += 1;
                 } else {
                     active += 1;

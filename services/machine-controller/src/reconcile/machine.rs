@@ -118,7 +118,9 @@ fn operation(
         state,
         description: description.into(),
         error_code: code.map(|c| c.name().to_string()),
-        last_update_time: now(),
+        // To the millisecond, unlike the other times: a class or secret changed after it (in the
+        // same second too) cuts the backoff short, one changed before it does not.
+        last_update_time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
     }
 }
 
@@ -220,6 +222,14 @@ impl Step<'_> {
         let status = &self.machine.status;
         let last = status.last_operation.as_ref()?;
         if last.state != OperationState::Failed || !next.contains(&last.operation) {
+            return None;
+        }
+        // Its class or secret changed since: that may be the fix, so at once.
+        if self.controller.class_changed_since(
+            self.namespace,
+            &self.machine.spec.class.name,
+            &last.last_update_time,
+        ) {
             return None;
         }
         let settings = &self.controller.settings;

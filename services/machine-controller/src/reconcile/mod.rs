@@ -63,14 +63,10 @@ fn provider_label(provider: Option<&str>) -> String {
 
 /// A machine's phase as a label: one of MCM's, else `Pending` (a machine not yet reconciled).
 fn phase_label(phase: Option<&str>) -> &'static str {
-    match phase {
-        Some("Creating") => "Creating",
-        Some("Running") => "Running",
-        Some("Unknown") => "Unknown",
-        Some("Failed") => "Failed",
-        Some("Terminating") => "Terminating",
-        _ => "Pending",
-    }
+    phase
+        .and_then(domain::resources::MachinePhase::parse)
+        .unwrap_or_default()
+        .as_str()
 }
 
 /// How the reconcilers behave; every field has a `BERTH_CONTROLLER_*` setting.
@@ -137,6 +133,43 @@ pub struct Controller {
     /// The work queue.
     pub queue: Arc<Queue>,
     calls: DefaultKeyedRateLimiter<(String, String)>,
+    /// When each class, or the secret it names, last changed, by (namespace, class), as this
+    /// process saw it: a machine's call that failed before is retried at once, not after its
+    /// backoff, since the change may be the fix (a corrected secret waited out up to 5 minutes of
+    /// backoff: a break-it finding).
+    class_changes: std::sync::Mutex<ClassChanges>,
+}
+
+/// When each class, or the secret it names, last changed, by (namespace, class).
+#[derive(Debug, Default)]
+struct ClassChanges(std::collections::HashMap<(String, String), chrono::DateTime<chrono::Utc>>);
+
+impl ClassChanges {
+    /// Records that `classes` in `namespace` changed at `now`, forgetting changes older than
+    /// `longest_wait`: a change only cuts short a wait that began before it, and no wait is longer,
+    /// so an older entry can never matter again (and classes made and deleted by the thousand do
+    /// not grow the map without end).
+    fn record(
+        &mut self,
+        namespace: &str,
+        classes: &[String],
+        now: chrono::DateTime<chrono::Utc>,
+        longest_wait: Duration,
+    ) {
+        let horizon = chrono::Duration::from_std(longest_wait).unwrap_or(chrono::Duration::MAX);
+        self.0
+            .retain(|_, changed| now.signed_duration_since(*changed) <= horizon);
+        for class in classes {
+            self.0.insert((namespace.to_string(), class.clone()), now);
+        }
+    }
+
+    /// Whether `class` in `namespace` changed after `time`.
+    fn since(&self, namespace: &str, class: &str, time: chrono::DateTime<chrono::Utc>) -> bool {
+        self.0
+            .get(&(namespace.to_string(), class.to_string()))
+            .is_some_and(|changed| *changed > time)
+    }
 }
 
 impl std::fmt::Debug for Controller {
@@ -156,6 +189,7 @@ impl Controller {
             settings,
             queue: Queue::new(),
             calls,
+            class_changes: Default::default(),
         })
     }
 
@@ -275,9 +309,12 @@ impl Controller {
             .unwrap_or_default();
         match change.kind {
             Kind::Machine | Kind::MachineSet | Kind::MachineDeployment => {
-                // A machine's status is written only by its own reconcile, which says itself
-                // when to look again (its backoff after a failed call).
-                if !(change.kind == Kind::Machine && change.status_only) {
+                // An object's status is written only by its own reconcile (the API keeps what
+                // callers send there out), which says itself when to look again: a status-only
+                // change queues the owner, which counts it, not the object. (Each machine's
+                // status change made its set write its status, and that write queued the set
+                // once more for nothing, as the set's did its deployment.)
+                if !change.status_only {
                     self.queue
                         .add((change.kind, change.scope.clone(), name.to_string()));
                 }
@@ -286,6 +323,7 @@ impl Controller {
                 }
             }
             Kind::MachineClass => {
+                self.class_changed(&change.scope, &[name.to_string()]).await;
                 if let Ok((deployments, _)) = self
                     .writer
                     .store
@@ -301,8 +339,59 @@ impl Controller {
                     }
                 }
             }
-            Kind::Secret => {}
+            Kind::Secret => {
+                let Ok((classes, _)) = self
+                    .writer
+                    .store
+                    .list(Kind::MachineClass, Some(&change.scope))
+                    .await
+                else {
+                    return;
+                };
+                let using: Vec<String> = classes
+                    .iter()
+                    .filter(|c| {
+                        ["secretRef", "credentialsSecretRef"]
+                            .iter()
+                            .any(|r| c.body[*r]["name"].as_str() == Some(name))
+                    })
+                    .map(|c| c.name().to_string())
+                    .collect();
+                self.class_changed(&change.scope, &using).await;
+            }
         }
+    }
+
+    /// Records that `classes` (or their secret) changed now, and queues their machines.
+    async fn class_changed(&self, namespace: &str, classes: &[String]) {
+        if classes.is_empty() {
+            return;
+        }
+        let longest_wait = self.settings.backoff_max.max(self.settings.exhausted_retry);
+        self.class_changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(namespace, classes, chrono::Utc::now(), longest_wait);
+        if let Ok((machines, _)) = self.writer.store.list(Kind::Machine, Some(namespace)).await {
+            for m in machines {
+                let class = m.body["spec"]["class"]["name"].as_str().unwrap_or_default();
+                if classes.iter().any(|c| c == class) {
+                    self.queue
+                        .add((Kind::Machine, namespace.to_string(), m.name().to_string()));
+                }
+            }
+        }
+    }
+
+    /// Whether `class` in `namespace`, or its secret, changed after `time` (RFC 3339).
+    pub fn class_changed_since(&self, namespace: &str, class: &str, time: &str) -> bool {
+        let Ok(time) = chrono::DateTime::parse_from_rfc3339(time) else {
+            return false;
+        };
+        self.class_changes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .since(namespace, class, time.to_utc())
     }
 
     /// One step of `key`'s reconcile; says when to look again.
@@ -344,4 +433,33 @@ pub fn elapsed_since(time: Option<&str>) -> Duration {
         .map(|t| chrono::Utc::now().signed_duration_since(t))
         .and_then(|d| d.to_std().ok())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn class_changes_past_the_longest_wait_are_forgotten() {
+        let start = chrono::Utc::now();
+        let minute = Duration::from_secs(60);
+        let at = |seconds: i64| start + chrono::Duration::seconds(seconds);
+        let mut changes = ClassChanges::default();
+        changes.record("a", &["old".to_string()], at(0), minute);
+        assert!(changes.since("a", "old", at(-1)));
+        assert!(
+            !changes.since("a", "old", at(0)),
+            "a wait begun after it is not cut short"
+        );
+        assert!(!changes.since("b", "old", at(-1)), "namespaces are apart");
+
+        changes.record("a", &["new".to_string()], at(60), minute);
+        assert!(
+            changes.since("a", "old", at(-1)),
+            "still within the longest wait"
+        );
+        changes.record("a", &["new".to_string()], at(61), minute);
+        assert!(!changes.since("a", "old", at(-1)), "forgotten past it");
+        assert_eq!(changes.0.len(), 1);
+    }
 }

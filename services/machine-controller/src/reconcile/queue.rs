@@ -1,8 +1,9 @@
 //! The work queue, after client-go's: a key is queued at most once, a key being worked on is never
 //! worked on twice at a time (a change that arrives meanwhile queues it again once the work is
-//! done), and a key can be queued after a delay.
+//! done), and a key can be queued after a delay, with at most one delay waiting per key (the
+//! earliest), as client-go's delaying queue keeps it.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ struct State {
     queued: HashSet<Key>,
     running: HashSet<Key>,
     again: HashSet<Key>,
+    /// When each key's waiting delay ends.
+    delayed: HashMap<Key, tokio::time::Instant>,
 }
 
 /// The queue.
@@ -51,16 +54,38 @@ impl Queue {
         }
     }
 
-    /// Queues `key` after `delay`.
+    /// Queues `key` after `delay`, unless it is already due sooner. Each reconcile of a machine
+    /// that keeps failing says when to look again, and the periodic resync reconciles it too: with
+    /// a timer of its own for each, the timers grew by one every resync, and the machine was
+    /// called that many times each round (a break-it finding).
     pub fn add_after(self: &Arc<Self>, key: Key, delay: Duration) {
         if delay.is_zero() {
             self.add(key);
             return;
         }
+        let due = tokio::time::Instant::now() + delay;
+        {
+            let mut state = self.lock();
+            if state.delayed.get(&key).is_some_and(|sooner| *sooner <= due) {
+                return;
+            }
+            state.delayed.insert(key.clone(), due);
+        }
         let queue = self.clone();
         tokio::spawn(async move {
-            tokio::time::sleep(delay).await;
-            queue.add(key);
+            tokio::time::sleep_until(due).await;
+            // A sooner delay for the key since replaced this one, and queued it itself.
+            let still_due = {
+                let mut state = queue.lock();
+                let ours = state.delayed.get(&key) == Some(&due);
+                if ours {
+                    state.delayed.remove(&key);
+                }
+                ours
+            };
+            if still_due {
+                queue.add(key);
+            }
         });
     }
 
@@ -113,6 +138,27 @@ mod tests {
 
     fn key(name: &str) -> Key {
         (Kind::Machine, "ns".into(), name.into())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_key_waits_on_one_delay_the_soonest() {
+        let q = Queue::new();
+        for seconds in [10, 10, 5, 30] {
+            q.add_after(key("a"), Duration::from_secs(seconds));
+        }
+        tokio::time::sleep(Duration::from_millis(4_900)).await;
+        assert!(q.is_empty());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(q.len(), 1);
+        let taken = q.take().await;
+        q.done(&taken);
+        // The later ones queue nothing more.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(q.is_empty());
+        // Once it fired, a new delay waits again.
+        q.add_after(key("a"), Duration::from_secs(1));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(q.len(), 1);
     }
 
     #[tokio::test]

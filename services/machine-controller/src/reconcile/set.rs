@@ -9,21 +9,22 @@
 //! - A machine is made stored-first with its owner reference and finalizer; its name is the set's
 //!   and five random characters, so a retry after a crash makes a new name, never a second VM for
 //!   one.
-//! - A set whose deletion was asked deletes its machines and goes once none is left.
+//! - A set whose deletion was asked deletes its machines and goes once none is left; a preserved
+//!   one it lets go instead (no longer owned, kept with its VM).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use domain::machine::{Condition, OwnerReference};
 use domain::resources::{
-    API_VERSION, Kind, MACHINE_FINALIZER, MachinePhase, MachineResource, MachineSet,
-    OWNER_FINALIZER, PRESERVE_ANNOTATION,
+    API_VERSION, Kind, MACHINE_FINALIZER, MachinePhase, MachineSet, OWNER_FINALIZER,
+    PRESERVE_ANNOTATION,
 };
 use rand::Rng as _;
 use serde_json::json;
 
 use super::{Controller, elapsed_since};
-use crate::store::{StoreError, now};
+use crate::store::{OwnedMachine, StoreError, now};
 
 /// The most machines one reconcile makes or deletes; the next takes the rest.
 const BURST: usize = 100;
@@ -40,40 +41,28 @@ pub async fn reconcile(
     };
     let set: MachineSet = stored.decode()?;
     let uid = set.metadata.uid.clone();
-    let machines: Vec<MachineResource> = store
-        .owned(Kind::Machine, &uid)
-        .await?
-        .iter()
-        .map(|m| m.decode())
-        .collect::<Result<_, _>>()?;
+    let machines = store.owned_machines(&uid).await?;
     if set.metadata.deletion_timestamp.is_some() {
         return delete_set(controller, namespace, &set, &machines).await;
     }
-    let deleting = |m: &MachineResource| m.metadata.deletion_timestamp.is_some();
-    let failed: Vec<&MachineResource> = machines
+    let failed: Vec<&OwnedMachine> = machines
         .iter()
-        .filter(|m| !deleting(m) && m.status.phase == MachinePhase::Failed)
+        .filter(|m| !m.deleting && m.phase == MachinePhase::Failed)
         .collect();
-    let mut active: Vec<&MachineResource> = machines
+    let mut active: Vec<&OwnedMachine> = machines
         .iter()
-        .filter(|m| !deleting(m) && m.status.phase != MachinePhase::Failed)
+        .filter(|m| !m.deleting && m.phase != MachinePhase::Failed)
         .collect();
     // Failed machines: kept when preserved or within keep_failed (oldest kept), else deleted.
     let mut kept = 0u32;
     let mut newly_failed = 0u32;
     for m in &failed {
-        if m.preserved() || kept < controller.settings.keep_failed {
+        if m.preserved || kept < controller.settings.keep_failed {
             kept += 1;
             continue;
         }
         let deleted = store
-            .delete(
-                Kind::Machine,
-                namespace,
-                &m.metadata.name,
-                Some(&m.metadata.uid),
-                None,
-            )
+            .delete(Kind::Machine, namespace, &m.name, Some(&m.uid), None)
             .await;
         gone_is_fine(deleted)?;
         newly_failed += 1;
@@ -81,11 +70,7 @@ pub async fn reconcile(
     let mut failures = set.status.failures;
     if newly_failed > 0 {
         failures = failures.saturating_add(newly_failed);
-    } else if active
-        .iter()
-        .any(|m| m.status.phase == MachinePhase::Running)
-        && failed.is_empty()
-    {
+    } else if active.iter().any(|m| m.phase == MachinePhase::Running) && failed.is_empty() {
         failures = 0;
     }
     let want = set.spec.replicas as usize;
@@ -109,21 +94,16 @@ pub async fn reconcile(
             again = Some(wait);
         }
     } else if active.len() > want {
-        let mut candidates: Vec<&&MachineResource> =
-            active.iter().filter(|m| !m.preserved()).collect();
+        let mut candidates: Vec<&&OwnedMachine> = active.iter().filter(|m| !m.preserved).collect();
         candidates.sort_by(|a, b| {
-            rank(a.status.phase)
-                .cmp(&rank(b.status.phase))
-                .then_with(|| {
-                    b.metadata
-                        .creation_timestamp
-                        .cmp(&a.metadata.creation_timestamp)
-                })
+            rank(a.phase)
+                .cmp(&rank(b.phase))
+                .then_with(|| b.created.cmp(&a.created))
         });
         let surplus: Vec<(String, String)> = candidates
             .iter()
             .take((active.len() - want).min(BURST))
-            .map(|m| (m.metadata.name.clone(), m.metadata.uid.clone()))
+            .map(|m| (m.name.clone(), m.uid.clone()))
             .collect();
         let deleting = surplus.iter().map(|(machine, machine_uid)| async move {
             let deleted = store
@@ -132,11 +112,11 @@ pub async fn reconcile(
             gone_is_fine(deleted)
         });
         futures::future::try_join_all(deleting).await?;
-        active.retain(|m| !surplus.iter().any(|(n, _)| *n == m.metadata.name));
+        active.retain(|m| !surplus.iter().any(|(n, _)| *n == m.name));
     }
     let ready = active
         .iter()
-        .filter(|m| m.status.phase == MachinePhase::Running)
+        .filter(|m| m.phase == MachinePhase::Running)
         .count() as u32;
     let generation = set.metadata.generation;
     let replicas = active.len() as u32;
@@ -226,16 +206,20 @@ async fn make_machine(
     let mut annotations = template.metadata.annotations.clone();
     // A template's preserve mark is for the machines a person marks, not every machine made.
     annotations.remove(PRESERVE_ANNOTATION);
-    let body = json!({
+    let mut body = json!({
         "metadata": {
             "name": format!("{}-{suffix}", set.metadata.name),
             "labels": template.metadata.labels,
-            "annotations": annotations,
             "finalizers": [MACHINE_FINALIZER],
             "ownerReferences": [owner],
         },
         "spec": template.spec,
     });
+    // Left out when empty, as the API stores what callers send: an empty map here made applying
+    // the machine's own `get -o yaml` back change it ("configured", a new resourceVersion).
+    if !annotations.is_empty() {
+        body["metadata"]["annotations"] = json!(annotations);
+    }
     match controller
         .writer
         .store
@@ -252,26 +236,45 @@ async fn delete_set(
     controller: &Controller,
     namespace: &str,
     set: &MachineSet,
-    machines: &[MachineResource],
+    machines: &[OwnedMachine],
 ) -> Result<Option<Duration>, StoreError> {
     let store = &controller.writer.store;
-    let deleting = machines
+    // A preserved machine is never deleted by the controller (MCM #1146), its owner's deletion
+    // included: it is let go instead, kept with its VM and no longer owned (a break-it finding:
+    // it went with the set). Deleting it is then its owner's own act.
+    let letting_go = machines
         .iter()
-        .filter(|m| m.metadata.deletion_timestamp.is_none())
+        .filter(|m| m.preserved && !m.deleting)
         .map(|m| async move {
-            let deleted = store
-                .delete(
+            let let_go = store
+                .update(
                     Kind::Machine,
                     namespace,
-                    &m.metadata.name,
-                    Some(&m.metadata.uid),
+                    &m.name,
+                    Some(&m.uid),
                     None,
+                    |body, _| {
+                        if let Some(meta) = body["metadata"].as_object_mut() {
+                            meta.remove("ownerReferences");
+                        }
+                        Ok(())
+                    },
                 )
+                .await;
+            gone_is_fine(let_go)
+        });
+    futures::future::try_join_all(letting_go).await?;
+    let deleting = machines
+        .iter()
+        .filter(|m| !m.deleting && !m.preserved)
+        .map(|m| async move {
+            let deleted = store
+                .delete(Kind::Machine, namespace, &m.name, Some(&m.uid), None)
                 .await;
             gone_is_fine(deleted)
         });
     futures::future::try_join_all(deleting).await?;
-    if !machines.is_empty() {
+    if machines.iter().any(|m| m.deleting || !m.preserved) {
         // Each machine's removal queues the set again.
         return Ok(Some(controller.settings.resync));
     }

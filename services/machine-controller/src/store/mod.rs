@@ -21,7 +21,7 @@
 //! - `commit`: the writer, which runs every write and commits them in batches, and what it keeps in
 //!   memory so a write costs few trips to the database (the rows it wrote, the sequences).
 //! - `rows`: [`Stored`] and [`Sealed`], and how a row of `objects` is written, removed and decoded.
-//! - `reads`: `get`, `list`, `owned`.
+//! - `reads`: `get`, `list`, `owned`, and `owned_machines`, the few fields a set counts by.
 //! - `writes`: `create`, `update`, `delete`, and what decides a new generation.
 //! - `feed`: the change feed watches and reconcilers follow.
 //! - `secrets`: listing and resealing sealed values after a key rotation.
@@ -49,6 +49,7 @@ mod writes;
 
 pub use error::StoreError;
 pub use feed::{Change, FEED_CAPACITY};
+pub use reads::OwnedMachine;
 pub use rows::{Sealed, Stored};
 pub use writes::{Edit, Written};
 

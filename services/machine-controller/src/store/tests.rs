@@ -249,3 +249,78 @@ async fn a_store_opened_again_waits_for_the_last_writer_so_versions_never_repeat
     versions.dedup();
     assert_eq!(versions.len(), 3, "a resourceVersion repeats: {machines:?}");
 }
+
+#[tokio::test]
+async fn owned_machines_reads_what_a_set_counts_by_as_a_whole_read_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir).await;
+    let owned_by = |name: &str, owner: &str| {
+        let mut body = machine(name);
+        body["metadata"]["ownerReferences"] = json!([{"apiVersion": "berth.io/v1", "kind": "MachineSet", "name": "s", "uid": owner, "controller": true}]);
+        body
+    };
+    let mut preserved = owned_by("b-preserved", "set-1");
+    preserved["metadata"]["annotations"] = json!({"berth.io/preserve": "true"});
+    let mut not_quite = owned_by("c-preserve-false", "set-1");
+    not_quite["metadata"]["annotations"] = json!({"berth.io/preserve": "false"});
+    for body in [
+        owned_by("a-running", "set-1"),
+        preserved,
+        not_quite,
+        owned_by("d-deleting", "set-1"),
+        owned_by("other-set", "set-2"),
+    ] {
+        store.create(Kind::Machine, "ns", body, None).await.unwrap();
+    }
+    store
+        .update(Kind::Machine, "ns", "a-running", None, None, |body, _| {
+            body["status"] = json!({"phase": "Running"});
+            Ok(())
+        })
+        .await
+        .unwrap();
+    // Held by a finalizer, so the deletion only marks it.
+    store
+        .update(Kind::Machine, "ns", "d-deleting", None, None, |body, _| {
+            body["metadata"]["finalizers"] = json!(["berth.io/machine"]);
+            Ok(())
+        })
+        .await
+        .unwrap();
+    store
+        .delete(Kind::Machine, "ns", "d-deleting", None, None)
+        .await
+        .unwrap();
+
+    let owned = store.owned_machines("set-1").await.unwrap();
+    let whole = store.owned(Kind::Machine, "set-1").await.unwrap();
+    let names: Vec<&str> = owned.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(
+        names,
+        ["a-running", "b-preserved", "c-preserve-false", "d-deleting"]
+    );
+    for (summary, stored) in owned.iter().zip(&whole) {
+        let machine: domain::resources::MachineResource = stored.decode().unwrap();
+        assert_eq!(summary.name, machine.metadata.name);
+        assert_eq!(summary.uid, machine.metadata.uid);
+        assert_eq!(summary.phase, machine.status.phase, "{}", summary.name);
+        assert_eq!(
+            summary.deleting,
+            machine.metadata.deletion_timestamp.is_some(),
+            "{}",
+            summary.name
+        );
+        assert_eq!(
+            Some(&summary.created),
+            machine.metadata.creation_timestamp.as_ref()
+        );
+        assert_eq!(summary.preserved, machine.preserved(), "{}", summary.name);
+    }
+    let flags: Vec<(bool, bool)> = owned.iter().map(|m| (m.preserved, m.deleting)).collect();
+    assert_eq!(
+        flags,
+        [(false, false), (true, false), (false, false), (false, true)]
+    );
+    assert_eq!(owned[0].phase, domain::resources::MachinePhase::Running);
+    assert_eq!(owned[1].phase, domain::resources::MachinePhase::Pending);
+}

@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{NS, phase, quick, running, spawn_app};
+use machine_controller::reconcile::Settings;
+
+use crate::support::{KEY_SECRET, NS, phase, quick, running, spawn_app};
 
 #[tokio::test]
 async fn a_machine_runs_and_its_delete_takes_the_vm_with_it() {
@@ -63,6 +65,34 @@ async fn a_set_keeps_its_replicas_and_replaces_a_vm_killed_behind_its_back() {
         .machines_until("5 machines run", |m| m.len() == 5 && running(m) == 5)
         .await;
     assert_eq!(app.instances().len(), 5);
+    // A machine the set made, sent back as read (what `apply` of its `get -o yaml` does), is
+    // the same object: nothing in it is the API's to drop.
+    let name = machines[1]["metadata"]["name"].as_str().unwrap();
+    // The controller may write the machine's status (its first health check) between the read
+    // and the PUT, which then rightly refuses the stale resourceVersion (409): read again.
+    let (sent, replaced) = service_kit::testing::eventually(
+        "a PUT of the machine as read is taken",
+        Duration::from_secs(30),
+        || async {
+            let (_, read) = app.get("machines", name).await;
+            let (status, replaced) = app
+                .call(
+                    reqwest::Method::PUT,
+                    &format!("/v1/namespaces/{NS}/machines/{name}"),
+                    Some(read.clone()),
+                )
+                .await;
+            assert!(status == 200 || status == 409, "{status}: {replaced}");
+            (status == 200).then_some((read, replaced))
+        },
+    )
+    .await;
+    let without_version = |m: &serde_json::Value| {
+        let mut meta = m["metadata"].clone();
+        meta.as_object_mut().unwrap().remove("resourceVersion");
+        (meta, m["spec"].clone())
+    };
+    assert_eq!(without_version(&replaced), without_version(&sent));
     // Kill one VM behind Berth's back: Unknown, then Failed after the health timeout, then
     // replaced by a new machine with a VM of its own.
     let victim = machines[0].clone();
@@ -87,10 +117,17 @@ async fn a_set_keeps_its_replicas_and_replaces_a_vm_killed_behind_its_back() {
         })
         .await;
     assert_eq!(app.instances().len(), 5);
-    let (_, set) = app.get("machinesets", "workers").await;
-    assert_eq!(set["status"]["readyReplicas"], 5, "{set}");
+    // The set's status is written on its next pass after the machines change: waited for.
     // The failure count in a row is back to zero once the replacement runs.
-    assert_eq!(set["status"]["failures"], 0, "{set}");
+    service_kit::testing::eventually(
+        "the set counts 5 ready and no failures in a row",
+        Duration::from_secs(30),
+        || async {
+            let (_, set) = app.get("machinesets", "workers").await;
+            (set["status"]["readyReplicas"] == 5 && set["status"]["failures"] == 0).then_some(())
+        },
+    )
+    .await;
     // Scale down to 2, preserving one machine: it is never the one picked.
     let keep = machines[4]["metadata"]["name"]
         .as_str()
@@ -121,8 +158,27 @@ async fn a_set_keeps_its_replicas_and_replaces_a_vm_killed_behind_its_back() {
         (app.instances().len() == 2).then_some(())
     })
     .await;
-    // Deleting the set deletes its machines and their VMs, then the set.
+    // Deleting the set deletes its machines and their VMs, then the set; the preserved machine
+    // it lets go, kept with its VM and owned by nothing.
     let (status, _) = app.delete("machinesets", "workers").await;
+    assert_eq!(status, 200);
+    let kept = app
+        .machines_until("the preserved machine alone is left", |m| {
+            m.len() == 1 && m[0]["metadata"]["name"] == keep.as_str()
+        })
+        .await;
+    assert!(kept[0]["metadata"]["ownerReferences"].is_null(), "{kept:?}");
+    assert!(
+        kept[0]["metadata"]["deletionTimestamp"].is_null(),
+        "{kept:?}"
+    );
+    service_kit::testing::eventually("the set is gone", Duration::from_secs(30), || async {
+        (app.get("machinesets", "workers").await.0 == 404 && app.instances().len() == 1)
+            .then_some(())
+    })
+    .await;
+    // Deleting it is its owner's own act.
+    let (status, _) = app.delete("machines", &keep).await;
     assert_eq!(status, 200);
     service_kit::testing::eventually("everything is gone", Duration::from_secs(30), || async {
         let gone = app.list("machines").await.is_empty()
@@ -178,9 +234,20 @@ async fn a_set_keeps_failed_machines_for_inspection_when_asked() {
         failed["status"]["lastOperation"]["state"], "Failed",
         "{failed}"
     );
-    let (_, set) = app.get("machinesets", "kept").await;
-    assert_eq!(set["status"]["failedReplicas"], 1, "{set}");
-    assert_eq!(set["status"]["readyReplicas"], 2, "{set}");
+    // The set's status is written on its own next pass, after the machines it counts change, so
+    // it is waited for rather than read once.
+    let set = service_kit::testing::eventually(
+        "the set counts 1 failed and 2 ready",
+        Duration::from_secs(30),
+        || async {
+            let (_, set) = app.get("machinesets", "kept").await;
+            (set["status"]["failedReplicas"] == 1 && set["status"]["readyReplicas"] == 2)
+                .then_some(set)
+        },
+    )
+    .await;
+    // A machine kept for inspection is not one of the set's replicas.
+    assert_eq!(set["status"]["replicas"], 2, "{set}");
 }
 
 /// MCM #977: a cloud out of capacity (ResourceExhausted) is asked again only after the long
@@ -284,4 +351,44 @@ async fn a_refused_create_is_retried_at_its_backoff_not_at_once() {
     // write, it was about seventy a second.
     let failures = m["status"]["failures"].as_u64().unwrap();
     assert!((1..=30).contains(&failures), "{failures} tries in 3 s: {m}");
+}
+
+/// A machine failing on a wrong key is retried as soon as its secret changes, not when its
+/// backoff ends: the change may be the fix (a corrected secret waited out up to five minutes of
+/// backoff: a break-it finding).
+#[tokio::test]
+async fn a_fixed_secret_is_tried_at_once_not_after_the_backoff() {
+    let app = spawn_app(Settings {
+        backoff_base: Duration::from_secs(600),
+        backoff_max: Duration::from_secs(600),
+        ..quick()
+    })
+    .await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    let (status, body) = app
+        .patch(
+            "secrets",
+            "alicloud",
+            json!({"stringData": {"alicloudAccessKeySecret": "not-the-key"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let machine = json!({"metadata": {"name": "w-1"}, "spec": {"class": {"name": "small"}}});
+    assert_eq!(app.post("machines", machine).await.0, 201);
+    service_kit::testing::eventually("the create fails", Duration::from_secs(10), || async {
+        let (_, m) = app.get("machines", "w-1").await;
+        (m["status"]["lastOperation"]["state"] == "Failed").then_some(())
+    })
+    .await;
+    // Ten minutes of backoff ahead; the corrected secret cuts it short.
+    let (status, body) = app
+        .patch(
+            "secrets",
+            "alicloud",
+            json!({"stringData": {"alicloudAccessKeySecret": KEY_SECRET}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    app.machines_until("the machine runs", |m| m.len() == 1 && running(m) == 1)
+        .await;
 }

@@ -1,5 +1,7 @@
 //! Writes of every kind: what is refused and named, what a read shows, and what stays sealed.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::support::{KEY_SECRET, NS, class_body, quick, spawn_app};
@@ -176,4 +178,117 @@ async fn a_machine_needs_its_class_and_cannot_name_its_vm() {
     assert_eq!(status, 400);
     let (status, _) = app.get("machines", "absent").await;
     assert_eq!(status, 404);
+}
+
+/// A field an object does not have is refused by name, with the one meant when it is a near miss,
+/// on every write: a typo once did nothing, or made a set of 0 (a break-it finding). What a read
+/// answers (status, uid, resourceVersion…) still goes back in as it came out.
+#[tokio::test]
+async fn a_field_an_object_does_not_have_is_refused_by_name() {
+    let app = spawn_app(quick()).await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    let set = |spec: serde_json::Value| json!({"metadata": {"name": "typo"}, "spec": spec});
+    let template =
+        json!({"metadata": {"labels": {"p": "t"}}, "spec": {"class": {"name": "small"}}});
+    let (status, refused) = app
+        .post(
+            "machinesets",
+            set(json!({"replica": 3, "selector": {"matchLabels": {"p": "t"}}, "template": template})),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "spec.replica: not a field it has; did you mean replicas?"
+    );
+    let (status, made) = app
+        .post(
+            "machinesets",
+            set(json!({"replicas": 0, "selector": {"matchLabels": {"p": "t"}}, "template": template})),
+        )
+        .await;
+    assert_eq!(status, 201, "{made}");
+    let (status, refused) = app
+        .patch("machinesets", "typo", json!({"spec": {"replcas": 3}}))
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "spec.replcas: not a field it has; did you mean replicas?"
+    );
+    // A namespace other than the route's is refused by PATCH as by PUT, not dropped.
+    let (status, refused) = app
+        .patch(
+            "machinesets",
+            "typo",
+            json!({"metadata": {"namespace": "elsewhere"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "metadata.namespace: must be the namespace of the route (or absent)"
+    );
+    let (status, same) = app
+        .patch(
+            "machinesets",
+            "typo",
+            json!({"metadata": {"namespace": NS}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{same}");
+    let (status, refused) = app
+        .post(
+            "secrets",
+            json!({"metadata": {"name": "s", "bogus": 1}, "stringData": {"k": "v"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["detail"], "metadata.bogus: not a field it has");
+    // The field meant is one the object leaves out while empty: still named.
+    let (status, refused) = app
+        .post(
+            "secrets",
+            json!({"metadata": {"name": "s", "labells": {"a": "b"}}, "stringData": {"k": "v"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "metadata.labells: not a field it has; did you mean labels?"
+    );
+    // A misspelt values field is named, not read as "no values sent".
+    let (status, refused) = app
+        .post(
+            "secrets",
+            json!({"metadata": {"name": "s"}, "stringDatta": {"k": "v"}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["detail"],
+        "stringDatta: not a field it has; did you mean stringData?"
+    );
+    // What a read answered goes back unchanged (read again when the set's own status write
+    // came between).
+    service_kit::testing::eventually("a read goes back", Duration::from_secs(10), || async {
+        let (_, read) = app.get("machinesets", "typo").await;
+        let (status, again) = app
+            .call(
+                reqwest::Method::PUT,
+                &format!("/v1/namespaces/{NS}/machinesets/typo"),
+                Some(read.clone()),
+            )
+            .await;
+        if status == 409 {
+            return None;
+        }
+        assert_eq!(status, 200, "{again}");
+        assert_eq!(
+            again["metadata"]["resourceVersion"],
+            read["metadata"]["resourceVersion"]
+        );
+        Some(())
+    })
+    .await;
 }

@@ -95,3 +95,88 @@ async fn a_class_change_rolls_a_deployment_within_its_surge() {
     })
     .await;
 }
+
+/// A class's cluster tags changed under its machines (a break-it finding): the roll's deletes
+/// still find the old VMs by their providerID, so none is left running with no machine behind it.
+/// What no machine could survive, a class's provider or a machine's class changed, is refused.
+#[tokio::test]
+async fn a_class_tag_change_rolls_and_leaves_no_vm_behind() {
+    let app = spawn_app(quick()).await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    let deployment = json!({"metadata": {"name": "pool"}, "spec": {"replicas": 2,
+        "selector": {"matchLabels": {"pool": "p"}},
+        "template": {"metadata": {"labels": {"pool": "p"}}, "spec": {"class": {"name": "small"}}}}});
+    let (status, body) = app.post("machinedeployments", deployment).await;
+    assert_eq!(status, 201, "{body}");
+    let first = app
+        .machines_until("2 machines run", |m| m.len() == 2 && running(m) == 2)
+        .await;
+    let old = first[0]["metadata"]["name"].as_str().unwrap().to_string();
+
+    let (status, refused) = app
+        .patch("machineclasses", "small", json!({"provider": "Docker"}))
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("provider: cannot be changed"),
+        "{refused}"
+    );
+    let (status, refused) = app
+        .patch(
+            "machines",
+            &old,
+            json!({"spec": {"class": {"name": "other"}}}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("spec.class.name: cannot be changed"),
+        "{refused}"
+    );
+
+    let (status, body) = app
+        .patch(
+            "machineclasses",
+            "small",
+            json!({"providerSpec": {"tags": {
+                "kubernetes.io/cluster/shoot--ctl": null,
+                "kubernetes.io/role/worker/shoot--ctl": null,
+                "kubernetes.io/cluster/shoot--moved": "1",
+                "kubernetes.io/role/worker/shoot--moved": "1"}}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let old_names: Vec<&str> = first
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap())
+        .collect();
+    app.machines_until("the deployment rolled", |m| {
+        m.len() == 2
+            && running(m) == 2
+            && m.iter()
+                .all(|x| !old_names.contains(&x["metadata"]["name"].as_str().unwrap()))
+    })
+    .await;
+    service_kit::testing::eventually(
+        "only the new machines' VMs are left",
+        Duration::from_secs(30),
+        || async {
+            let instances = app.instances();
+            let moved = instances.iter().all(|i| {
+                i["Tags"]["Tag"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|t| t["TagKey"] == "kubernetes.io/cluster/shoot--moved")
+            });
+            (instances.len() == 2 && moved).then_some(())
+        },
+    )
+    .await;
+}

@@ -150,7 +150,7 @@ async fn a_watch_ends_at_the_operators_ceiling_whatever_it_asks() {
             problem["detail"]
                 .as_str()
                 .unwrap()
-                .starts_with("timeoutSeconds:"),
+                .starts_with("query parameter timeoutSeconds:"),
             "{problem}"
         );
     }

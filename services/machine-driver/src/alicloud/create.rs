@@ -92,7 +92,9 @@ impl Alicloud {
         };
         let deadline = self.deadline();
         if let Some(pinned) = &pinned
-            && let Some(f) = self.pinned(reach, pinned, deadline).await?
+            && let Some(f) = self
+                .pinned(reach, pinned, (&name, &owner), deadline)
+                .await?
         {
             let id = &f.instance.instance_id;
             if Owner::of_instance(&f.instance).is_some_and(|o| o != owner) {

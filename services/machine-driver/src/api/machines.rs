@@ -7,6 +7,7 @@ use domain::machine::{
     CreateMachineResponse, DeleteMachineResponse, InitializeMachineResponse, ListMachinesRequest,
     ListMachinesResponse, MachineRequest,
 };
+use domain::{Code, Status};
 
 use service_kit::ApiError;
 use service_kit::error::Problem;
@@ -37,7 +38,7 @@ use super::openapi::{
         (status = 200, description = "The VM exists (created now or adopted)", body = CreateMachineResponse),
         (status = 400, description = "Unknown provider, bad spec field (a region outside ECS's region-id grammar included), bad providerID or UID, or missing secret key (code 3), naming it", body = Problem),
         (status = 401, description = "The cloud refused the credentials (code 16)", body = Problem),
-        (status = 404, description = "The caller may not act in machine.metadata.namespace: answered as for a machine no VM backs (code 5)", body = Problem),
+        (status = 403, description = "The caller may not act in machine.metadata.namespace (code 7)", body = Problem),
         (status = 409, description = "The machine name is taken by another machine's VM (code 6; it says only that), or several VMs without a recorded owner carry the name (code 11)", body = Problem),
         (status = 412, description = PRECONDITION_ON_CREATE, body = Problem),
         (status = 429, description = "The namespace has as many machines as the operator's quota (BERTH_QUOTA_MACHINES) allows, or no capacity or quota in the zone (code 8)", body = Problem),
@@ -53,10 +54,17 @@ pub(super) async fn create_machine(
     let provider = provider_for(&state, &req.machine_class)?;
     let namespace = namespace_of(&req)?;
     caller.audit_object(format!("{namespace}/{}", req.machine.metadata.name));
+    // The caller named the namespace, so saying it may not act there tells it nothing new (as
+    // storage-ops answers AddStorage, and the controller a create); the calls that look a machine
+    // up answer one there as missing.
     if hidden(&caller, &req, namespace)? {
-        let name = &req.machine.metadata.name;
         return observed("CreateMachine", provider.name(), async {
-            Err(provider.missing(name))
+            Err(Status::new(
+                Code::PermissionDenied,
+                format!(
+                    "machine.metadata.namespace: the token may not act in namespace {namespace:?}"
+                ),
+            ))
         })
         .await;
     }

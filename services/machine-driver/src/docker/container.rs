@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::Docker;
 use super::engine::{EngineError, short};
 use super::mounts::Bind;
-use super::spec::{self, LABEL_MACHINE, LABEL_ROLE, LABEL_UID, Scope};
+use super::spec::{self, LABEL_INSTANCE, LABEL_MACHINE, LABEL_ROLE, LABEL_UID, Scope};
 use crate::provider::{Listed, NAMESPACE_STAMP, request_namespace, stamped_namespace};
 
 /// How long a create that found its machine's name taken waits for the container holding it to
@@ -270,10 +270,24 @@ impl Docker {
                 && (uid.is_empty() || label(c, LABEL_UID) == uid)
                 && c.namespace() == namespace
         };
+        // The container a providerID names may also be this machine's own (its name and UID, in
+        // this stack and namespace) from before its class changed its cluster or role tags: it
+        // must still be found, by status and by delete, or it would be left running behind the
+        // machine.
+        let made_before_a_class_change = |c: &Container| {
+            !uid.is_empty()
+                && c.labels.get(LABEL_INSTANCE) == t.scope.instance.as_ref()
+                && label(c, LABEL_MACHINE) == name
+                && label(c, LABEL_UID) == uid
+                && c.namespace() == namespace
+        };
         let provider_id = req.machine.spec.provider_id.as_str();
         if !provider_id.is_empty() {
             let named = spec::decode_provider_id(provider_id)?;
-            let found = self.by_name(t, named).await?.filter(ours);
+            let found = self
+                .by_name(t, named)
+                .await?
+                .filter(|c| ours(c) || made_before_a_class_change(c));
             if found.is_some() || search == Search::NamedOnly {
                 return Ok(found);
             }

@@ -87,7 +87,7 @@ async fn two_tenants_neither_see_nor_change_nor_learn_each_others_machines() {
     let mut with_id = a_req.clone();
     with_id["machine"]["spec"]["providerID"] = json!(provider_id);
     for body in [&a_req, &with_id] {
-        for route in ["status", "initialize", "create"] {
+        for route in ["status", "initialize"] {
             let (code, answer) = app
                 .as_tenant(&B, &format!("/v1/machines:{route}"), body)
                 .await;
@@ -96,6 +96,16 @@ async fn two_tenants_neither_see_nor_change_nor_learn_each_others_machines() {
             assert_eq!(answer["detail"], missing["detail"], "{route}: {answer}");
             learns_nothing(&answer, &never);
         }
+        // A create names the namespace itself: refused for it, in words that hold for any
+        // machine there.
+        let (code, answer) = app.as_tenant(&B, "/v1/machines:create", body).await;
+        assert_eq!(code, 403, "{answer}");
+        assert_eq!(
+            answer["detail"],
+            "machine.metadata.namespace: the token may not act in namespace \"team-a\"",
+            "{answer}"
+        );
+        learns_nothing(&answer, &never[..2]);
         let (code, answer) = app.as_tenant(&B, "/v1/machines:delete", body).await;
         assert_eq!(code, 200, "{answer}");
         assert!(

@@ -109,5 +109,14 @@ async fn a_version_from_before_a_restart_is_gone() {
     for bad in ["resourceVersion=x", "timeoutSeconds=0", "watch=maybe"] {
         let response = watch(&app, bad).await;
         assert_eq!(response.status(), 400, "{bad}");
+        if bad == "watch=maybe" {
+            // The parameter and the rule, in our words (not serde's, nor the value): the
+            // helper's own `watch=true` is there too.
+            let problem: Value = response.json().await.unwrap();
+            assert_eq!(
+                problem["detail"], "query parameter watch: is given more than once",
+                "{problem}"
+            );
+        }
     }
 }

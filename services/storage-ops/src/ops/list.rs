@@ -80,7 +80,7 @@ impl ContinueTokens {
     /// is a 400.
     pub fn decode(&self, token: &str, list: &str) -> Result<(String, String), Status> {
         let bad = || {
-            Status::invalid(
+            Status::invalid_query(
                 "continue",
                 "is not a token this service issued; start again without it",
             )
@@ -99,7 +99,7 @@ impl ContinueTokens {
         let [namespace, name, issued_for]: [String; 3] =
             serde_json::from_slice(&bytes).map_err(|_| bad())?;
         if issued_for != list {
-            return Err(Status::invalid(
+            return Err(Status::invalid_query(
                 "continue",
                 "was issued for another list (another namespace or selector); ask for the same list, or start again without it",
             ));
@@ -367,7 +367,11 @@ mod tests {
         ] {
             let e = tokens.decode(&foreign, &list).unwrap_err();
             assert_eq!(e.code, Code::InvalidArgument);
-            assert!(e.message.starts_with("continue: "), "{}", e.message);
+            assert!(
+                e.message.starts_with("query parameter continue: "),
+                "{}",
+                e.message
+            );
         }
         assert_eq!(format!("{tokens:?}"), "ContinueTokens([REDACTED])");
     }

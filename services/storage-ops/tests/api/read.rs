@@ -52,7 +52,7 @@ async fn continue_tokens_are_signed_and_outlive_a_restart() {
             p["detail"]
                 .as_str()
                 .unwrap()
-                .starts_with("continue: is not a token this service issued"),
+                .starts_with("query parameter continue: is not a token this service issued"),
             "{p}"
         );
     }

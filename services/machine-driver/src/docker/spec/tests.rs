@@ -440,7 +440,20 @@ fn decoding_errors_name_the_field_and_type_never_the_value() {
     );
     let e = ProviderSpec::decode(&spec(json!({"privilegd": true}))).unwrap_err();
     assert!(
-        e.message.contains("unknown field `privilegd`"),
+        e.message
+            .ends_with("privilegd: not a field it has; did you mean privileged?"),
+        "{}",
+        e.message
+    );
+    let e = ProviderSpec::decode(&spec(json!({"networks": "n"}))).unwrap_err();
+    assert!(
+        e.message.ends_with("did you mean network?"),
+        "{}",
+        e.message
+    );
+    let e = ProviderSpec::decode(&spec(json!({"bogus": true}))).unwrap_err();
+    assert!(
+        e.message.contains("unknown field `bogus`, expected one of"),
         "{}",
         e.message
     );
