@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::{quick, running, spawn_app};
+use crate::support::{detail, quick, running, spawn_app};
 
 #[tokio::test]
 async fn a_class_change_rolls_a_deployment_within_its_surge() {
@@ -118,10 +118,7 @@ async fn a_class_tag_change_rolls_and_leaves_no_vm_behind() {
         .await;
     assert_eq!(status, 400, "{refused}");
     assert!(
-        refused["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("provider: cannot be changed"),
+        detail(&refused).starts_with("provider: cannot be changed"),
         "{refused}"
     );
     let (status, refused) = app
@@ -133,10 +130,7 @@ async fn a_class_tag_change_rolls_and_leaves_no_vm_behind() {
         .await;
     assert_eq!(status, 400, "{refused}");
     assert!(
-        refused["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("spec.class.name: cannot be changed"),
+        detail(&refused).starts_with("spec.class.name: cannot be changed"),
         "{refused}"
     );
 

@@ -258,3 +258,10 @@ pub(crate) fn phase(machine: &Value) -> &str {
 pub(crate) fn running(machines: &[Value]) -> usize {
     machines.iter().filter(|m| phase(m) == "Running").count()
 }
+
+/// A refusal's `detail`, which every problem+json answer carries.
+pub(crate) fn detail(problem: &Value) -> &str {
+    problem["detail"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a problem+json answer has a detail: {problem}"))
+}

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::{NS, quick, spawn_app, spawn_controller};
+use crate::support::{NS, detail, quick, spawn_app, spawn_controller};
 
 #[tokio::test]
 async fn a_watch_streams_changes_after_the_lists_version() {
@@ -147,10 +147,7 @@ async fn a_watch_ends_at_the_operators_ceiling_whatever_it_asks() {
         assert_eq!(response.status(), 400, "{asked}");
         let problem: Value = response.json().await.unwrap();
         assert!(
-            problem["detail"]
-                .as_str()
-                .unwrap()
-                .starts_with("query parameter timeoutSeconds:"),
+            detail(&problem).starts_with("query parameter timeoutSeconds:"),
             "{problem}"
         );
     }
