@@ -115,41 +115,57 @@ pub(crate) async fn put(
     let mut raw = raw;
     raw["metadata"]["name"] = json!(name);
     refuse_foreign_namespace(&caller, &namespace)?;
-    let current = state.writer.store.get(kind, &namespace, &name).await?;
-    // Said before the body is checked against the new provider's rules, which would only
-    // complain of the fields that provider does not know.
-    if let Some(current) = &current {
-        check_unchangeable(kind, &current.body, &raw).map_err(ApiError::new)?;
-    }
-    let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
     let precondition = raw["metadata"]["resourceVersion"]
         .as_str()
         .filter(|v| !v.is_empty())
         .map(str::to_string);
-    let Some(current) = current else {
-        if precondition.is_some() {
-            return Err(not_found(kind, &namespace, &name));
+    let mut current = state.writer.store.get(kind, &namespace, &name).await?;
+    // Two applies of one new object race: both read nothing, and the second create finds the
+    // name taken. A PUT without a resourceVersion means "make it so", so the loser replaces what
+    // the winner made rather than answering 409 (a break-it run: 6 of 18 concurrent applies
+    // failed, saying a retry would not help). Once only: a writer that deletes it in between is
+    // answered as it is.
+    let mut lost_a_race = false;
+    loop {
+        // Said before the body is checked against the new provider's rules, which would only
+        // complain of the fields that provider does not know.
+        if let Some(current) = &current {
+            check_unchangeable(kind, &current.body, &raw).map_err(ApiError::new)?;
         }
-        let stored = insert(
+        let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
+        let Some(current) = &current else {
+            if precondition.is_some() {
+                return Err(not_found(kind, &namespace, &name));
+            }
+            match insert(
+                &state,
+                kind,
+                &namespace,
+                prepared.body,
+                prepared.values.as_ref(),
+            )
+            .await
+            {
+                Ok(stored) => return Ok(answer(StatusCode::CREATED, &stored)),
+                Err(e) if !lost_a_race && e.status().code == Code::AlreadyExists => {
+                    lost_a_race = true;
+                    current = state.writer.store.get(kind, &namespace, &name).await?;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        let written = replace(
             &state,
             kind,
             &namespace,
-            prepared.body,
-            prepared.values.as_ref(),
+            current,
+            prepared,
+            precondition.as_deref(),
         )
         .await?;
-        return Ok(answer(StatusCode::CREATED, &stored));
-    };
-    let written = replace(
-        &state,
-        kind,
-        &namespace,
-        &current,
-        prepared,
-        precondition.as_deref(),
-    )
-    .await?;
-    Ok(answer(StatusCode::OK, written.object()))
+        return Ok(answer(StatusCode::OK, written.object()));
+    }
 }
 
 async fn replace(
@@ -262,6 +278,22 @@ pub(crate) async fn patch(
         merged["stringData"] = json!(values.string_data);
         if let Some(m) = merged.as_object_mut() {
             m.remove("keys");
+        }
+        // A reader sees one list of keys, not which of the two maps wrote each: a key patched to
+        // null under either is gone from both, as Kubernetes removes `data.KEY: null`. (Removed
+        // from `data` alone, a key written as stringData stayed, and the patch answered 200: a
+        // break-it finding.)
+        for field in ["data", "stringData"] {
+            let Some(asked) = patch.get(field).and_then(Value::as_object) else {
+                continue;
+            };
+            for (key, _) in asked.iter().filter(|(_, v)| v.is_null()) {
+                for held in ["data", "stringData"] {
+                    if let Some(values) = merged[held].as_object_mut() {
+                        values.remove(key);
+                    }
+                }
+            }
         }
     }
     merge_patch(&mut merged, &patch);

@@ -68,6 +68,49 @@ async fn a_secret_is_write_only_and_sealed_at_rest() {
         .await;
     assert_eq!(status, 200);
     assert_eq!(same["metadata"]["resourceVersion"], version.as_str());
+    // A key patched to null is removed under either map, whichever wrote it: `extra` came as
+    // stringData and goes as `data.extra: null`.
+    for (patch, keys) in [
+        (
+            json!({"data": {"extra": null}}),
+            json!(["alicloudAccessKeyID", "alicloudAccessKeySecret"]),
+        ),
+        (
+            json!({"stringData": {"alicloudAccessKeyID": null}}),
+            json!(["alicloudAccessKeySecret"]),
+        ),
+    ] {
+        let (status, patched) = app.patch("secrets", "alicloud", patch.clone()).await;
+        assert_eq!(status, 200, "{patch}: {patched}");
+        assert_eq!(patched["keys"], keys, "{patch}");
+    }
+}
+
+/// PUT is how `apply` makes an object whether or not it exists: two applies of one new object at
+/// once both succeed, one making it and the other replacing it, where the second used to answer 409
+/// AlreadyExists (a break-it finding: concurrent applies of one file failed a third of the time).
+#[tokio::test]
+async fn puts_racing_to_make_one_object_all_succeed() {
+    let app = spawn_app(quick()).await;
+    for round in 0..10 {
+        let name = format!("raced-{round}");
+        let path = format!("/v1/namespaces/{NS}/secrets/{name}");
+        let puts = (0..8).map(|i| {
+            app.call(
+                reqwest::Method::PUT,
+                &path,
+                Some(json!({"metadata": {"name": name}, "stringData": {"k": format!("v{i}")}})),
+            )
+        });
+        let answers = futures::future::join_all(puts).await;
+        for (status, body) in &answers {
+            assert!(*status == 200 || *status == 201, "{status} {body}");
+        }
+        let made = answers.iter().filter(|(status, _)| *status == 201).count();
+        assert_eq!(made, 1, "one of the racing PUTs makes {name}");
+        let (status, stored) = app.get("secrets", &name).await;
+        assert_eq!(status, 200, "{stored}");
+    }
 }
 
 #[tokio::test]
