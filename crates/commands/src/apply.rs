@@ -363,6 +363,13 @@ fn planned(at: &str, doc: &Value, namespace_flag: Option<&String>) -> Result<Pla
         return Err(refused(at, "metadata.name", "is missing"));
     }
     let namespace = namespace_for(at, doc, namespace_flag)?;
+    // The server's own checks of any object's metadata (its name for the kind, labels,
+    // annotations), made before anything is sent: a bad name in a file's third object left the
+    // first two written (a break-it finding).
+    let meta: domain::machine::ObjectMeta =
+        serde_json::from_value(doc["metadata"].clone()).map_err(|e| refused(at, "metadata", e))?;
+    kind.check_write(&meta, "", "", &namespace)
+        .map_err(|e| CliError::Local(Status::new(e.code, format!("{at}: {}", e.message))))?;
     Ok(Planned::Object {
         kind,
         namespace,
@@ -770,6 +777,36 @@ mod tests {
             refusal(class(json!("machine.sapcloud.io/v1alpha1")))
                 .contains("berth machine create -f")
         );
+    }
+
+    #[test]
+    fn a_controller_objects_name_and_labels_are_checked_before_anything_is_sent() {
+        let object = |kind: &str, metadata: Value| {
+            json!({"apiVersion": "berth.io/v1", "kind": kind, "metadata": metadata,
+                   "stringData": {"k": "v"}})
+        };
+        assert!(planned("f", &object("Secret", json!({"name": "ok"})), None).is_ok());
+        for (doc, said) in [
+            (
+                object("Secret", json!({"name": "Bad_Name"})),
+                "f (document 1): metadata.name: ",
+            ),
+            (
+                object("Secret", json!({"name": "s", "labels": {"bad label": "x"}})),
+                "f (document 1): metadata.labels",
+            ),
+            (
+                object("MachineDeployment", json!({"name": "d".repeat(47)})),
+                "a MachineDeployment name is at most 46 characters",
+            ),
+            (
+                object("Secret", json!({"name": "s", "labels": ["a"]})),
+                "f (document 1): metadata: ",
+            ),
+        ] {
+            let refused = refusal(doc);
+            assert!(refused.contains(said), "{refused}");
+        }
     }
 
     #[test]
