@@ -379,6 +379,22 @@ fn refusal(path: &str, error: &serde_json::Error, body: impl FnOnce() -> Option<
     Status::invalid(&truncate(field, MAX_PATH_CHARS), rule)
 }
 
+/// serde names an integer it expected by its Rust type (`expected u32`), which a caller of a REST
+/// API cannot be asked to know (a break-it finding: `spec.replicas: -1` was told "expected u32").
+fn in_words(expected: &str) -> String {
+    let range = match expected {
+        "u8" => Some((0, u128::from(u8::MAX))),
+        "u16" => Some((0, u128::from(u16::MAX))),
+        "u32" => Some((0, u128::from(u32::MAX))),
+        "u64" | "usize" => Some((0, u128::from(u64::MAX))),
+        _ => None,
+    };
+    match range {
+        Some((low, high)) => format!("a whole number from {low} to {high}"),
+        None => expected.to_string(),
+    }
+}
+
 /// The rule a data error broke, in serde's words but with the value taken out.
 ///
 /// serde words these errors `invalid type: string "…", expected a map` and `unknown variant `…`,
@@ -399,7 +415,7 @@ fn describe(path: &str, error: &serde_json::Error, body: impl FnOnce() -> Option
                 .unwrap_or_default()
                 .trim();
             let kind = if kind.is_empty() { "a value" } else { kind };
-            return format!("{prefix}{kind}, expected {expected}");
+            return format!("{prefix}{kind}, expected {}", in_words(expected));
         }
     }
     if let Some(rest) = message.strip_prefix("unknown variant `") {
@@ -783,11 +799,11 @@ mod tests {
     fn rules_keep_the_kind_and_drop_the_value() {
         assert_eq!(
             refusal_of(r#"{"items": [{"count": "SECRET"}]}"#),
-            "items[0].count: invalid type: string, expected u8"
+            "items[0].count: invalid type: string, expected a whole number from 0 to 255"
         );
         assert_eq!(
             refusal_of(r#"{"items": [{"count": 1}, {"count": 999}]}"#),
-            "items[1].count: invalid value: integer, expected u8"
+            "items[1].count: invalid value: integer, expected a whole number from 0 to 255"
         );
         let m = refusal_of(r#"{"items": [{"count": 1, "when": "SECRET"}]}"#);
         assert_eq!(

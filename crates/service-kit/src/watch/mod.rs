@@ -284,6 +284,14 @@ mod tests {
         assert!(parse_resource_version(Some("1e3")).is_err());
         assert!(parse_resource_version(Some("+3")).is_err());
         assert!(parse_resource_version(Some("03")).is_err());
-        assert!(parse_resource_version(Some("99999999999999999999")).is_err());
+        let too_large = parse_resource_version(Some("99999999999999999999")).unwrap_err();
+        assert!(
+            too_large
+                .status()
+                .message
+                .starts_with("query parameter resourceVersion: is larger than any version"),
+            "{}",
+            too_large.status().message
+        );
     }
 }

@@ -33,6 +33,15 @@ pub fn parse_resource_version(text: Option<&str>) -> Result<Option<u64>, ApiErro
         Some(text) if !text.bytes().all(|b| b.is_ascii_digit()) || text.starts_with('0') => {
             Err(refused())
         }
-        Some(text) => text.parse::<u64>().map(Some).map_err(|_| refused()),
+        // All digits and still refused: say so, not that it is not digits (a break-it finding).
+        Some(text) => text.parse::<u64>().map(Some).map_err(|_| {
+            ApiError::new(Status::invalid_query(
+                "resourceVersion",
+                format!(
+                    "is larger than any version there can be (at most {}); use one a list or an event answered",
+                    u64::MAX
+                ),
+            ))
+        }),
     }
 }
