@@ -45,6 +45,13 @@ pub async fn reconcile(
     if set.metadata.deletion_timestamp.is_some() {
         return delete_set(controller, namespace, &set, &machines).await;
     }
+    // A machine relabelled out of the selector is the set's no more, as Kubernetes' and MCM's
+    // controllers release it: let go (kept, with its VM) and replaced. It was still owned and
+    // counted, while a watch by the selector had seen it DELETED (a break-it finding).
+    let (machines, strayed): (Vec<OwnedMachine>, Vec<OwnedMachine>) = machines
+        .into_iter()
+        .partition(|m| m.deleting || set.spec.selector.matches(&m.labels));
+    let_go(controller, namespace, &set, &strayed).await?;
     let failed: Vec<&OwnedMachine> = machines
         .iter()
         .filter(|m| !m.deleting && m.phase == MachinePhase::Failed)
@@ -230,6 +237,52 @@ async fn make_machine(
         Ok(_) | Err(StoreError::Exists { .. }) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Lets go of machines no longer within the set's selector: their owner reference is removed,
+/// unless their labels match again by the time of the write.
+async fn let_go(
+    controller: &Controller,
+    namespace: &str,
+    set: &MachineSet,
+    strayed: &[OwnedMachine],
+) -> Result<(), StoreError> {
+    let store = &controller.writer.store;
+    let letting_go = strayed.iter().map(|m| {
+        let selector = set.spec.selector.clone();
+        let set_uid = set.metadata.uid.clone();
+        async move {
+            let let_go = store
+                .update(
+                    Kind::Machine,
+                    namespace,
+                    &m.name,
+                    Some(&m.uid),
+                    None,
+                    move |body, _| {
+                        let labels: domain::Labels =
+                            serde_json::from_value(body["metadata"]["labels"].clone())
+                                .unwrap_or_default();
+                        if selector.matches(&labels) {
+                            return Ok(());
+                        }
+                        if let Some(owners) = body["metadata"]["ownerReferences"].as_array_mut() {
+                            owners.retain(|o| o["uid"] != json!(set_uid));
+                            if owners.is_empty()
+                                && let Some(meta) = body["metadata"].as_object_mut()
+                            {
+                                meta.remove("ownerReferences");
+                            }
+                        }
+                        Ok(())
+                    },
+                )
+                .await;
+            gone_is_fine(let_go)
+        }
+    });
+    futures::future::try_join_all(letting_go).await?;
+    Ok(())
 }
 
 async fn delete_set(

@@ -2,6 +2,7 @@
 //! an owner owns (whole, or for machines only what a set counts them by). Apart from writes
 //! because reads take no write lock and publish nothing.
 
+use domain::Labels;
 use domain::resources::{Kind, MachinePhase, PRESERVE_ANNOTATION};
 use sqlx::{Row as _, SqliteTransaction};
 
@@ -87,6 +88,8 @@ pub struct OwnedMachine {
     pub created: String,
     /// Whether it carries the preserve mark that no controller action deletes.
     pub preserved: bool,
+    /// `metadata.labels`: a machine relabelled out of its set's selector is let go.
+    pub labels: Labels,
 }
 
 impl Store {
@@ -97,7 +100,8 @@ impl Store {
             "SELECT name, uid, json_extract(body, '$.status.phase') AS phase, \
                     json_extract(body, '$.metadata.deletionTimestamp') IS NOT NULL AS deleting, \
                     json_extract(body, '$.metadata.creationTimestamp') AS created, \
-                    json_extract(body, ?) IS 'true' AS preserved \
+                    json_extract(body, ?) IS 'true' AS preserved, \
+                    json_extract(body, '$.metadata.labels') AS labels \
              FROM objects WHERE owner_uid = ? AND kind = ? ORDER BY name",
         )
         .bind(preserve)
@@ -116,7 +120,16 @@ impl Store {
                         why: format!("unknown phase {text:?}"),
                     })?,
                 };
+                let labels: Option<String> = row.try_get("labels")?;
+                let labels = match labels {
+                    None => Labels::new(),
+                    Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                        what: format!("Machine {name}"),
+                        why: format!("labels: {e}"),
+                    })?,
+                };
                 Ok(OwnedMachine {
+                    labels,
                     uid: row.try_get("uid")?,
                     phase,
                     deleting: row.try_get("deleting")?,

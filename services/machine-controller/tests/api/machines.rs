@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use machine_controller::reconcile::Settings;
 
@@ -391,4 +391,58 @@ async fn a_fixed_secret_is_tried_at_once_not_after_the_backoff() {
     assert_eq!(status, 200, "{body}");
     app.machines_until("the machine runs", |m| m.len() == 1 && running(m) == 1)
         .await;
+}
+
+/// A machine relabelled out of its set's selector is the set's no more, as Kubernetes' and MCM's
+/// controllers treat it: let go (kept, with its VM, no owner) and replaced, so the set again keeps
+/// its replicas of machines its selector finds (a break-it finding: it stayed owned and counted).
+#[tokio::test]
+async fn a_machine_relabelled_out_of_its_set_is_let_go_and_replaced() {
+    let app = spawn_app(quick()).await;
+    app.alicloud_class("small", "ecs.g6.large").await;
+    let set = json!({"metadata": {"name": "workers"}, "spec": {"replicas": 2,
+        "selector": {"matchLabels": {"pool": "w"}},
+        "template": {"metadata": {"labels": {"pool": "w"}}, "spec": {"class": {"name": "small"}}}}});
+    let (status, body) = app.post("machinesets", set).await;
+    assert_eq!(status, 201, "{body}");
+    let machines = app
+        .machines_until("2 machines run", |m| m.len() == 2 && running(m) == 2)
+        .await;
+    let strayed = machines[0]["metadata"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (status, body) = app
+        .patch(
+            "machines",
+            &strayed,
+            json!({"metadata": {"labels": {"pool": null, "debug": "me"}}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let owned_by_set = |m: &Value| !m["metadata"]["ownerReferences"].is_null();
+    let machines = app
+        .machines_until("the strayed machine let go and replaced", |m| {
+            m.len() == 3 && running(m) == 3 && m.iter().filter(|m| owned_by_set(m)).count() == 2
+        })
+        .await;
+    let let_go = machines
+        .iter()
+        .find(|m| m["metadata"]["name"] == strayed.as_str())
+        .expect("the strayed machine is kept");
+    assert!(!owned_by_set(let_go), "{let_go}");
+    assert_eq!(
+        app.instances().len(),
+        3,
+        "its VM is kept, one made for the new"
+    );
+    service_kit::testing::eventually(
+        "the set counts its 2 machines, both ready",
+        Duration::from_secs(30),
+        || async {
+            let (_, set) = app.get("machinesets", "workers").await;
+            (set["status"]["replicas"] == 2 && set["status"]["readyReplicas"] == 2).then_some(())
+        },
+    )
+    .await;
 }
