@@ -285,7 +285,10 @@ pub(super) async fn update_in(
         return Ok((Written::Kept(current), None));
     }
     let status_only = sealed == current.sealed && same_but_status(&body, &current.body);
-    if spec_of(kind, &body) != spec_of(kind, &current.body) {
+    // A secret's values are its spec too; new ones are sealed anew (the same ones are kept as
+    // sealed, so unequal sealed bytes mean new values). A PUT of new values kept generation 1
+    // while a PATCH of a key bumped it (a break-it finding).
+    if spec_of(kind, &body) != spec_of(kind, &current.body) || sealed != current.sealed {
         let generation = current.body["metadata"]["generation"].as_i64().unwrap_or(1);
         body["metadata"]["generation"] = json!(generation + 1);
     }

@@ -68,6 +68,19 @@ async fn a_secret_is_write_only_and_sealed_at_rest() {
         .await;
     assert_eq!(status, 200);
     assert_eq!(same["metadata"]["resourceVersion"], version.as_str());
+    // New values are a new generation, whether a PATCH or a PUT brings them.
+    let generation = same["metadata"]["generation"].as_i64().unwrap();
+    let (status, put) = app
+        .call(
+            reqwest::Method::PUT,
+            &format!("/v1/namespaces/{NS}/secrets/alicloud"),
+            Some(json!({"metadata": {"name": "alicloud"}, "stringData": {
+                "alicloudAccessKeyID": "id-2", "alicloudAccessKeySecret": KEY_SECRET,
+                "extra": "x"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{put}");
+    assert_eq!(put["metadata"]["generation"], generation + 1, "{put}");
     // A key patched to null is removed under either map, whichever wrote it: `extra` came as
     // stringData and goes as `data.extra: null`.
     for (patch, keys) in [
