@@ -262,3 +262,34 @@ async fn gateway_readiness_and_openapi_cover_every_upstream() {
         );
     }
 }
+
+/// A compressed body is refused as a coding not taken (415), through the gateway to every service
+/// that reads a body, not read as if it were plain (a break-it finding: a gzip header was ignored).
+#[tokio::test]
+async fn a_body_with_a_content_encoding_is_refused_as_such() {
+    let stack = Stack::spawn(&[]).await;
+    for (method, path) in [
+        ("POST", "/v1/volumes"),
+        ("PUT", "/v1/orchestrators/enc"),
+        ("POST", "/v1/machines:create"),
+        ("POST", "/v1/namespaces/default/secrets"),
+    ] {
+        let r = stack
+            .call(method, path, Some("tok-admin"))
+            .header("content-type", "application/json")
+            .header("content-encoding", "gzip")
+            .body("{}")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 415, "{method} {path}");
+        let body: serde_json::Value = r.json().await.unwrap();
+        assert!(
+            body["detail"]
+                .as_str()
+                .unwrap()
+                .contains("Content-Encoding other than identity"),
+            "{method} {path}: {body}"
+        );
+    }
+}

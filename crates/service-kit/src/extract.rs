@@ -48,6 +48,15 @@ where
             )
             .with_http_status(StatusCode::UNSUPPORTED_MEDIA_TYPE));
         }
+        if is_encoded(request.headers()) {
+            // Read as it is, a compressed body was refused for its shape, or worse taken if it
+            // happened to parse (a break-it finding): RFC 9110 says 415 for a coding not taken.
+            return Err(ApiError::from_code(
+                Code::InvalidArgument,
+                "body: a Content-Encoding other than identity is not taken; send the body uncompressed",
+            )
+            .with_http_status(StatusCode::UNSUPPORTED_MEDIA_TYPE));
+        }
         if !is_json_content_type(request.headers()) {
             return Err(ApiError::from_code(
                 Code::InvalidArgument,
@@ -67,6 +76,18 @@ where
             })?;
         decode_object(&bytes).map(Json).map_err(ApiError::new)
     }
+}
+
+/// A `Content-Encoding` naming any coding but `identity` (the header may come more than once, and
+/// list codings separated by commas).
+fn is_encoded(headers: &HeaderMap) -> bool {
+    headers.get_all(header::CONTENT_ENCODING).iter().any(|v| {
+        v.to_str().map_or(true, |v| {
+            v.split(',')
+                .map(str::trim)
+                .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"))
+        })
+    })
 }
 
 /// `application/json-patch+json` (RFC 6902), parameters ignored.
@@ -849,6 +870,23 @@ mod tests {
         assert_eq!(value_at(&v, "m[0][1]"), Some(&json!(7)));
         assert_eq!(value_at(&v, "."), Some(&v));
         assert_eq!(value_at(&v, "a.z"), None);
+    }
+
+    #[test]
+    fn only_an_uncompressed_body_is_taken() {
+        let encoded = |values: &[&str]| {
+            let mut m = HeaderMap::new();
+            for v in values {
+                m.append(header::CONTENT_ENCODING, v.parse().unwrap());
+            }
+            is_encoded(&m)
+        };
+        assert!(!encoded(&[]));
+        assert!(!encoded(&["identity"]));
+        assert!(!encoded(&["Identity, identity"]));
+        assert!(encoded(&["gzip"]));
+        assert!(encoded(&["identity, br"]));
+        assert!(encoded(&["identity", "deflate"]));
     }
 
     #[test]
