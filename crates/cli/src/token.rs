@@ -119,6 +119,13 @@ fn namespaces_of(
     let asked = match (namespaces.as_deref(), cluster_wide) {
         (_, true) => Some(Namespaces::All),
         (Some(text), false) => {
+            // The gateway's reading of the list skips empty entries; a person typing `a,,b` most
+            // likely left one out, so it is said rather than passed over (a break-it finding).
+            if text.trim() != "*" && text.split(',').any(|part| part.trim().is_empty()) {
+                return Err(CliError::Usage(
+                    "--namespaces: an empty entry (two commas, or one at an end); list each namespace once, `team-a,team-b`".into(),
+                ));
+            }
             let parsed = Namespaces::parse(text)
                 .map_err(|rule| CliError::Usage(format!("--namespaces: {rule}")))?;
             if parsed == Namespaces::Only(Default::default()) {

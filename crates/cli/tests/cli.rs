@@ -777,6 +777,16 @@ fn tokens_are_made_in_namespaces_listed_without_secrets_unique_by_name_and_revok
                 "x",
                 "--scopes",
                 "volumes:read",
+                "--namespaces",
+                "team-a,,team-b",
+            ],
+            "--namespaces: an empty entry",
+        ),
+        (
+            &[
+                "x",
+                "--scopes",
+                "volumes:read",
                 "--cluster-wide",
                 "--expires",
                 "yesterday",
