@@ -282,7 +282,27 @@ fn a_machine_deployment_through_the_cli() {
         "{}",
         stderr(&out)
     );
-    // Delete and wait: machines, then the deployment.
+    // Delete and wait: machines, then the deployment. With the secret wrong, the VMs cannot be
+    // deleted: a wait that gives up names the machines and why, not only the finalizers; once the
+    // secret is right again, the delete goes on.
+    let secret = |key_secret: &str| {
+        format!(
+            "apiVersion: berth.io/v1\nkind: Secret\nmetadata:\n  name: demo-cloud\nstringData:\n  alicloudAccessKeyID: {}\n  alicloudAccessKeySecret: {key_secret}\n",
+            stack.emulator_key.0
+        )
+    };
+    let secret_file = stack.data.path().join("secret.yaml");
+    std::fs::write(&secret_file, secret("not-the-key")).unwrap();
+    ok(&stack, &["apply", "-f", secret_file.to_str().unwrap()]);
+    let out = stack.berth(&["delete", "md", "workers", "--wait", "--timeout", "5s"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("machines whose last operation failed: workers-"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&secret_file, secret(&stack.emulator_key.1)).unwrap();
+    ok(&stack, &["apply", "-f", secret_file.to_str().unwrap()]);
     ok(
         &stack,
         &["delete", "md", "workers", "--wait", "--timeout", "2m"],

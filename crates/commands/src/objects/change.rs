@@ -25,7 +25,7 @@ pub async fn delete(ctx: &Ctx, output: Output, args: &DeleteArgs) -> Result<(), 
         Err(e) => return Err(e.into()),
     }
     if args.wait.wait {
-        crate::until(
+        let waited = crate::until(
             &format!("{shown} to be gone"),
             args.wait.timeout,
             || async {
@@ -39,7 +39,20 @@ pub async fn delete(ctx: &Ctx, output: Output, args: &DeleteArgs) -> Result<(), 
                 }
             },
         )
-        .await?;
+        .await;
+        // The finalizers say only that the delete is not done; the machines say why (a VM the
+        // cloud will not delete, a secret that cannot reach it), as rollout status says it (a
+        // break-it finding).
+        if let Err(CliError::Local(status)) = &waited
+            && status.code == Code::DeadlineExceeded
+        {
+            let why = why_not_gone(&client, kind, &namespace, &name).await;
+            return Err(CliError::Local(domain::Status::new(
+                status.code,
+                format!("{}{why}", status.message),
+            )));
+        }
+        waited?;
         say(output, &format!("{shown} deleted"));
     } else {
         say(
@@ -48,6 +61,21 @@ pub async fn delete(ctx: &Ctx, output: Output, args: &DeleteArgs) -> Result<(), 
         );
     }
     Ok(())
+}
+
+/// Why an object's delete is not done, as its machines' last operations say it (empty when they
+/// say nothing, or cannot be read).
+async fn why_not_gone(client: &Client, kind: Kind, namespace: &str, name: &str) -> String {
+    let Ok(object) = client.get(kind, namespace, name).await else {
+        return String::new();
+    };
+    match kind {
+        Kind::Machine => super::rollout::failed_machines(&json!({ "items": [object] })),
+        Kind::MachineSet | Kind::MachineDeployment => {
+            super::rollout::stuck_machines(client, namespace, &object).await
+        }
+        _ => String::new(),
+    }
 }
 
 fn say(output: Output, line: &str) {

@@ -139,10 +139,11 @@ pub async fn rollout_status(
 /// At most this many machines are named in why a roll is stuck.
 const STUCK_SHOWN: usize = 3;
 
-/// Why a roll may be stuck, as its machines say it: each of the deployment's machines that is not
+/// Why a roll (or a delete) may be stuck, as its machines say it: each of the deployment's (or
+/// set's: any object with `spec.selector.matchLabels`) machines that is not
 /// Running and whose last operation failed, with that operation's description; empty when none (or
 /// when they cannot be listed: the timeout is the answer then).
-async fn stuck_machines(client: &Client, namespace: &str, deployment: &Value) -> String {
+pub(super) async fn stuck_machines(client: &Client, namespace: &str, deployment: &Value) -> String {
     let selector = deployment
         .pointer("/spec/selector/matchLabels")
         .and_then(Value::as_object)
@@ -165,7 +166,7 @@ async fn stuck_machines(client: &Client, namespace: &str, deployment: &Value) ->
 
 /// The machines of `list` that are not Running and whose last operation failed, said in a clause
 /// (empty when none).
-fn failed_machines(list: &Value) -> String {
+pub(super) fn failed_machines(list: &Value) -> String {
     let stuck: Vec<String> = list
         .pointer("/items")
         .and_then(Value::as_array)
