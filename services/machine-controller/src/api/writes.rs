@@ -130,6 +130,7 @@ pub(crate) async fn put(
         // Said before the body is checked against the new provider's rules, which would only
         // complain of the fields that provider does not know.
         if let Some(current) = &current {
+            check_uid(&raw, current)?;
             check_unchangeable(kind, &current.body, &raw).map_err(ApiError::new)?;
         }
         let prepared = state.writer.prepare(kind, &namespace, &raw).await?;
@@ -222,6 +223,28 @@ async fn replace(
     Ok(written)
 }
 
+/// A `metadata.uid` sent with a replace or a patch is a precondition, as in Kubernetes: the object
+/// read may have been deleted and made anew under its name since, and what was meant for it must
+/// not land on the new one. (It was dropped in silence: a break-it finding.)
+fn check_uid(sent: &Value, current: &Stored) -> Result<(), ApiError> {
+    match sent["metadata"].get("uid") {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(uid)) if uid.is_empty() || uid == current.uid() => Ok(()),
+        Some(Value::String(_)) => Err(ApiError::new(Status::new(
+            Code::Aborted,
+            format!(
+                "metadata.uid: is not the uid of {} {:?}, which was made anew since it was read; read it again",
+                current.kind,
+                current.name()
+            ),
+        ))),
+        Some(_) => Err(ApiError::new(Status::invalid(
+            "metadata.uid",
+            "must be a string (the uid a read answered), or absent",
+        ))),
+    }
+}
+
 /// Refuses changing what a VM was made from. A class's provider, or a machine's class, changed
 /// under a machine with a VM sent its status checks and its delete to the other provider, which
 /// could never find that VM: the machine was wedged in Terminating, its VM left running (a
@@ -268,6 +291,7 @@ pub(crate) async fn patch(
         )));
     }
     let current = visible(&state, &caller, kind, &namespace, &name).await?;
+    check_uid(&patch, &current)?;
     let mut merged = current.body.clone();
     if kind == Kind::Secret {
         let values = state

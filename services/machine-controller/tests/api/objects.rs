@@ -314,3 +314,48 @@ async fn a_field_an_object_does_not_have_is_refused_by_name() {
     })
     .await;
 }
+
+/// A uid sent with a replace or a patch is a precondition, as in Kubernetes: a write meant for an
+/// object that has since been deleted and made anew under its name is refused (409), not landed on
+/// the new one.
+#[tokio::test]
+async fn a_uid_sent_with_a_write_must_be_the_objects() {
+    let app = spawn_app(quick()).await;
+    let secret = |value: &str| json!({"metadata": {"name": "s"}, "stringData": {"k": value}});
+    let (status, first) = app.post("secrets", secret("a")).await;
+    assert_eq!(status, 201, "{first}");
+    let old_uid = first["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(app.delete("secrets", "s").await.0, 200);
+    let (status, made) = app.post("secrets", secret("b")).await;
+    assert_eq!(status, 201, "{made}");
+    let uid = made["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_ne!(uid, old_uid);
+
+    let (status, refused) = app
+        .patch(
+            "secrets",
+            "s",
+            json!({"metadata": {"uid": old_uid}, "stringData": {"k": "c"}}),
+        )
+        .await;
+    assert_eq!(status, 409, "{refused}");
+    assert!(detail(&refused).starts_with("metadata.uid: "), "{refused}");
+    let mut put = secret("c");
+    put["metadata"]["uid"] = json!(old_uid);
+    let path = format!("/v1/namespaces/{NS}/secrets/s");
+    let (status, refused) = app.call(reqwest::Method::PUT, &path, Some(put)).await;
+    assert_eq!(status, 409, "{refused}");
+    let (status, refused) = app
+        .patch("secrets", "s", json!({"metadata": {"uid": 7}}))
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    // Its own uid, or none, writes.
+    let (status, patched) = app
+        .patch(
+            "secrets",
+            "s",
+            json!({"metadata": {"uid": uid}, "stringData": {"k": "c"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+}
