@@ -51,7 +51,8 @@ pub async fn reconcile(
     let (machines, strayed): (Vec<OwnedMachine>, Vec<OwnedMachine>) = machines
         .into_iter()
         .partition(|m| m.deleting || set.spec.selector.matches(&m.labels));
-    let_go(controller, namespace, &set, &strayed).await?;
+    let strayed: Vec<&OwnedMachine> = strayed.iter().collect();
+    let_go(controller, namespace, &set, &strayed, LetGo::Strayed).await?;
     let failed: Vec<&OwnedMachine> = machines
         .iter()
         .filter(|m| !m.deleting && m.phase == MachinePhase::Failed)
@@ -239,18 +240,28 @@ async fn make_machine(
     }
 }
 
-/// Lets go of machines no longer within the set's selector: their owner reference is removed,
-/// unless their labels match again by the time of the write.
+/// Why a set lets machines go (owned by nothing, kept with their VMs).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum LetGo {
+    /// The set is being deleted and they are preserved: no controller action deletes them.
+    SetGoing,
+    /// They were relabelled out of the set's selector; kept owned if they match again by the time
+    /// of the write.
+    Strayed,
+}
+
+/// Removes the set's owner reference from `machines`.
 async fn let_go(
     controller: &Controller,
     namespace: &str,
     set: &MachineSet,
-    strayed: &[OwnedMachine],
+    machines: &[&OwnedMachine],
+    why: LetGo,
 ) -> Result<(), StoreError> {
     let store = &controller.writer.store;
-    let letting_go = strayed.iter().map(|m| {
+    let letting_go = machines.iter().map(|m| {
         let selector = set.spec.selector.clone();
-        let set_uid = set.metadata.uid.clone();
+        let set_uid = json!(set.metadata.uid);
         async move {
             let let_go = store
                 .update(
@@ -263,11 +274,11 @@ async fn let_go(
                         let labels: domain::Labels =
                             serde_json::from_value(body["metadata"]["labels"].clone())
                                 .unwrap_or_default();
-                        if selector.matches(&labels) {
+                        if why == LetGo::Strayed && selector.matches(&labels) {
                             return Ok(());
                         }
                         if let Some(owners) = body["metadata"]["ownerReferences"].as_array_mut() {
-                            owners.retain(|o| o["uid"] != json!(set_uid));
+                            owners.retain(|o| o["uid"] != set_uid);
                             if owners.is_empty()
                                 && let Some(meta) = body["metadata"].as_object_mut()
                             {
@@ -295,28 +306,11 @@ async fn delete_set(
     // A preserved machine is never deleted by the controller (MCM #1146), its owner's deletion
     // included: it is let go instead, kept with its VM and no longer owned (a break-it finding:
     // it went with the set). Deleting it is then its owner's own act.
-    let letting_go = machines
+    let preserved: Vec<&OwnedMachine> = machines
         .iter()
         .filter(|m| m.preserved && !m.deleting)
-        .map(|m| async move {
-            let let_go = store
-                .update(
-                    Kind::Machine,
-                    namespace,
-                    &m.name,
-                    Some(&m.uid),
-                    None,
-                    |body, _| {
-                        if let Some(meta) = body["metadata"].as_object_mut() {
-                            meta.remove("ownerReferences");
-                        }
-                        Ok(())
-                    },
-                )
-                .await;
-            gone_is_fine(let_go)
-        });
-    futures::future::try_join_all(letting_go).await?;
+        .collect();
+    let_go(controller, namespace, set, &preserved, LetGo::SetGoing).await?;
     let deleting = machines
         .iter()
         .filter(|m| !m.deleting && !m.preserved)
