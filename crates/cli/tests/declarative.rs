@@ -294,7 +294,7 @@ fn a_machine_deployment_through_the_cli() {
     let secret_file = stack.data.path().join("secret.yaml");
     std::fs::write(&secret_file, secret("not-the-key")).unwrap();
     ok(&stack, &["apply", "-f", secret_file.to_str().unwrap()]);
-    let out = stack.berth(&["delete", "md", "workers", "--wait", "--timeout", "5s"]);
+    let out = stack.berth(&["delete", "md", "workers", "--wait", "--timeout", "10s"]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("machines whose last operation failed: workers-"),

@@ -363,12 +363,13 @@ fn planned(at: &str, doc: &Value, namespace_flag: Option<&String>) -> Result<Pla
         return Err(refused(at, "metadata.name", "is missing"));
     }
     let namespace = namespace_for(at, doc, namespace_flag)?;
-    // The server's own checks of any object's metadata (its name for the kind, labels,
-    // annotations), made before anything is sent: a bad name in a file's third object left the
+    // The server's own checks of any object's metadata (its namespace, its name for the kind,
+    // labels, annotations), made before anything is sent: a bad name in a file's third object left the
     // first two written (a break-it finding).
     let meta: domain::machine::ObjectMeta =
         serde_json::from_value(doc["metadata"].clone()).map_err(|e| refused(at, "metadata", e))?;
-    kind.check_write(&meta, "", "", &namespace)
+    domain::names::validate_dns1123_label("metadata.namespace", &namespace)
+        .and_then(|()| kind.check_write(&meta, "", "", &namespace))
         .map_err(|e| CliError::Local(Status::new(e.code, format!("{at}: {}", e.message))))?;
     Ok(Planned::Object {
         kind,
@@ -802,6 +803,10 @@ mod tests {
             (
                 object("Secret", json!({"name": "s", "labels": ["a"]})),
                 "f (document 1): metadata: ",
+            ),
+            (
+                object("Secret", json!({"name": "s", "namespace": "Team_A"})),
+                "f (document 1): metadata.namespace: ",
             ),
         ] {
             let refused = refusal(doc);
